@@ -1,0 +1,78 @@
+// KeySpace: the store server's data, its parked (blocking) requests and its watches.
+//
+// Contract
+//   - Holds key → value in key order, so prefix counts and listings are range scans.
+//   - A ParkedRequest waits for a set of keys: ready() is called exactly once, from inside the
+//     mutation that made the last of its keys exist, unless unpark() removed it first.
+//   - A Watch sees every set/delete of a key starting with its prefix, after the mutation.
+//     Watches are indexed by prefix length, so a mutation costs O(distinct watched lengths),
+//     not O(watches).
+//   - No networking and no clocks: the server owns sockets and timers.
+//
+// Threading
+//   Not thread-safe; the server uses it from its one event-loop thread only. Callbacks run
+//   synchronously on that thread and must not re-enter the KeySpace's mutators.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace crun {
+
+class ParkedRequest {
+ public:
+  virtual ~ParkedRequest() = default;
+  std::vector<std::string> keys;
+  bool done = false;
+  virtual void ready() = 0;
+};
+
+class Watch {
+ public:
+  virtual ~Watch() = default;
+  std::string prefix;
+  // kind: 1 set, 2 delete (wire values); value is nullptr on delete.
+  virtual void changed(std::uint8_t kind, const std::string& key, const std::string* value) = 0;
+};
+
+class KeySpace {
+ public:
+  const std::string* find(std::string_view key) const;
+  bool has_all(const std::vector<std::string>& keys) const;
+
+  void set(std::string_view key, std::string_view value);
+  // Throws std::invalid_argument when the present value is not a decimal int64.
+  std::int64_t add(std::string_view key, std::int64_t delta);
+  std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired);
+  // Returns the new length; throws std::length_error when it would exceed `max_value`.
+  std::int64_t append(std::string_view key, std::string_view value, std::size_t max_value);
+  bool remove(std::string_view key);
+  std::int64_t count(std::string_view prefix) const;
+  std::vector<std::string> list(std::string_view prefix, std::size_t limit) const;
+  std::size_t size() const { return data_.size(); }
+
+  // Parks `request` on every key it still misses (the caller checked has_all first).
+  void park(const std::shared_ptr<ParkedRequest>& request);
+  void unpark(const std::shared_ptr<ParkedRequest>& request);
+  std::size_t parked_keys() const { return parked_.size(); }
+
+  void add_watch(const std::shared_ptr<Watch>& watch);
+  void remove_watch(const std::shared_ptr<Watch>& watch);
+
+ private:
+  std::string& slot(std::string_view key);
+  void changed(const std::string& key, const std::string* value);
+
+  std::map<std::string, std::string, std::less<>> data_;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<ParkedRequest>>> parked_;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<Watch>>> watches_;
+  std::map<std::size_t, std::size_t> watched_lengths_;  // prefix length → number of watches
+};
+
+}  // namespace crun

@@ -1,0 +1,75 @@
+// StoreServer: crun's key-value store server (docs/store-protocol.md) on Boost.Asio.
+//
+// Contract
+//   - Listens on host:port (port 0 = OS-assigned; port() tells the bound one) and serves every
+//     operation of the Store contract plus watches, with request ids so clients may pipeline.
+//   - A misbehaving connection (bad magic, wrong token, oversized or malformed frame, a frame left
+//     half-sent past the read timeout, a client that never reads its replies) is closed with one
+//     logged reason; every other connection keeps being served. Memory per connection is bounded.
+//   - Blocking operations (get/wait/multi_get) park on the server and are answered when the keys
+//     appear or their timeout passes; a vanished client's parked requests are dropped.
+//
+// Threading
+//   All state lives on one io_context thread. Either the server owns that thread (start() /
+//   stop()), or it is embedded in a caller's io_context, which the caller runs. The accessors
+//   port()/endpoint() are safe from any thread after construction. stop() may be called from any
+//   thread; the destructor stops the server.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace crun {
+
+struct StoreServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  std::string token;                         // non-empty: clients must present it
+  std::size_t max_connections = 16384;
+  std::size_t max_pending_per_connection = 1024;  // parked gets/waits per connection
+  std::size_t max_outbound_bytes = 256u << 20;    // unread replies before a client is dropped
+  std::chrono::milliseconds handshake_timeout{10000};
+  std::chrono::milliseconds frame_timeout{30000};  // a started frame must finish within this
+};
+
+struct StoreServerStats {
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_dropped = 0;  // closed by the server for a protocol reason
+  std::uint64_t open_connections = 0;
+  std::uint64_t keys = 0;
+};
+
+class StoreServer {
+ public:
+  // Owns its own io_context and thread (call start()).
+  explicit StoreServer(StoreServerOptions options);
+  // Embedded in `io`: accepting begins at once; the caller runs `io`.
+  StoreServer(boost::asio::io_context& io, StoreServerOptions options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  // Starts the owned thread (only for the owning constructor).
+  void start();
+  // Closes the listener and every connection; joins the owned thread if any.
+  void stop();
+
+  std::uint16_t port() const;
+  std::string host() const;
+  std::string endpoint() const;  // "host:port"
+  // Snapshot, taken on the server thread (blocks the caller briefly); not for hot paths.
+  StoreServerStats stats();
+
+  struct Impl;  // defined in store_server.cc only
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crun

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs exactly what crun's build, demo and tests need, from Debian's packages (apt only).
+# Idempotent: packages already present are not touched and no network is used when all are there.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config git
+  libboost1.81-dev                      # Asio and Process v2 (headers; v2 is compiled in one TU of ours)
+  nlohmann-json3-dev libcli11-dev libspdlog-dev catch2
+  libgloo-dev
+  python3-torch                         # the anchor (torchrun, TCPStore) and the PyTorch compatibility tests
+  iproute2 procps                       # network namespaces for multi-host tests; pgrep/ps
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
