@@ -1,0 +1,249 @@
+#include "agent/agent.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "agent/agent_state_machine.h"
+#include "agent/failure_report.h"
+#include "agent/line_router.h"
+#include "agent/signal_names.h"
+#include "agent/standalone_rendezvous.h"
+#include "agent/worker_env.h"
+#include "agent/worker_group.h"
+
+namespace crun {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::size_t kStderrTailLines = 20;
+
+void say(const std::string& text) { write_all(2, text.data(), text.size()); }
+
+int open_log(const fs::path& path) {
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+// Makes "<base>/<prefix>XXXXXX" and returns it; throws on failure.
+fs::path make_unique_dir(const fs::path& base, const std::string& prefix) {
+  fs::create_directories(base);
+  std::string templ = (base / (prefix + "XXXXXX")).string();
+  if (::mkdtemp(templ.data()) == nullptr) {
+    throw std::system_error(errno, std::generic_category(), "mkdtemp " + templ);
+  }
+  return templ;
+}
+
+}  // namespace
+
+struct Agent::Impl {
+  explicit Impl(AgentConfig c)
+      : config(std::move(c)),
+        io(1),
+        signals(io),
+        stop_timer(io),
+        machine(AgentPolicy{config.nproc_per_node, config.max_restarts, config.stop_timeout}) {}
+
+  AgentConfig config;
+  asio::io_context io;
+  asio::signal_set signals;
+  asio::steady_timer stop_timer;
+  AgentStateMachine machine;
+  std::unique_ptr<Rendezvous> rendezvous;
+  std::unique_ptr<WorkerGroup> group;
+  std::vector<std::string> base_env;
+  fs::path run_dir;
+  bool remove_run_dir = false;
+  RoundInfo current_round;
+  std::optional<int> exit_code;
+
+  int run();
+  void wait_signal();
+  void perform(const AgentActions& actions);
+  void start_group(int restart_count);
+  void report_failure(const action::ReportFailure& r);
+  void finish(int code);
+  fs::path attempt_dir(int restart_count, int local_rank) const {
+    return run_dir / ("attempt_" + std::to_string(restart_count)) / std::to_string(local_rank);
+  }
+};
+
+Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Agent::~Agent() = default;
+int Agent::run() { return impl_->run(); }
+
+int Agent::Impl::run() {
+  ::signal(SIGPIPE, SIG_IGN);
+  try {
+    for (int s : config.handled_signals) signals.add(s);
+    if (config.log_dir.empty()) {
+      const char* tmp = std::getenv("TMPDIR");
+      run_dir = make_unique_dir(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                                "crun-" + config.run_id + "-");
+      remove_run_dir = true;
+    } else {
+      run_dir = make_unique_dir(config.log_dir, config.run_id + "_");
+    }
+    rendezvous = std::make_unique<StandaloneRendezvous>(io, config.nproc_per_node,
+                                                        config.master_addr, config.master_port);
+  } catch (const std::exception& e) {
+    say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
+    return kExitAgentError;
+  }
+  base_env = current_environment();
+  wait_signal();
+  perform(machine.start(AgentClock::now()));
+  if (!exit_code) io.run();
+  group.reset();  // SIGKILLs anything left in the workers' process groups
+  if (rendezvous) rendezvous->shutdown();
+  if (remove_run_dir) {
+    std::error_code ignored;
+    fs::remove_all(run_dir, ignored);
+  }
+  return exit_code.value_or(kExitAgentError);
+}
+
+void Agent::Impl::wait_signal() {
+  signals.async_wait([this](const boost::system::error_code& ec, int signo) {
+    if (ec) return;
+    say("crun: received " + signal_name(signo) + ", forwarding it to the workers and stopping\n");
+    perform(machine.on_signal(signo, AgentClock::now()));
+    if (!exit_code) wait_signal();
+  });
+}
+
+void Agent::Impl::perform(const AgentActions& actions) {
+  for (const auto& a : actions) {
+    if (exit_code) return;
+    if (auto* start = std::get_if<action::StartGroup>(&a)) {
+      start_group(start->restart_count);
+    } else if (auto* sig = std::get_if<action::SignalGroup>(&a)) {
+      if (group) group->signal_all(sig->signo);
+    } else if (std::holds_alternative<action::KillGroup>(a)) {
+      say("crun: workers still running " + std::to_string(config.stop_timeout.count()) +
+          " ms after the stop signal; sending SIGKILL\n");
+      if (group) group->kill_all();
+    } else if (auto* arm = std::get_if<action::ArmStopTimer>(&a)) {
+      stop_timer.expires_at(arm->deadline);
+      stop_timer.async_wait([this](const boost::system::error_code& ec) {
+        if (ec) return;
+        perform(machine.on_stop_timeout(AgentClock::now()));
+      });
+    } else if (std::holds_alternative<action::CancelStopTimer>(a)) {
+      stop_timer.cancel();
+    } else if (auto* report = std::get_if<action::ReportFailure>(&a)) {
+      report_failure(*report);
+    } else if (auto* exit = std::get_if<action::Exit>(&a)) {
+      finish(exit->code);
+    }
+  }
+}
+
+void Agent::Impl::finish(int code) {
+  exit_code = code;
+  boost::system::error_code ignored;
+  signals.cancel(ignored);
+  stop_timer.cancel();
+  io.stop();
+}
+
+void Agent::Impl::start_group(int restart_count) {
+  group.reset();  // the previous round's workers are all gone by now
+  try {
+    current_round = rendezvous->next_round(restart_count);
+    std::vector<WorkerLaunch> launches;
+    launches.reserve(static_cast<std::size_t>(config.nproc_per_node));
+    for (int lr = 0; lr < config.nproc_per_node; ++lr) {
+      const fs::path dir = attempt_dir(restart_count, lr);
+      fs::create_directories(dir);
+      WorkerIdentity who;
+      who.local_rank = lr;
+      who.local_world_size = config.nproc_per_node;
+      who.restart_count = restart_count;
+      who.max_restarts = config.max_restarts;
+      who.role = config.role;
+      who.run_id = config.run_id;
+      who.error_file = (dir / "error.json").string();
+      WorkerLaunch launch;
+      launch.argv = config.worker_argv;
+      launch.env = worker_environment(base_env, current_round, who);
+      const auto idx = static_cast<std::size_t>(lr);
+      const unsigned redirect = idx < config.redirects.size() ? config.redirects[idx] : 0;
+      const unsigned tee = idx < config.tee.size() ? config.tee[idx] : 0;
+      const bool console = idx >= config.console.size() || config.console[idx];
+      const std::string prefix = "[" + config.role + std::to_string(lr) + "]:";
+      auto route = [&](unsigned bit, int console_fd, const char* file) {
+        StreamRoute r;
+        if (tee & bit) {
+          r.file_fd = open_log(dir / file);
+          r.console_fd = console ? console_fd : -1;
+          r.console_prefix = prefix;
+        } else if (redirect & bit) {
+          r.file_fd = open_log(dir / file);
+        } else {
+          r.console_fd = console ? console_fd : -1;
+        }
+        return r;
+      };
+      launch.stdout_route = route(1u, 1, "stdout.log");
+      launch.stderr_route = route(2u, 2, "stderr.log");
+      launch.stderr_route.tail_lines = kStderrTailLines;
+      launches.push_back(std::move(launch));
+    }
+    group = std::make_unique<WorkerGroup>(io, restart_count, [this](const WorkerExit& e) {
+      // Decide outside the group's own handler: a restart destroys the group.
+      asio::post(io, [this, e] {
+        if (!exit_code) perform(machine.on_worker_exit(e));
+      });
+    });
+    group->start(std::move(launches));
+  } catch (const std::exception& e) {
+    say(std::string("crun: cannot start workers: ") + e.what() + "\n");
+    group.reset();
+    finish(kExitAgentError);
+  }
+}
+
+void Agent::Impl::report_failure(const action::ReportFailure& r) {
+  const WorkerExit& e = r.root_cause;
+  FailureReport report;
+  report.role = config.role;
+  report.restart_count = e.round;
+  report.restarting = r.restarting;
+  report.rank = current_round.rank_offset + e.local_rank;
+  report.local_rank = e.local_rank;
+  report.host = config.hostname;
+  report.pid = e.pid;
+  report.exit_code = e.exit_code;
+  report.term_signal = e.term_signal;
+  report.time = e.wall_time;
+  report.error_file = (attempt_dir(e.round, e.local_rank) / "error.json").string();
+  report.error_message = read_error_file_message(report.error_file);
+  if (group) {
+    const auto& tail = group->stderr_tail(e.local_rank);
+    report.stderr_tail.assign(tail.begin(), tail.end());
+  }
+  say(report.format_text());
+  if (!remove_run_dir) {
+    const fs::path path = run_dir / "failure_report.json";
+    const std::string json = report.to_json();
+    const int fd = open_log(path);
+    if (fd >= 0) {
+      write_all(fd, json.data(), json.size());
+      ::close(fd);
+    }
+  }
+}
+
+}  // namespace crun

@@ -1,0 +1,42 @@
+// Agent: crun's per-node elastic agent for one job (single node for now).
+//
+// Contract
+//   run() drives AgentStateMachine on one boost::asio::io_context: rendezvous round -> start the
+//   worker group -> wait for the first event (a worker exit via pidfd, a handled signal, the stop
+//   grace timer) -> act. Returns crun's exit code:
+//     0            every worker of a round exited 0
+//     N            the root-cause worker's exit code when restarts are exhausted
+//     128 + S      the root-cause worker was killed by signal S, or crun itself got signal S
+//     3            the agent could not start workers (spawn failed, no free port)
+//   The failure report is printed once per failed round to stderr (and written to the log dir as
+//   failure_report.json). Worker output is routed per AgentConfig (passthrough, --redirects,
+//   --tee with "[<role><local_rank>]:" prefixes, --local-ranks-filter).
+//
+// Threading
+//   run() is called once, on the thread that owns the job (main); it returns when the job ends.
+//   Handled signals are caught while run() executes.
+#pragma once
+
+#include <memory>
+
+#include "agent/agent_config.h"
+
+namespace crun {
+
+inline constexpr int kExitAgentError = 3;
+
+class Agent {
+ public:
+  explicit Agent(AgentConfig config);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  int run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crun

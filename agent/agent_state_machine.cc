@@ -1,0 +1,95 @@
+#include "agent/agent_state_machine.h"
+
+#include <csignal>
+
+namespace crun {
+
+AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy) {}
+
+AgentActions AgentStateMachine::start(AgentClock::time_point) {
+  if (state_ != State::kIdle) return {};
+  return start_round();
+}
+
+AgentActions AgentStateMachine::start_round() {
+  state_ = State::kRunning;
+  exited_ = 0;
+  killed_ = false;
+  root_cause_.reset();
+  return {action::StartGroup{restart_count_}};
+}
+
+AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
+  if (exit.round != restart_count_ || state_ == State::kIdle || state_ == State::kDone) return {};
+  ++exited_;
+  AgentActions actions;
+  if (state_ == State::kRunning && exit.failed()) {
+    root_cause_ = exit;
+    actions = begin_stop(0, exit.when);
+  }
+  if (exited_ >= policy_.nproc) {
+    auto rest = on_all_exited();
+    actions.insert(actions.end(), rest.begin(), rest.end());
+  }
+  return actions;
+}
+
+AgentActions AgentStateMachine::begin_stop(int signo, AgentClock::time_point now) {
+  state_ = State::kStopping;
+  stop_signal_ = signo;
+  return {action::SignalGroup{signo != 0 ? signo : SIGTERM},
+          action::ArmStopTimer{now + policy_.stop_timeout}};
+}
+
+AgentActions AgentStateMachine::on_signal(int signo, AgentClock::time_point now) {
+  switch (state_) {
+    case State::kIdle:
+      state_ = State::kDone;
+      return {action::Exit{128 + signo}};
+    case State::kRunning:
+      return begin_stop(signo, now);
+    case State::kStopping: {
+      // A signal while stopping: crun now ends for this signal (no restart) and forwards it.
+      stop_signal_ = signo;
+      return {action::SignalGroup{signo}};
+    }
+    case State::kDone:
+      return {};
+  }
+  return {};
+}
+
+AgentActions AgentStateMachine::on_stop_timeout(AgentClock::time_point) {
+  if (state_ != State::kStopping || killed_) return {};
+  killed_ = true;
+  return {action::KillGroup{}};
+}
+
+AgentActions AgentStateMachine::on_all_exited() {
+  AgentActions actions;
+  if (state_ == State::kRunning) {  // every worker exited 0
+    state_ = State::kDone;
+    actions.push_back(action::Exit{0});
+    return actions;
+  }
+  actions.push_back(action::CancelStopTimer{});
+  if (stop_signal_ != 0) {
+    state_ = State::kDone;
+    actions.push_back(action::Exit{128 + stop_signal_});
+    return actions;
+  }
+  const WorkerExit root = *root_cause_;
+  const bool restarting = restart_count_ < policy_.max_restarts;
+  actions.push_back(action::ReportFailure{root, restarting});
+  if (restarting) {
+    ++restart_count_;
+    auto start = start_round();
+    actions.insert(actions.end(), start.begin(), start.end());
+  } else {
+    state_ = State::kDone;
+    actions.push_back(action::Exit{root.crun_exit_code()});
+  }
+  return actions;
+}
+
+}  // namespace crun

@@ -1,0 +1,108 @@
+// AgentStateMachine: the agent's decisions, free of processes, sockets and clocks.
+//
+// Contract
+//   Events go in (start, a worker exited, a signal arrived, the stop grace expired); the actions
+//   to carry out come back, in order. The caller performs them and feeds back what happens.
+//     - start()                 -> StartGroup{restart 0}
+//     - every worker exits 0    -> Exit{0}
+//     - first failing exit      -> it becomes the root cause; SignalGroup{SIGTERM} + ArmStopTimer
+//     - handled signal          -> SignalGroup{signal} (forwarded) + ArmStopTimer; crun ends with
+//                                  Exit{128 + signal} once every worker is gone
+//     - stop grace expired      -> KillGroup (SIGKILL to every worker's process group)
+//     - all workers gone while stopping -> CancelStopTimer, then for a failure ReportFailure and
+//                                  either StartGroup{restart + 1} (restarts remain) or
+//                                  Exit{root cause code: exit code, or 128 + signal}
+//   Root cause = the first failing exit observed, by time, of the current round; exits caused by
+//   our own stop are never the root cause. Events of an older round are ignored.
+//
+// Threading
+//   Not thread-safe; owned and driven by the agent's event-loop thread (or a test).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace crun {
+
+using AgentClock = std::chrono::steady_clock;
+
+// One worker process ended (reaped).
+struct WorkerExit {
+  int round = 0;          // restart count of the group the worker belonged to
+  int local_rank = 0;
+  int pid = 0;
+  int exit_code = 0;      // valid when term_signal == 0
+  int term_signal = 0;    // non-zero when killed by a signal
+  AgentClock::time_point when{};
+  std::chrono::system_clock::time_point wall_time{};
+
+  bool failed() const { return term_signal != 0 || exit_code != 0; }
+  // The code crun exits with when this is the root cause: exit code, or 128 + signal.
+  int crun_exit_code() const { return term_signal != 0 ? 128 + term_signal : exit_code; }
+};
+
+namespace action {
+struct StartGroup {
+  int restart_count;
+};
+struct SignalGroup {
+  int signo;
+};
+struct KillGroup {};
+struct ArmStopTimer {
+  AgentClock::time_point deadline;
+};
+struct CancelStopTimer {};
+struct ReportFailure {
+  WorkerExit root_cause;
+  bool restarting;
+};
+struct Exit {
+  int code;
+};
+}  // namespace action
+
+using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action::KillGroup,
+                                 action::ArmStopTimer, action::CancelStopTimer,
+                                 action::ReportFailure, action::Exit>;
+using AgentActions = std::vector<AgentAction>;
+
+struct AgentPolicy {
+  int nproc = 1;
+  int max_restarts = 0;
+  std::chrono::milliseconds stop_timeout{30000};
+};
+
+class AgentStateMachine {
+ public:
+  enum class State { kIdle, kRunning, kStopping, kDone };
+
+  explicit AgentStateMachine(AgentPolicy policy);
+
+  AgentActions start(AgentClock::time_point now);
+  AgentActions on_worker_exit(const WorkerExit& exit);
+  AgentActions on_signal(int signo, AgentClock::time_point now);
+  AgentActions on_stop_timeout(AgentClock::time_point now);
+
+  State state() const { return state_; }
+  int restart_count() const { return restart_count_; }
+  const std::optional<WorkerExit>& root_cause() const { return root_cause_; }
+
+ private:
+  AgentActions begin_stop(int signo, AgentClock::time_point now);
+  AgentActions on_all_exited();
+  AgentActions start_round();
+
+  AgentPolicy policy_;
+  State state_ = State::kIdle;
+  int restart_count_ = 0;
+  int exited_ = 0;              // workers of the current round that have exited
+  int stop_signal_ = 0;         // handled signal that caused the stop (0: a worker failure)
+  bool killed_ = false;
+  std::optional<WorkerExit> root_cause_;
+};
+
+}  // namespace crun

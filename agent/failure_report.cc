@@ -1,0 +1,86 @@
+#include "agent/failure_report.h"
+
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "agent/signal_names.h"
+
+namespace crun {
+namespace {
+
+std::string iso_time(std::chrono::system_clock::time_point t) {
+  const auto secs = std::chrono::system_clock::to_time_t(t);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[80];
+  std::snprintf(out, sizeof(out), "%s.%03dZ", buf, static_cast<int>(ms));
+  return out;
+}
+
+std::string how_it_ended(const FailureReport& r) {
+  if (r.term_signal != 0) return "killed by " + signal_name(r.term_signal);
+  return "exit code " + std::to_string(r.exit_code);
+}
+
+}  // namespace
+
+std::string FailureReport::format_text() const {
+  std::ostringstream os;
+  os << "crun: worker failed (root cause): rank " << rank << " (local rank " << local_rank
+     << ", role " << role << ") on " << host << ", pid " << pid << ", " << how_it_ended(*this)
+     << ", at " << iso_time(time) << ", attempt " << restart_count << "; "
+     << (restarting ? "restarting the group" : "no restarts left") << "\n";
+  if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
+  if (!stderr_tail.empty()) {
+    os << "crun:   last " << stderr_tail.size() << " stderr line(s) of rank " << rank << ":\n";
+    for (const auto& line : stderr_tail) os << "crun:   | " << line << "\n";
+  }
+  return os.str();
+}
+
+std::string FailureReport::to_json() const {
+  nlohmann::json j;
+  j["role"] = role;
+  j["attempt"] = restart_count;
+  j["restarting"] = restarting;
+  j["rank"] = rank;
+  j["local_rank"] = local_rank;
+  j["host"] = host;
+  j["pid"] = pid;
+  j["exit_code"] = term_signal != 0 ? 128 + term_signal : exit_code;
+  if (term_signal != 0) {
+    j["signal"] = signal_name(term_signal);
+  } else {
+    j["signal"] = nullptr;
+  }
+  j["time"] = iso_time(time);
+  j["error_file"] = error_file;
+  j["error_message"] = error_message;
+  j["stderr_tail"] = stderr_tail;
+  return j.dump(2) + "\n";
+}
+
+std::string read_error_file_message(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  try {
+    const auto j = nlohmann::json::parse(in);
+    if (!j.contains("message")) return {};
+    const auto& m = j["message"];
+    if (m.is_string()) return m.get<std::string>();
+    if (m.is_object() && m.contains("message") && m["message"].is_string()) {
+      return m["message"].get<std::string>();
+    }
+    return m.dump();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+}  // namespace crun

@@ -1,0 +1,41 @@
+// FailureReport: what crun tells the user about the root-cause worker of a failed round.
+//
+// Contract
+//   - format_text() is short: one header line naming rank, local rank, host, pid, exit code or
+//     signal name, and time, then the error-file message (if any) and the last stderr lines.
+//   - to_json() carries the same fields (written to --log-dir as failure_report.json).
+//   - read_error_file_message() understands torch's @record JSON ({"message": {"message": ...,
+//     "extraInfo": {...}}} or {"message": "..."}); returns "" when the file is absent or unreadable.
+//
+// Threading
+//   Pure value type and functions; safe from any thread.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace crun {
+
+struct FailureReport {
+  std::string role = "default";
+  int restart_count = 0;
+  bool restarting = false;
+  int rank = 0;
+  int local_rank = 0;
+  std::string host;
+  int pid = 0;
+  int exit_code = 0;
+  int term_signal = 0;  // non-zero when the worker was killed by a signal
+  std::chrono::system_clock::time_point time{};
+  std::string error_file;
+  std::string error_message;  // from the worker's error file, if it wrote one
+  std::vector<std::string> stderr_tail;
+
+  std::string format_text() const;
+  std::string to_json() const;
+};
+
+std::string read_error_file_message(const std::string& path);
+
+}  // namespace crun

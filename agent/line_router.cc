@@ -1,0 +1,106 @@
+#include "agent/line_router.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace crun {
+namespace {
+constexpr std::size_t kMaxPartial = 1u << 20;
+}
+
+void write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+      continue;
+    }
+    return;  // EPIPE or a closed console: drop the output, keep running
+  }
+}
+
+LineRouter::LineRouter(StreamRoute route) : route_(std::move(route)) {}
+
+LineRouter::~LineRouter() {
+  if (route_.file_fd >= 0) ::close(route_.file_fd);
+}
+
+void LineRouter::feed(const char* data, std::size_t size) {
+  if (size == 0) return;
+  if (route_.file_fd >= 0) write_all(route_.file_fd, data, size);
+  if (route_.console_fd < 0 && route_.tail_lines == 0) return;
+  const char* last_nl = static_cast<const char*>(::memrchr(data, '\n', size));
+  if (last_nl == nullptr) {
+    partial_.append(data, size);
+    if (partial_.size() >= kMaxPartial) finish();
+    return;
+  }
+  const std::size_t whole = static_cast<std::size_t>(last_nl - data) + 1;
+  if (!partial_.empty()) {
+    // Complete the pending line first, then the rest in one go.
+    const char* first_nl = static_cast<const char*>(std::memchr(data, '\n', size));
+    const std::size_t head = static_cast<std::size_t>(first_nl - data) + 1;
+    partial_.append(data, head);
+    std::string line;
+    line.swap(partial_);
+    out_.clear();
+    emit_lines(line.data(), line.size());
+    if (head < whole) emit_lines(data + head, whole - head);
+  } else {
+    out_.clear();
+    emit_lines(data, whole);
+  }
+  if (route_.console_fd >= 0 && !out_.empty()) write_all(route_.console_fd, out_.data(), out_.size());
+  out_.clear();
+  partial_.append(data + whole, size - whole);
+}
+
+void LineRouter::finish() {
+  if (partial_.empty()) return;
+  partial_.push_back('\n');
+  out_.clear();
+  std::string line;
+  line.swap(partial_);
+  emit_lines(line.data(), line.size());
+  if (route_.console_fd >= 0 && !out_.empty()) write_all(route_.console_fd, out_.data(), out_.size());
+  out_.clear();
+}
+
+void LineRouter::emit_lines(const char* data, std::size_t size) {
+  if (route_.console_fd >= 0 && route_.console_prefix.empty()) out_.append(data, size);
+  std::size_t pos = 0;
+  while (pos < size) {
+    const char* nl = static_cast<const char*>(std::memchr(data + pos, '\n', size - pos));
+    const std::size_t end = nl ? static_cast<std::size_t>(nl - data) + 1 : size;
+    if (route_.console_fd >= 0 && !route_.console_prefix.empty()) {
+      out_.append(route_.console_prefix);
+      out_.append(data + pos, end - pos);
+    }
+    remember(data + pos, end - pos - (nl ? 1 : 0));
+    pos = end;
+  }
+}
+
+void LineRouter::remember(const char* line, std::size_t size) {
+  if (route_.tail_lines == 0) return;
+  if (tail_.size() == route_.tail_lines) {
+    std::string reuse = std::move(tail_.front());
+    tail_.pop_front();
+    reuse.assign(line, size);
+    tail_.push_back(std::move(reuse));
+  } else {
+    tail_.emplace_back(line, size);
+  }
+}
+
+}  // namespace crun

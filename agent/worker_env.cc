@@ -1,0 +1,75 @@
+#include "agent/worker_env.h"
+
+#include <unistd.h>
+
+#include <string_view>
+
+extern char** environ;
+
+namespace crun {
+
+std::vector<std::string> current_environment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+std::vector<std::string> worker_environment(const std::vector<std::string>& base,
+                                            const RoundInfo& round, const WorkerIdentity& who) {
+  auto key_of = [](std::string_view kv) {
+    const auto eq = kv.find('=');
+    return kv.substr(0, eq == std::string_view::npos ? kv.size() : eq);
+  };
+  bool has_omp = false;
+  bool has_nccl = false;
+  for (const auto& kv : base) {
+    const auto key = key_of(kv);
+    has_omp = has_omp || key == "OMP_NUM_THREADS";
+    has_nccl = has_nccl || key == "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+  }
+
+  std::vector<std::pair<std::string_view, std::string>> updates;
+  auto set = [&](std::string_view key, std::string value) { updates.emplace_back(key, std::move(value)); };
+  const int rank = round.rank_offset + who.local_rank;
+  set("LOCAL_RANK", std::to_string(who.local_rank));
+  set("RANK", std::to_string(rank));
+  set("GROUP_RANK", std::to_string(round.group_rank));
+  set("GROUP_WORLD_SIZE", std::to_string(round.group_world_size));
+  set("ROLE_NAME", who.role);
+  set("ROLE_RANK", std::to_string(rank));
+  set("ROLE_WORLD_SIZE", std::to_string(round.world_size));
+  set("LOCAL_WORLD_SIZE", std::to_string(who.local_world_size));
+  set("WORLD_SIZE", std::to_string(round.world_size));
+  set("MASTER_ADDR", round.master_addr);
+  set("MASTER_PORT", std::to_string(round.master_port));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(who.restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(who.max_restarts));
+  set("TORCHELASTIC_RUN_ID", who.run_id);
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  set("TORCHELASTIC_ERROR_FILE", who.error_file);
+  if (!has_omp) set("OMP_NUM_THREADS", "1");
+  if (!has_nccl) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+
+  std::vector<std::string> env;
+  env.reserve(base.size() + updates.size());
+  for (const auto& kv : base) {
+    const auto key = key_of(kv);
+    bool replaced = false;
+    for (const auto& u : updates) {
+      if (u.first == key) {
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) env.push_back(kv);
+  }
+  for (auto& [key, value] : updates) {
+    std::string kv(key);
+    kv += '=';
+    kv += value;
+    env.push_back(std::move(kv));
+  }
+  return env;
+}
+
+}  // namespace crun

@@ -1,0 +1,38 @@
+// worker_environment: the environment of one worker, torchrun's contract (DESIGN.md, "Contracts").
+//
+// Contract
+//   Starts from `base` ("KEY=VALUE" strings, usually the agent's own environ) and sets
+//   LOCAL_RANK RANK GROUP_RANK GROUP_WORLD_SIZE ROLE_NAME ROLE_RANK ROLE_WORLD_SIZE
+//   LOCAL_WORLD_SIZE WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
+//   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=False
+//   TORCHELASTIC_ERROR_FILE, and OMP_NUM_THREADS=1 / TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless
+//   `base` already has them. Later entries never duplicate a key.
+//
+// Threading
+//   Pure function.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "agent/rendezvous.h"
+
+namespace crun {
+
+struct WorkerIdentity {
+  int local_rank = 0;
+  int local_world_size = 1;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string role = "default";
+  std::string run_id = "none";
+  std::string error_file;
+};
+
+std::vector<std::string> worker_environment(const std::vector<std::string>& base,
+                                            const RoundInfo& round, const WorkerIdentity& who);
+
+// The calling process's environment as "KEY=VALUE" strings.
+std::vector<std::string> current_environment();
+
+}  // namespace crun

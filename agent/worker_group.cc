@@ -1,0 +1,181 @@
+#include "agent/worker_group.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+
+#include "agent/worker_process.h"
+
+namespace crun {
+
+namespace asio = boost::asio;
+
+namespace {
+
+struct Stream {
+  Stream(asio::io_context& io, int fd, StreamRoute route) : pipe(io, fd), router(std::move(route)) {}
+  asio::posix::stream_descriptor pipe;
+  LineRouter router;
+  bool open = true;
+};
+
+struct Worker {
+  Worker(asio::io_context& io, const SpawnedWorker& s, WorkerLaunch& launch)
+      : pid(s.pid),
+        pidfd(io, s.pidfd),
+        out(io, s.stdout_fd, std::move(launch.stdout_route)),
+        err(io, s.stderr_fd, std::move(launch.stderr_route)) {}
+  int local_rank = 0;
+  int pid;
+  asio::posix::stream_descriptor pidfd;
+  Stream out;
+  Stream err;
+  bool exited = false;
+  bool closed = false;  // the group is gone: handlers must not touch it
+};
+
+}  // namespace
+
+struct WorkerGroup::Impl {
+  asio::io_context& io;
+  int round;
+  ExitHandler on_exit;
+  std::vector<std::shared_ptr<Worker>> workers;
+  std::array<char, 65536> buffer{};
+  int running = 0;
+
+  // Reads what is available now; closes the stream at EOF. Returns false at EOF/error.
+  bool drain(Stream& s, int max_reads) {
+    for (int i = 0; s.open && (max_reads < 0 || i < max_reads); ++i) {
+      const ssize_t n = ::read(s.pipe.native_handle(), buffer.data(), buffer.size());
+      if (n > 0) {
+        s.router.feed(buffer.data(), static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      close_stream(s);
+      return false;
+    }
+    return s.open;
+  }
+
+  void close_stream(Stream& s) {
+    if (!s.open) return;
+    s.open = false;
+    s.router.finish();
+    boost::system::error_code ignored;
+    s.pipe.close(ignored);
+  }
+
+  void watch_stream(const std::shared_ptr<Worker>& w, Stream& s) {
+    s.pipe.async_wait(asio::posix::stream_descriptor::wait_read,
+                      [this, w, &s](const boost::system::error_code& ec) {
+                        if (ec || w->closed || !s.open) return;
+                        if (drain(s, 16)) watch_stream(w, s);
+                      });
+  }
+
+  void watch_exit(const std::shared_ptr<Worker>& w) {
+    w->pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
+                        [this, w](const boost::system::error_code& ec) {
+                          if (ec || w->closed) return;
+                          on_readable_pidfd(w);
+                        });
+  }
+
+  void on_readable_pidfd(const std::shared_ptr<Worker>& w) {
+    const auto status = reap_worker(w->pid, w->pidfd.native_handle());
+    if (!status) {  // spurious wakeup
+      watch_exit(w);
+      return;
+    }
+    WorkerExit e;
+    e.round = round;
+    e.local_rank = w->local_rank;
+    e.pid = w->pid;
+    e.exit_code = status->exit_code;
+    e.term_signal = status->term_signal;
+    e.when = AgentClock::now();
+    e.wall_time = std::chrono::system_clock::now();
+    w->exited = true;
+    --running;
+    boost::system::error_code ignored;
+    w->pidfd.close(ignored);
+    // Everything the worker wrote is in the pipes now; route it before reporting the exit.
+    // (A grandchild holding the pipe keeps it open: then we read what is there and go on.)
+    drain(w->out, -1);
+    drain(w->err, -1);
+    w->out.router.finish();
+    w->err.router.finish();
+    on_exit(e);
+  }
+
+  void shutdown() {
+    for (auto& w : workers) {
+      if (!w->exited) {
+        ::kill(-w->pid, SIGKILL);
+        ::kill(w->pid, SIGKILL);
+        int status = 0;
+        while (::waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        w->exited = true;
+      } else {
+        ::kill(-w->pid, SIGKILL);  // grandchildren left in the worker's process group
+      }
+      w->closed = true;
+      boost::system::error_code ignored;
+      w->pidfd.close(ignored);
+      close_stream(w->out);
+      close_stream(w->err);
+    }
+    workers.clear();
+    running = 0;
+  }
+};
+
+WorkerGroup::WorkerGroup(asio::io_context& io, int round, ExitHandler on_exit)
+    : impl_(std::make_unique<Impl>(Impl{io, round, std::move(on_exit), {}, {}, 0})) {}
+
+WorkerGroup::~WorkerGroup() { impl_->shutdown(); }
+
+void WorkerGroup::start(std::vector<WorkerLaunch> launches) {
+  try {
+    int local_rank = 0;
+    for (auto& launch : launches) {
+      const SpawnedWorker s = spawn_worker(launch.argv, launch.env);
+      auto w = std::make_shared<Worker>(impl_->io, s, launch);
+      w->local_rank = local_rank++;
+      impl_->workers.push_back(w);
+      ++impl_->running;
+    }
+  } catch (...) {
+    impl_->shutdown();
+    throw;
+  }
+  for (auto& w : impl_->workers) {
+    impl_->watch_exit(w);
+    impl_->watch_stream(w, w->out);
+    impl_->watch_stream(w, w->err);
+  }
+}
+
+void WorkerGroup::signal_all(int signo) {
+  for (auto& w : impl_->workers) ::kill(-w->pid, signo);
+}
+
+void WorkerGroup::kill_all() { signal_all(SIGKILL); }
+
+int WorkerGroup::size() const { return static_cast<int>(impl_->workers.size()); }
+int WorkerGroup::running() const { return impl_->running; }
+int WorkerGroup::pid(int local_rank) const { return impl_->workers.at(local_rank)->pid; }
+
+const std::deque<std::string>& WorkerGroup::stderr_tail(int local_rank) const {
+  return impl_->workers.at(local_rank)->err.router.tail();
+}
+
+}  // namespace crun

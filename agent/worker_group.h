@@ -1,0 +1,62 @@
+// WorkerGroup: the worker processes of one round on this node, watched on the agent's event loop.
+//
+// Contract
+//   - start() spawns every worker (spawn_worker: own process group, PDEATHSIG) and begins watching
+//     its exit (pidfd) and its stdout/stderr pipes (LineRouter). Throws std::system_error when a
+//     spawn fails; workers already started are killed.
+//   - When a worker ends, its pipes are drained of everything it wrote before the exit event is
+//     delivered to `on_exit` (so a crashing worker's last lines are routed, and its stderr tail is
+//     complete, before the agent reacts).
+//   - signal_all() sends a signal to the process group of every worker; kill_all() sends SIGKILL.
+//   - The destructor SIGKILLs and reaps any worker still running and closes every pipe.
+//
+// Threading
+//   Everything on the io_context's thread (the agent's event loop); not thread-safe.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/agent_state_machine.h"
+#include "agent/line_router.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace crun {
+
+struct WorkerLaunch {
+  std::vector<std::string> argv;  // argv[0]: an executable path
+  std::vector<std::string> env;   // complete environment
+  StreamRoute stdout_route;
+  StreamRoute stderr_route;
+};
+
+class WorkerGroup {
+ public:
+  using ExitHandler = std::function<void(const WorkerExit&)>;
+
+  WorkerGroup(boost::asio::io_context& io, int round, ExitHandler on_exit);
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  void start(std::vector<WorkerLaunch> launches);
+  void signal_all(int signo);
+  void kill_all();
+
+  int size() const;
+  int running() const;
+  int pid(int local_rank) const;
+  const std::deque<std::string>& stderr_tail(int local_rank) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crun

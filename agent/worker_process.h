@@ -1,0 +1,45 @@
+// spawn_worker: fork + exec of one worker process, the way the agent needs it.
+//
+// Contract
+//   - The child runs in a process group of its own (pgid == pid), has PR_SET_PDEATHSIG(SIGKILL)
+//     set before exec (and exits at once if the agent is already gone), starts with an empty
+//     signal mask and default SIGPIPE, stdin from /dev/null, stdout and stderr on fresh pipes
+//     whose read ends are returned to the caller (close-on-exec, non-blocking).
+//   - `argv[0]` must already be a path (resolve_executable does the PATH search); `env` is the
+//     complete environment as "KEY=VALUE" strings.
+//   - A failing exec writes one line to the worker's stderr and exits 127.
+//   - The returned pidfd (pidfd_open) becomes readable when the child ends; reap it with
+//     reap_worker(). Throws std::system_error when pipes, fork or pidfd_open fail.
+//
+// Threading
+//   Call from the agent's event-loop thread: PR_SET_PDEATHSIG fires when the forking thread ends.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace crun {
+
+struct SpawnedWorker {
+  int pid = -1;
+  int pidfd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+};
+
+struct ReapedStatus {
+  int exit_code = 0;
+  int term_signal = 0;
+};
+
+SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+
+// Non-blocking reap of `pid` (via waitid on its pidfd); nullopt when it is still running.
+std::optional<ReapedStatus> reap_worker(int pid, int pidfd);
+
+// The path execve should run for `name`: itself when it contains '/', else the first executable
+// match on $PATH. nullopt when none is found.
+std::optional<std::string> resolve_executable(const std::string& name);
+
+}  // namespace crun
