@@ -116,6 +116,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     server_.connections.erase(shared_from_this());
   }
 
+  std::size_t parked_count() const { return parked_.size(); }
+
   // A request parked until its keys exist or its timer fires.
   struct Parked : ParkedRequest, std::enable_shared_from_this<Parked> {
     explicit Parked(asio::io_context& io) : timer(io) {}
@@ -670,6 +672,7 @@ StoreServerStats StoreServer::stats() {
     StoreServerStats s = impl_->stats;
     s.open_connections = impl_->connections.size();
     s.keys = impl_->keys.size();
+    for (auto& c : impl_->connections) s.parked_requests += c->parked_count();
     return s;
   };
   if (impl_->io.get_executor().running_in_this_thread() || (impl_->owned_io && !impl_->thread.joinable())) return snapshot();

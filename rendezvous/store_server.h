@@ -43,6 +43,7 @@ struct StoreServerStats {
   std::uint64_t connections_dropped = 0;  // closed by the server for a protocol reason
   std::uint64_t open_connections = 0;
   std::uint64_t keys = 0;
+  std::uint64_t parked_requests = 0;  // blocked gets/waits not yet answered
 };
 
 class StoreServer {

@@ -1,0 +1,290 @@
+// Bad input from raw sockets, every limit, tokens, and a server that goes away.
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "store_test_util.h"
+
+using namespace crun;
+using namespace crun::test;
+
+namespace {
+StoreServerOptions quick_options() {
+  StoreServerOptions o;
+  o.handshake_timeout = 300ms;
+  o.frame_timeout = 300ms;
+  return o;
+}
+
+// After each abuse, a well-behaved client is still served.
+void check_still_serving(ServerFixture& f) {
+  auto c = f.client();
+  c->set("health", "ok");
+  CHECK(c->get("health", 1s) == "ok");
+}
+}  // namespace
+
+TEST_CASE("garbage and a wrong magic number drop only that connection", "[robustness]") {
+  ServerFixture f(quick_options());
+  auto bystander = f.client();
+  RawSocket garbage(f.server.port());
+  garbage.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(garbage.closed_by_peer_within(5s));
+  check_still_serving(f);
+  bystander->set("still", "here");  // an existing connection was not disturbed
+  CHECK(bystander->get("still", 1s) == "here");
+  CHECK(f.server.stats().connections_dropped >= 1);
+}
+
+TEST_CASE("a frame longer than the limit drops the connection", "[robustness][limits]") {
+  ServerFixture f(quick_options());
+  RawSocket s(f.server.port());
+  REQUIRE(s.handshake());
+  std::string header;
+  wire::Writer(header).u32(static_cast<std::uint32_t>(kMaxFrameSize + 1));
+  s.send(header);
+  CHECK(s.closed_by_peer_within(5s));
+  check_still_serving(f);
+}
+
+TEST_CASE("a frame shorter than its own header drops the connection", "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket s(f.server.port());
+  REQUIRE(s.handshake());
+  std::string header;
+  wire::Writer(header).u32(2);
+  s.send(header + "xx");
+  CHECK(s.closed_by_peer_within(5s));
+  check_still_serving(f);
+}
+
+TEST_CASE("a truncated payload inside a frame drops the connection", "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket s(f.server.port());
+  REQUIRE(s.handshake());
+  // A set whose key claims 1,000 bytes in a 20-byte frame.
+  s.send(frame(wire::Op::kSet, 1, [](wire::Writer& w) {
+    w.u32(1000);
+    w.u32(0);
+    w.u32(0);
+  }));
+  CHECK(s.closed_by_peer_within(5s));
+  check_still_serving(f);
+}
+
+TEST_CASE("a half-sent frame or handshake is dropped after the read timeout", "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket silent_hello(f.server.port());
+  silent_hello.send(std::string("\x43\x52", 2));  // half a magic number, then silence
+  RawSocket half_frame(f.server.port());
+  REQUIRE(half_frame.handshake());
+  auto full = frame(wire::Op::kSet, 1, [](wire::Writer& w) {
+    w.str("k");
+    w.str("v");
+  });
+  half_frame.send(full.substr(0, full.size() - 3));
+  CHECK(silent_hello.closed_by_peer_within(5s));
+  CHECK(half_frame.closed_by_peer_within(5s));
+  check_still_serving(f);
+}
+
+TEST_CASE("an idle but complete connection is kept", "[robustness]") {
+  ServerFixture f(quick_options());
+  auto c = f.client();
+  RawSocket idle(f.server.port());
+  REQUIRE(idle.handshake());
+  CHECK_FALSE(idle.closed_by_peer_within(600ms));  // longer than both read timeouts
+  c->ping();
+}
+
+TEST_CASE("unknown operations and trailing bytes", "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket s(f.server.port());
+  REQUIRE(s.handshake());
+  s.send(frame(static_cast<wire::Op>(200), 7, [](wire::Writer&) {}));
+  std::string reply = s.recv_n(4 + 5);
+  REQUIRE(reply.size() == 9);
+  wire::Reader r(reply);
+  r.u32();
+  CHECK(r.u8() == static_cast<std::uint8_t>(wire::Status::kUnknownOp));
+  CHECK(r.u32() == 7);
+  s.recv_n(64, 200ms);  // the message text
+  // A ping with a trailing byte is malformed: dropped.
+  s.send(frame(wire::Op::kPing, 8, [](wire::Writer& w) { w.u8(1); }));
+  CHECK(s.closed_by_peer_within(5s));
+}
+
+TEST_CASE("clients vanishing mid-request leave nothing parked", "[robustness]") {
+  ServerFixture f(quick_options());
+  for (int i = 0; i < 20; ++i) {
+    RawSocket s(f.server.port());
+    REQUIRE(s.handshake());
+    s.send(frame(wire::Op::kGet, 1, [&](wire::Writer& w) {
+      w.str("never/" + std::to_string(i));
+      w.u32(wire::kForever);
+    }));
+    s.send(frame(wire::Op::kWatch, 2, [](wire::Writer& w) { w.str("never/"); }));
+    s.recv_n(9 + 0, 1s);  // the watch's OK
+  }  // every socket closes here, with its get still parked
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (f.server.stats().open_connections > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  auto st = f.server.stats();
+  CHECK(st.open_connections == 0);
+  CHECK(st.parked_requests == 0);
+  auto c = f.client();
+  c->set("never/0", "finally");  // wakes nothing, notifies nobody, and does not crash
+  CHECK(c->get("never/0", 1s) == "finally");
+}
+
+TEST_CASE("each limit is enforced with a named error", "[robustness][limits]") {
+  StoreServerOptions o = quick_options();
+  o.max_pending_per_connection = 4;
+  o.max_connections = 3;
+  ServerFixture f(o);
+  auto c = f.client();
+
+  SECTION("key length") {
+    std::string long_key(kMaxKeyLength + 1, 'k');
+    try {
+      c->set(long_key, "v");
+      FAIL("an over-long key must be rejected");
+    } catch (const StoreRejected& e) {
+      CHECK(e.code() == static_cast<int>(wire::Status::kKeyTooLong));
+      CHECK_THAT(e.what(), Catch::Contains("exceeds 4096"));
+    }
+    c->set(std::string(kMaxKeyLength, 'k'), "v");  // exactly at the limit is fine
+  }
+  SECTION("value size, checked by the client and by the server") {
+    std::string big(kMaxValueSize + 1, 'v');
+    CHECK_THROWS_AS(c->set("big", big), StoreRejected);
+    RawSocket s(f.server.port());
+    REQUIRE(s.handshake());
+    s.send(frame(wire::Op::kSet, 3, [&](wire::Writer& w) {
+      w.str("big");
+      w.str(big);
+    }));
+    std::string reply = s.recv_n(9, 10s);
+    REQUIRE(reply.size() == 9);
+    wire::Reader r(reply);
+    r.u32();
+    CHECK(r.u8() == static_cast<std::uint8_t>(wire::Status::kValueTooLarge));
+    c->append("grow", std::string(kMaxValueSize, 'a'));
+    CHECK_THROWS_AS(c->append("grow", "b"), StoreRejected);
+  }
+  SECTION("parked requests per connection") {
+    RawSocket s(f.server.port());
+    REQUIRE(s.handshake());
+    for (std::uint32_t id = 1; id <= 5; ++id) {
+      s.send(frame(wire::Op::kGet, id, [&](wire::Writer& w) {
+        w.str("missing" + std::to_string(id));
+        w.u32(wire::kForever);
+      }));
+    }
+    std::string reply = s.recv_n(9, 5s);  // only the fifth is answered, with an error
+    REQUIRE(reply.size() == 9);
+    wire::Reader r(reply);
+    r.u32();
+    CHECK(r.u8() == static_cast<std::uint8_t>(wire::Status::kTooManyPending));
+    CHECK(r.u32() == 5);
+  }
+  SECTION("keys per request") {
+    RawSocket s(f.server.port());
+    REQUIRE(s.handshake());
+    s.send(frame(wire::Op::kCheck, 1, [&](wire::Writer& w) {
+      w.u32(static_cast<std::uint32_t>(kMaxKeysPerRequest + 1));
+      for (std::size_t i = 0; i <= kMaxKeysPerRequest; ++i) w.str("");
+    }));
+    CHECK(s.closed_by_peer_within(5s));
+  }
+  SECTION("connections") {
+    auto c2 = f.client();
+    auto c3 = f.client();
+    StoreClientOptions quick;
+    quick.connect_timeout = 2s;
+    try {
+      TcpStore c4(f.endpoint(), quick);
+      FAIL("a fourth connection must be refused");
+    } catch (const StoreRejected& e) {
+      CHECK_THAT(e.what(), Catch::Contains("connection limit"));
+    }
+    c3.reset();
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (f.server.stats().open_connections > 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    TcpStore c5(f.endpoint(), quick);  // room again
+    c5.ping();
+  }
+}
+
+TEST_CASE("a token-protected server admits only holders of the token", "[robustness][token]") {
+  StoreServerOptions o = quick_options();
+  o.token = "s3cret";
+  ServerFixture f(o);
+  StoreClientOptions good;
+  good.token = "s3cret";
+  TcpStore ok(f.endpoint(), good);
+  ok.set("k", "v");
+  for (std::string wrong : {"", "s3cre", "s3cret!", "other"}) {
+    StoreClientOptions bad;
+    bad.token = wrong;
+    try {
+      TcpStore c(f.endpoint(), bad);
+      c.get("k", 1s);
+      FAIL("token '" << wrong << "' must be rejected");
+    } catch (const StoreRejected& e) {
+      CHECK_THAT(e.what(), Catch::Contains("wrong or missing token"));
+    }
+  }
+  // A raw client that skips the token cannot read either.
+  RawSocket raw(f.server.port());
+  raw.send(wire::encode_hello(""));
+  std::string reply = raw.recv_n(8);
+  REQUIRE(reply.size() == 8);
+  raw.send(frame(wire::Op::kGet, 1, [](wire::Writer& w) {
+    w.str("k");
+    w.u32(0);
+  }));
+  CHECK(raw.closed_by_peer_within(5s));
+}
+
+TEST_CASE("a server that is gone gives a clear client error", "[robustness][gone]") {
+  auto f = std::make_unique<ServerFixture>();
+  auto endpoint = f->endpoint();
+  auto c = f->client();
+  c->set("k", "v");
+  f.reset();  // the server stops and closes every connection
+  try {
+    c->get("k", 1s);
+    FAIL("a call after the server stopped must fail");
+  } catch (const StoreConnectionError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(endpoint.str()));
+  }
+  CHECK_THROWS_AS(c->ping(), StoreConnectionError);  // and keeps failing, never hangs
+
+  StoreClientOptions quick;
+  quick.connect_timeout = 300ms;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    TcpStore nobody(endpoint, quick);
+    FAIL("connecting to a closed port must fail");
+  } catch (const StoreConnectionError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(endpoint.str()) && Catch::Contains("refused"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("a blocked get is released with an error when the server stops", "[robustness][gone]") {
+  auto f = std::make_unique<ServerFixture>();
+  auto c = f->client();
+  std::string error;
+  std::thread t([&] {
+    try {
+      c->get("never", 60s);
+    } catch (const StoreError& e) {
+      error = e.what();
+    }
+  });
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (f->server.stats().parked_requests < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  f.reset();
+  t.join();
+  CHECK_THAT(error, Catch::Contains("closed the connection"));
+}
