@@ -1,0 +1,397 @@
+// Gloo backend. See gloo_process_group.h for the contract and the choice of all_reduce path.
+#include "worker_runtime/gloo_process_group.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/gather.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+#include <unistd.h>
+
+#include <climits>
+#include <mutex>
+#include <cstring>
+#include <vector>
+
+#include "worker_runtime/gloo_store_adapter.h"
+#include "worker_runtime/op_queue.h"
+
+namespace crun::rt {
+namespace {
+
+using Func = std::function<void(void*, const void*, const void*, std::size_t)>;
+
+// bfloat16 stored as uint16_t; each element computed in float and rounded back.
+template <typename F>
+void bf16_apply(void* c, const void* a, const void* b, std::size_t n, F f) {
+  auto* pc = static_cast<std::uint16_t*>(c);
+  auto* pa = static_cast<const std::uint16_t*>(a);
+  auto* pb = static_cast<const std::uint16_t*>(b);
+  for (std::size_t i = 0; i < n; ++i) pc[i] = float_to_bf16(f(bf16_to_float(pa[i]), bf16_to_float(pb[i])));
+}
+
+Func bf16_func(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return [](void* c, const void* a, const void* b, std::size_t n) { bf16_apply(c, a, b, n, [](float x, float y) { return x + y; }); };
+    case ReduceOp::kProd:
+      return [](void* c, const void* a, const void* b, std::size_t n) { bf16_apply(c, a, b, n, [](float x, float y) { return x * y; }); };
+    case ReduceOp::kMin:
+      return [](void* c, const void* a, const void* b, std::size_t n) { bf16_apply(c, a, b, n, [](float x, float y) { return x < y ? x : y; }); };
+    case ReduceOp::kMax:
+      return [](void* c, const void* a, const void* b, std::size_t n) { bf16_apply(c, a, b, n, [](float x, float y) { return x > y ? x : y; }); };
+  }
+  throw CollectiveError("unknown reduce op");
+}
+
+template <typename T>
+Func typed_func(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<T>);
+    case ReduceOp::kProd: return static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::product<T>);
+    case ReduceOp::kMin: return static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::min<T>);
+    case ReduceOp::kMax: return static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::max<T>);
+  }
+  throw CollectiveError("unknown reduce op");
+}
+
+template <typename T>
+const gloo::ReductionFunction<T>* ring_func(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return gloo::ReductionFunction<T>::sum;
+    case ReduceOp::kProd: return gloo::ReductionFunction<T>::product;
+    case ReduceOp::kMin: return gloo::ReductionFunction<T>::min;
+    case ReduceOp::kMax: return gloo::ReductionFunction<T>::max;
+  }
+  throw CollectiveError("unknown reduce op");
+}
+
+// Calls f.template operator()<T>() with the storage type of `t` (bfloat16 -> uint16_t).
+template <typename F>
+void dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: f.template operator()<float>(); return;
+    case DType::kFloat64: f.template operator()<double>(); return;
+    case DType::kInt32: f.template operator()<std::int32_t>(); return;
+    case DType::kInt64: f.template operator()<std::int64_t>(); return;
+    case DType::kFloat16: f.template operator()<gloo::float16>(); return;
+    case DType::kBFloat16: f.template operator()<std::uint16_t>(); return;
+    case DType::kUInt8: throw CollectiveError("uint8 is not a reduction type");
+  }
+}
+
+// avg = sum / size, in the element type.
+void divide(void* data, std::size_t n, DType t, int size) {
+  switch (t) {
+    case DType::kFloat32: { auto* p = static_cast<float*>(data); for (std::size_t i = 0; i < n; ++i) p[i] /= static_cast<float>(size); return; }
+    case DType::kFloat64: { auto* p = static_cast<double*>(data); for (std::size_t i = 0; i < n; ++i) p[i] /= size; return; }
+    case DType::kInt32: { auto* p = static_cast<std::int32_t*>(data); for (std::size_t i = 0; i < n; ++i) p[i] /= size; return; }
+    case DType::kInt64: { auto* p = static_cast<std::int64_t*>(data); for (std::size_t i = 0; i < n; ++i) p[i] /= size; return; }
+    case DType::kFloat16: { auto* p = static_cast<std::uint16_t*>(data); for (std::size_t i = 0; i < n; ++i) p[i] = float_to_half(half_to_float(p[i]) / static_cast<float>(size)); return; }
+    case DType::kBFloat16: { auto* p = static_cast<std::uint16_t*>(data); for (std::size_t i = 0; i < n; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) / static_cast<float>(size)); return; }
+    case DType::kUInt8: return;
+  }
+}
+
+std::string describe(const char* op, std::size_t count, DType t) {
+  return std::string("gloo ") + op + "(" + dtype_name(t) + " x " + std::to_string(count) + ")";
+}
+
+class P2PWork final : public Work {
+ public:
+  P2PWork(std::unique_ptr<gloo::transport::UnboundBuffer> buf, bool is_send, Millis timeout, std::string name)
+      : buf_(std::move(buf)), is_send_(is_send), timeout_(timeout), name_(std::move(name)) {}
+  void wait() override {
+    std::lock_guard lk(mu_);
+    if (done_) {
+      if (!error_.empty()) throw CollectiveError(error_);
+      return;
+    }
+    done_ = true;
+    try {
+      bool ok = is_send_ ? buf_->waitSend(nullptr, timeout_) : buf_->waitRecv(nullptr, timeout_);
+      if (!ok) throw std::runtime_error("aborted");
+    } catch (const std::exception& e) {
+      error_ = name_ + " failed: " + e.what();
+      throw CollectiveError(error_);
+    }
+  }
+  bool is_completed() override {
+    std::lock_guard lk(mu_);
+    return done_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+  bool is_send_;
+  Millis timeout_;
+  std::string name_;
+  bool done_ = false;
+  std::string error_;
+};
+
+class GlooProcessGroup final : public ProcessGroup {
+ public:
+  GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Context> ctx, GlooOptions options)
+      : ctx_(std::move(ctx)), options_(std::move(options)) {}
+  ~GlooProcessGroup() override { queue_.reset(); }
+
+  int rank() const override { return ctx_->rank; }
+  int size() const override { return ctx_->size; }
+  std::string backend() const override { return "gloo"; }
+  Millis default_timeout() const override { return options_.timeout; }
+
+  WorkPtr all_reduce(void* data, std::size_t count, DType type, ReduceOp op, Millis timeout) override {
+    const bool ring = type != DType::kBFloat16 && options_.allreduce != GlooOptions::AllreduceAlgo::kGlooAllreduce &&
+                      (timeout.count() <= 0 || timeout == options_.timeout) && count <= INT_MAX;
+    const Millis t = deadline(timeout);
+    const uint32_t tag = next_tag();
+    return queue_->submit(describe("all_reduce", count, type) + " " + reduce_op_name(op), [=, this] {
+      check_reduction(type);
+      if (count == 0) return;
+      if (ring) {
+        dispatch(type, [&]<typename T>() {
+          if constexpr (!std::is_same_v<T, std::uint16_t>) {
+            std::vector<T*> ptrs{static_cast<T*>(data)};
+            if (options_.allreduce == GlooOptions::AllreduceAlgo::kRing) {
+              gloo::AllreduceRing<T>(ctx_, ptrs, static_cast<int>(count), ring_func<T>(op)).run();
+            } else {
+              gloo::AllreduceRingChunked<T>(ctx_, ptrs, static_cast<int>(count), ring_func<T>(op)).run();
+            }
+          }
+        });
+      } else if (size() > 1) {
+        gloo::AllreduceOptions o(ctx_);
+        dispatch(type, [&]<typename T>() { o.setOutput(static_cast<T*>(data), count); });
+        o.setReduceFunction(func(type, op));
+        o.setTag(tag);
+        o.setTimeout(t);
+        gloo::allreduce(o);
+      }
+      if (op == ReduceOp::kAvg) divide(data, count, type, size());
+    });
+  }
+
+  WorkPtr broadcast(void* data, std::size_t count, DType type, int root, Millis timeout) override {
+    check_rank(root, "broadcast root");
+    const Millis t = deadline(timeout);
+    const uint32_t tag = next_tag();
+    return queue_->submit(describe("broadcast", count, type), [=, this] {
+      if (size() == 1 || count == 0) return;
+      gloo::BroadcastOptions o(ctx_);
+      o.setOutput(static_cast<std::uint8_t*>(data), count * dtype_size(type));
+      o.setRoot(root);
+      o.setTag(tag);
+      o.setTimeout(t);
+      gloo::broadcast(o);
+    });
+  }
+
+  WorkPtr reduce(void* data, std::size_t count, DType type, ReduceOp op, int root, Millis timeout) override {
+    check_rank(root, "reduce root");
+    const Millis t = deadline(timeout);
+    const uint32_t tag = next_tag();
+    return queue_->submit(describe("reduce", count, type) + " " + reduce_op_name(op), [=, this] {
+      check_reduction(type);
+      if (count == 0) return;
+      if (size() > 1) {
+        // Gloo's reduce writes into the output on every rank (as scratch); keep non-roots' data.
+        std::vector<std::uint8_t> scratch;
+        void* out = data;
+        if (rank() != root) {
+          scratch.assign(static_cast<std::uint8_t*>(data), static_cast<std::uint8_t*>(data) + count * dtype_size(type));
+          out = scratch.data();
+        }
+        gloo::ReduceOptions o(ctx_);
+        dispatch(type, [&]<typename T>() { o.setOutput(static_cast<T*>(out), count); });
+        o.setReduceFunction(func(type, op));
+        o.setRoot(root);
+        o.setTag(tag);
+        o.setTimeout(t);
+        gloo::reduce(o);
+      }
+      if (op == ReduceOp::kAvg && rank() == root) divide(data, count, type, size());
+    });
+  }
+
+  WorkPtr all_gather(const void* input, void* output, std::size_t count, DType type, Millis timeout) override {
+    const Millis t = deadline(timeout);
+    const uint32_t tag = next_tag();
+    return queue_->submit(describe("all_gather", count, type), [=, this] {
+      const std::size_t bytes = count * dtype_size(type);
+      if (size() == 1 || bytes == 0) {
+        if (bytes) std::memmove(output, input, bytes);
+        return;
+      }
+      gloo::AllgatherOptions o(ctx_);
+      o.setInput(const_cast<std::uint8_t*>(static_cast<const std::uint8_t*>(input)), bytes);
+      o.setOutput(static_cast<std::uint8_t*>(output), bytes * size());
+      o.setTag(tag);
+      o.setTimeout(t);
+      gloo::allgather(o);
+    });
+  }
+
+  WorkPtr gather(const void* input, void* output, std::size_t count, DType type, int root, Millis timeout) override {
+    check_rank(root, "gather root");
+    const Millis t = deadline(timeout);
+    const uint32_t tag = next_tag();
+    return queue_->submit(describe("gather", count, type), [=, this] {
+      const std::size_t bytes = count * dtype_size(type);
+      if (size() == 1 || bytes == 0) {
+        if (bytes) std::memmove(output, input, bytes);
+        return;
+      }
+      gloo::GatherOptions o(ctx_);
+      o.setInput(const_cast<std::uint8_t*>(static_cast<const std::uint8_t*>(input)), bytes);
+      if (rank() == root) o.setOutput(static_cast<std::uint8_t*>(output), bytes * size());
+      o.setRoot(root);
+      o.setTag(tag);
+      o.setTimeout(t);
+      gloo::gather(o);
+    });
+  }
+
+  WorkPtr scatter(const void* input, void* output, std::size_t count, DType type, int root, Millis timeout) override {
+    check_rank(root, "scatter root");
+    const Millis t = deadline(timeout);
+    const uint32_t tag = next_tag();
+    return queue_->submit(describe("scatter", count, type), [=, this] {
+      const std::size_t bytes = count * dtype_size(type);
+      if (size() == 1 || bytes == 0) {
+        if (bytes) std::memmove(output, input, bytes);
+        return;
+      }
+      gloo::ScatterOptions o(ctx_);
+      if (rank() == root) {
+        std::vector<std::uint8_t*> ptrs;
+        auto* base = const_cast<std::uint8_t*>(static_cast<const std::uint8_t*>(input));
+        for (int r = 0; r < size(); ++r) ptrs.push_back(base + r * bytes);
+        o.setInputs(ptrs, bytes);
+      }
+      o.setOutput(static_cast<std::uint8_t*>(output), bytes);
+      o.setRoot(root);
+      o.setTag(tag);
+      o.setTimeout(t);
+      gloo::scatter(o);
+    });
+  }
+
+  // Gloo 0.5 has no reduce-scatter in the unbound-buffer API; this is an all_reduce of the whole
+  // input (ring path) followed by taking this rank's slice: 2x the optimal traffic, same result.
+  WorkPtr reduce_scatter(const void* input, void* output, std::size_t count, DType type, ReduceOp op,
+                         Millis timeout) override {
+    const std::size_t bytes = count * dtype_size(type);
+    auto tmp = std::make_shared<std::vector<std::uint8_t>>(static_cast<const std::uint8_t*>(input),
+                                                           static_cast<const std::uint8_t*>(input) + bytes * size());
+    WorkPtr inner = all_reduce(tmp->data(), count * size(), type, op, timeout);
+    const int r = rank();
+    return queue_->submit(describe("reduce_scatter", count, type), [=] {
+      inner->wait();
+      if (bytes) std::memcpy(output, tmp->data() + r * bytes, bytes);
+    });
+  }
+
+  WorkPtr barrier(Millis timeout) override {
+    const Millis t = deadline(timeout);
+    const uint32_t tag = next_tag();
+    return queue_->submit("gloo barrier", [=, this] {
+      if (size() == 1) return;
+      gloo::BarrierOptions o(ctx_);
+      o.setTag(tag);
+      o.setTimeout(t);
+      gloo::barrier(o);
+    });
+  }
+
+  // send/recv are posted at once from the caller's thread (Gloo pairs are thread-safe) and
+  // waited for in wait(), so a send never blocks the collective queue waiting for its receiver.
+  WorkPtr send(const void* data, std::size_t count, DType type, int dst, std::uint32_t tag, Millis timeout) override {
+    check_peer(dst, "send destination");
+    auto buf = ctx_->createUnboundBuffer(const_cast<void*>(data), count * dtype_size(type));
+    buf->send(dst, p2p_slot(tag));
+    return std::make_shared<P2PWork>(std::move(buf), true, deadline(timeout),
+                                     describe("send", count, type) + " to " + std::to_string(dst));
+  }
+
+  WorkPtr recv(void* data, std::size_t count, DType type, int src, std::uint32_t tag, Millis timeout) override {
+    check_peer(src, "recv source");
+    auto buf = ctx_->createUnboundBuffer(data, count * dtype_size(type));
+    buf->recv(src, p2p_slot(tag));
+    return std::make_shared<P2PWork>(std::move(buf), false, deadline(timeout),
+                                     describe("recv", count, type) + " from " + std::to_string(src));
+  }
+
+ private:
+  static uint64_t p2p_slot(std::uint32_t tag) { return gloo::Slot::build(0x70, tag); }
+  Millis deadline(Millis t) const { return t.count() > 0 ? t : options_.timeout; }
+  uint32_t next_tag() { return tag_++; }
+  void check_rank(int r, const char* what) const {
+    if (r < 0 || r >= size()) throw CollectiveError(std::string("gloo: ") + what + " " + std::to_string(r) + " out of range");
+  }
+  void check_peer(int r, const char* what) const {
+    check_rank(r, what);
+    if (r == rank()) throw CollectiveError(std::string("gloo: ") + what + " is this rank");
+  }
+  static void check_reduction(DType t) {
+    if (t == DType::kUInt8) throw CollectiveError("uint8 is not a reduction type");
+  }
+  static Func func(DType t, ReduceOp op) {
+    if (t == DType::kBFloat16) return bf16_func(op);
+    Func f;
+    dispatch(t, [&]<typename T>() {
+      if constexpr (!std::is_same_v<T, std::uint16_t>) f = typed_func<T>(op);
+    });
+    return f;
+  }
+
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  GlooOptions options_;
+  uint32_t tag_ = 1;
+  std::unique_ptr<OpQueue> queue_ = std::make_unique<OpQueue>();
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> make_gloo_process_group(crun::Store& store, int rank, int size,
+                                                      const GlooOptions& options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw InitError("gloo: rank " + std::to_string(rank) + " of world size " + std::to_string(size) + " is invalid");
+  }
+  gloo::transport::tcp::attr attr;
+  if (!options.hostname.empty()) {
+    attr.hostname = options.hostname;
+  } else if (options.loopback) {
+    attr.hostname = "127.0.0.1";
+  } else {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    attr.hostname = host;
+  }
+  try {
+    auto dev = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(options.timeout);
+    GlooStoreAdapter adapter(store, options.timeout);
+    ctx->connectFullMesh(adapter, dev);
+    return std::make_unique<GlooProcessGroup>(std::move(ctx), options);
+  } catch (const std::exception& e) {
+    throw InitError("gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size) + " via " +
+                    attr.hostname + " failed: " + e.what());
+  }
+}
+
+}  // namespace crun::rt

@@ -1,0 +1,120 @@
+#include "worker_runtime/runtime.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+
+#include "rendezvous/prefix_store.h"
+#include "rendezvous/store_client.h"
+#include "rendezvous/store_server.h"
+#include "worker_runtime/nccl_process_group.h"
+
+namespace crun::rt {
+
+struct Runtime::Impl {
+  WorkerEnv env;
+  std::unique_ptr<crun::StoreServer> server;
+  std::unique_ptr<crun::TcpStore> client;
+  std::unique_ptr<crun::PrefixStore> store;
+  std::unique_ptr<ProcessGroup> pg;
+  std::mutex hb_mu;
+  std::uint64_t hb_count = 0;
+  bool hb_warned = false;
+};
+
+Runtime::Runtime() : impl_(std::make_unique<Impl>()) {}
+Runtime::~Runtime() {
+  if (impl_) {
+    impl_->pg.reset();
+    impl_->store.reset();
+    impl_->client.reset();
+    impl_->server.reset();
+  }
+}
+
+const WorkerEnv& Runtime::env() const { return impl_->env; }
+ProcessGroup& Runtime::pg() { return *impl_->pg; }
+crun::Store& Runtime::store() { return *impl_->store; }
+
+std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  Impl& s = *rt->impl_;
+  s.env = WorkerEnv::from_environment(options.allow_single_process);
+  const WorkerEnv& e = s.env;
+  const std::string where = "rank " + std::to_string(e.rank) + "/" + std::to_string(e.world_size);
+  try {
+    std::string host = e.master_addr;
+    std::uint16_t port = e.master_port;
+    if (e.single_process) {
+      crun::StoreServerOptions so;
+      so.host = "127.0.0.1";
+      so.port = 0;
+      s.server = std::make_unique<crun::StoreServer>(so);
+      s.server->start();
+      port = s.server->port();
+    } else if (e.rank == 0 && !e.use_agent_store) {
+      crun::StoreServerOptions so;
+      so.host = "0.0.0.0";
+      so.port = e.master_port;
+      s.server = std::make_unique<crun::StoreServer>(so);
+      s.server->start();
+    }
+    crun::StoreClientOptions copts;
+    copts.connect_timeout = options.timeout;
+    copts.timeout = options.timeout;
+    s.client = std::make_unique<crun::TcpStore>(crun::StoreEndpoint{host, port}, copts);
+    s.store = std::make_unique<crun::PrefixStore>(*s.client, "crun/restart_" + std::to_string(e.restart_count));
+  } catch (const std::exception& ex) {
+    throw InitError("crun runtime " + where + ": bootstrap store at " + e.master_addr + ":" +
+                    std::to_string(e.master_port) + " failed: " + ex.what());
+  }
+
+  std::string backend = options.backend;
+  if (backend == "auto") backend = nccl_available() ? "nccl" : "gloo";
+  if (backend == "gloo") {
+    GlooOptions g = options.gloo;
+    g.timeout = options.timeout;
+    if (g.hostname.empty()) {
+      if (const char* h = std::getenv("CRUN_GLOO_HOSTNAME")) g.hostname = h;
+    }
+    g.loopback = g.loopback || e.single_process || e.master_is_loopback();
+    s.pg = make_gloo_process_group(*s.store, e.rank, e.world_size, g);
+  } else if (backend == "nccl") {
+    s.pg = make_nccl_process_group(*s.store, e.rank, e.world_size, e.local_rank, options.timeout);
+  } else {
+    throw InitError("crun runtime: unknown backend '" + backend + "' (gloo, nccl or auto)");
+  }
+  try {
+    s.pg->barrier()->wait();
+  } catch (const std::exception& ex) {
+    throw InitError("crun runtime " + where + ": first barrier failed: " + ex.what());
+  }
+  return rt;
+}
+
+void Runtime::finish() { impl_->pg->barrier()->wait(); }
+
+void Runtime::heartbeat(std::string_view note) noexcept {
+  std::lock_guard lk(impl_->hb_mu);
+  ++impl_->hb_count;
+  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::string value = std::to_string(impl_->hb_count) + " " + std::to_string(now_ms);
+  if (!note.empty()) value += " " + std::string(note);
+  try {
+    if (const char* path = std::getenv("CRUN_HEARTBEAT_FILE"); path != nullptr && *path) {
+      std::ofstream(path, std::ios::trunc) << value << "\n";
+    }
+    impl_->store->set("heartbeat/" + std::to_string(impl_->env.rank), value);
+  } catch (const std::exception& ex) {
+    if (!impl_->hb_warned) {
+      impl_->hb_warned = true;
+      std::fprintf(stderr, "crun runtime: heartbeat not recorded: %s\n", ex.what());
+    }
+  }
+}
+
+}  // namespace crun::rt

@@ -1,0 +1,66 @@
+// Runtime: what a native worker creates first. Reads the torchrun/crun environment, brings up
+// the bootstrap store, builds the process group and offers a heartbeat.
+//
+// Contract
+//   - Runtime::init() parses WorkerEnv (see env.h; single-process fallback when the env is
+//     entirely absent). Rank 0 hosts the bootstrap store at MASTER_ADDR:MASTER_PORT (binding
+//     0.0.0.0, as PyTorch's TCPStore does) unless TORCHELASTIC_USE_AGENT_STORE says the agent
+//     hosts it; every rank connects a client. All keys live under "crun/restart_<N>/", N =
+//     TORCHELASTIC_RESTART_COUNT, so a restarted group never reads the previous attempt's keys.
+//   - The process group ("gloo", "nccl" or "auto" = nccl when built with CUDA and a GPU is
+//     visible, else gloo) is connected and a barrier passed before init() returns; any failure
+//     (store unreachable, peer missing) throws InitError within `timeout`.
+//   - heartbeat() records "still making progress" for the agent's hang watchdog: it rewrites
+//     $CRUN_HEARTBEAT_FILE when set and sets store key "heartbeat/<rank>" to "<count> <unix_ms>".
+//     It never throws (a failed store write is reported once to stderr).
+//   - Destruction: rank 0's store server stops with the Runtime; call finish() first (a barrier)
+//     when other ranks might still use the store.
+//
+// Threading
+//   Use a Runtime from one thread (the training thread). heartbeat() is also safe from another
+//   thread (it holds its own lock).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rendezvous/store.h"
+#include "worker_runtime/env.h"
+#include "worker_runtime/gloo_process_group.h"
+#include "worker_runtime/process_group.h"
+
+namespace crun::rt {
+
+struct InitOptions {
+  std::string backend = "gloo";  // "gloo", "nccl" or "auto"
+  Millis timeout{300000};        // bootstrap and default collective deadline
+  GlooOptions gloo;              // its timeout is replaced by `timeout`
+  bool allow_single_process = true;
+};
+
+class Runtime {
+ public:
+  static std::unique_ptr<Runtime> init(const InitOptions& options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const WorkerEnv& env() const;
+  int rank() const { return env().rank; }
+  int world_size() const { return env().world_size; }
+  ProcessGroup& pg();
+  // The per-restart store view (keys under "crun/restart_<N>/"). Same thread as the Runtime.
+  crun::Store& store();
+
+  void heartbeat(std::string_view note = {}) noexcept;
+  // Barrier so that no rank still needs rank 0's store; then the Runtime may be destroyed.
+  void finish();
+
+ private:
+  Runtime();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crun::rt
