@@ -1,0 +1,70 @@
+// ChildProcess: runs a program (usually crun) for a test, captures stdout/stderr on a reader
+// thread, and lets the test wait for events (a line, an exit) with a deadline, never by sleeping.
+//
+// Threading: the reader thread fills the buffers; every public method may be called from the
+// test's thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace crun::test {
+
+using namespace std::chrono_literals;
+
+class ChildProcess {
+ public:
+  // `env` entries "KEY=VALUE" are added to (or override) the test's environment.
+  explicit ChildProcess(std::vector<std::string> argv, std::vector<std::string> env = {});
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int signo);
+
+  // Waits until pred(stdout, stderr) holds; false on timeout.
+  bool wait_until(const std::function<bool(const std::string&, const std::string&)>& pred,
+                  std::chrono::milliseconds timeout);
+  // Waits until stdout holds `needle` at least `times` times.
+  bool wait_for_stdout(const std::string& needle, int times = 1, std::chrono::milliseconds timeout = 30s);
+  // Waits for exit and for both pipes to close; exit code, or 128 + signal; nullopt on timeout.
+  std::optional<int> wait_exit(std::chrono::milliseconds timeout = 60s);
+
+  std::string out() const;
+  std::string err() const;
+
+ private:
+  void read_loop();
+
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  int pidfd_ = -1;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string out_;
+  std::string err_;
+  std::optional<int> code_;
+  bool out_eof_ = false;
+  bool err_eof_ = false;
+  std::thread reader_;
+};
+
+// Counts occurrences of `needle` in `text`.
+int count(const std::string& text, const std::string& needle);
+// Lines of `text` (without newlines).
+std::vector<std::string> lines(const std::string& text);
+// True when `pid` ends within `timeout` (pidfd; works for any process, not only children).
+bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout);
+
+}  // namespace crun::test

@@ -1,0 +1,335 @@
+// crun end to end: the real binary, real worker processes, real signals.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "tests/agent/child_process.h"
+
+using namespace crun::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> crun_cmd(std::vector<std::string> crun_args, std::vector<std::string> worker_args) {
+  std::vector<std::string> argv{CRUN_BIN};
+  argv.insert(argv.end(), crun_args.begin(), crun_args.end());
+  argv.push_back("--no-python");
+  argv.push_back(CRUN_TEST_WORKER);
+  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+  return argv;
+}
+
+struct TempDir {
+  TempDir() {
+    char templ[] = "/tmp/crun-test-XXXXXX";
+    path = ::mkdtemp(templ);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  fs::path path;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// "ENV rank=R KEY=VALUE" lines -> rank -> key -> value
+std::map<int, std::map<std::string, std::string>> parse_env(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> m;
+  static const std::regex re(R"(^ENV rank=(\d+) ([A-Z_]+)=(.*)$)");
+  for (const auto& line : lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) m[std::stoi(sm[1])][sm[2]] = sm[3];
+  }
+  return m;
+}
+
+std::vector<int> ready_pids(const std::string& out) {
+  std::vector<int> pids;
+  static const std::regex re(R"(^ready rank=\d+ pid=(\d+)$)");
+  for (const auto& line : lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) pids.push_back(std::stoi(sm[1]));
+  }
+  return pids;
+}
+
+}  // namespace
+
+TEST_CASE("environment contract for nproc 1-4", "[e2e][env]") {
+  for (int n = 1; n <= 4; ++n) {
+    SECTION("nproc " + std::to_string(n)) {
+      ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", std::to_string(n), "--max-restarts", "3",
+                               "--role", "trainer", "--rdzv-id", "job42"},
+                              {"--print-env"}));
+      REQUIRE(p.wait_exit() == 0);
+      const auto env = parse_env(p.out());
+      REQUIRE(env.size() == static_cast<std::size_t>(n));
+      std::set<std::string> error_files;
+      for (int r = 0; r < n; ++r) {
+        auto e = env.at(r);
+        const std::string rs = std::to_string(r), ns = std::to_string(n);
+        CHECK(e["LOCAL_RANK"] == rs);
+        CHECK(e["RANK"] == rs);
+        CHECK(e["GROUP_RANK"] == "0");
+        CHECK(e["GROUP_WORLD_SIZE"] == "1");
+        CHECK(e["ROLE_NAME"] == "trainer");
+        CHECK(e["ROLE_RANK"] == rs);
+        CHECK(e["ROLE_WORLD_SIZE"] == ns);
+        CHECK(e["LOCAL_WORLD_SIZE"] == ns);
+        CHECK(e["WORLD_SIZE"] == ns);
+        CHECK(e["MASTER_ADDR"] == "127.0.0.1");
+        CHECK(std::stoi(e["MASTER_PORT"]) > 0);
+        CHECK(e["MASTER_PORT"] == env.at(0).at("MASTER_PORT"));
+        CHECK(e["TORCHELASTIC_RESTART_COUNT"] == "0");
+        CHECK(e["TORCHELASTIC_MAX_RESTARTS"] == "3");
+        CHECK(e["TORCHELASTIC_RUN_ID"] == "job42");
+        CHECK(e["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+        CHECK(e["OMP_NUM_THREADS"] == "1");
+        CHECK(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+        CHECK(e["TORCHELASTIC_ERROR_FILE"].find("attempt_0/" + rs + "/error.json") != std::string::npos);
+        error_files.insert(e["TORCHELASTIC_ERROR_FILE"]);
+      }
+      CHECK(error_files.size() == static_cast<std::size_t>(n));
+    }
+  }
+}
+
+TEST_CASE("PET_* defaults, underscore spelling, user's OMP_NUM_THREADS kept", "[e2e][env]") {
+  std::vector<std::string> argv{CRUN_BIN, "--max_restarts=1", "--no-python", CRUN_TEST_WORKER, "--print-env"};
+  ChildProcess p(argv, {"PET_NPROC_PER_NODE=3", "OMP_NUM_THREADS=4", "PET_MASTER_PORT=0"});
+  REQUIRE(p.wait_exit() == 0);
+  const auto env = parse_env(p.out());
+  REQUIRE(env.size() == 3);
+  CHECK(env.at(2).at("OMP_NUM_THREADS") == "4");
+  CHECK(env.at(2).at("TORCHELASTIC_MAX_RESTARTS") == "1");
+  CHECK(env.at(2).at("WORLD_SIZE") == "3");
+}
+
+TEST_CASE("restart counting: failures restart the group until it succeeds", "[e2e][restart]") {
+  TempDir tmp;
+  const auto stamp = (tmp.path / "stamps").string();
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--max-restarts", "3"},
+                          {"--stamp", stamp, "--only-rank", "1", "--fail-before-restart", "2", "--exit", "7"}));
+  REQUIRE(p.wait_exit() == 0);
+  const std::string stamps = slurp(stamp);
+  for (int restart = 0; restart <= 2; ++restart) {
+    INFO(stamps);
+    CHECK(count(stamps, "start restart=" + std::to_string(restart) + " rank=1 ") == 1);
+  }
+  CHECK(count(stamps, "start restart=3") == 0);
+  CHECK(count(p.err(), "worker failed (root cause): rank 1 ") == 2);
+  CHECK(count(p.err(), "restarting the group") == 2);
+}
+
+TEST_CASE("restarts exhausted: crun exits with the root cause's code", "[e2e][exitcode]") {
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--max-restarts", "1"}, {"--only-rank", "0", "--exit", "42"}));
+  REQUIRE(p.wait_exit() == 42);
+  CHECK(count(p.err(), "worker failed (root cause)") == 2);
+  CHECK(count(p.err(), "no restarts left") == 1);
+}
+
+TEST_CASE("exit-code propagation of signals", "[e2e][exitcode]") {
+  SECTION("SIGUSR2") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "1"}, {"--raise", "SIGUSR2"}));
+    REQUIRE(p.wait_exit() == 128 + SIGUSR2);
+    CHECK(p.err().find("killed by SIGUSR2") != std::string::npos);
+  }
+  SECTION("SIGKILL") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2"}, {"--only-rank", "1", "--raise", "SIGKILL"}));
+    REQUIRE(p.wait_exit() == 128 + SIGKILL);
+  }
+}
+
+TEST_CASE("root cause: the first failure, with its stderr tail and error file", "[e2e][exitcode]") {
+  TempDir logs;
+  // Rank 2 fails at once; the other ranks hang until crun's SIGTERM (their trap exits 0).
+  ChildProcess p(crun_cmd({"--nproc-per-node", "4", "--log-dir", logs.path.string()},
+                          {"--trap", "SIGTERM", "--only-rank", "2", "--stderr-lines", "25", "--error-file",
+                           "RuntimeError: boom on rank 2", "--last-words", "no newline here", "--exit", "3",
+                           "--hang"}));
+  REQUIRE(p.wait_exit() == 3);
+  const std::string err = p.err();
+  INFO(err);
+  CHECK(count(err, "worker failed (root cause)") == 1);
+  CHECK(err.find("rank 2 (local rank 2") != std::string::npos);
+  CHECK(err.find("exit code 3") != std::string::npos);
+  CHECK(err.find("error file: RuntimeError: boom on rank 2") != std::string::npos);
+  CHECK(err.find("| no newline here") != std::string::npos);
+  CHECK(err.find("| err r=2 i=24") != std::string::npos);
+  CHECK(err.find("| err r=2 i=5\n") == std::string::npos);  // only the last 20 lines
+  CHECK(err.find("no newline here\n") != std::string::npos);  // passed through, whole
+  fs::path report;
+  for (const auto& d : fs::directory_iterator(logs.path)) report = d.path() / "failure_report.json";
+  const std::string json = slurp(report);
+  CHECK(json.find("\"rank\": 2") != std::string::npos);
+  CHECK(json.find("RuntimeError: boom on rank 2") != std::string::npos);
+}
+
+TEST_CASE("SIGTERM and --signals-to-handle are forwarded; crun exits 128+signal", "[e2e][signals]") {
+  SECTION("SIGTERM") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--max-restarts", "3"}, {"--trap", "SIGTERM", "--hang"}));
+    REQUIRE(p.wait_for_stdout("ready rank=", 2));
+    p.signal(SIGTERM);
+    REQUIRE(p.wait_exit() == 128 + SIGTERM);
+    CHECK(count(p.out(), "got SIGTERM") == 2);
+    CHECK(count(p.err(), "worker failed") == 0);  // a stop, not a failure, and no restart
+  }
+  SECTION("SIGUSR1 for Slurm preemption") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--signals-to-handle", "SIGTERM,SIGUSR1"},
+                            {"--trap", "SIGUSR1", "--hang"}));
+    REQUIRE(p.wait_for_stdout("ready rank=", 2));
+    p.signal(SIGUSR1);
+    REQUIRE(p.wait_exit() == 128 + SIGUSR1);
+    CHECK(count(p.out(), "got SIGUSR1") == 2);
+  }
+}
+
+TEST_CASE("a SIGTERM-ignoring worker is SIGKILLed after the grace period", "[e2e][signals]") {
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--stop-timeout", "0.5"}, {"--ignore-term", "--hang"}));
+  REQUIRE(p.wait_for_stdout("ready rank=", 2));
+  const auto pids = ready_pids(p.out());
+  REQUIRE(pids.size() == 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.signal(SIGTERM);
+  REQUIRE(p.wait_exit() == 128 + SIGTERM);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= std::chrono::milliseconds(450));
+  CHECK(p.err().find("sending SIGKILL") != std::string::npos);
+  for (int pid : pids) CHECK(wait_pid_gone(pid, 1s));
+}
+
+TEST_CASE("agent SIGKILLed: no worker alive 1 s later", "[e2e][signals]") {
+  ChildProcess p(crun_cmd({"--nproc-per-node", "3"}, {"--ignore-term", "--hang"}));
+  REQUIRE(p.wait_for_stdout("ready rank=", 3));
+  const auto pids = ready_pids(p.out());
+  REQUIRE(pids.size() == 3);
+  p.signal(SIGKILL);
+  for (int pid : pids) CHECK(wait_pid_gone(pid, 1s));
+  REQUIRE(p.wait_exit() == 128 + SIGKILL);
+}
+
+TEST_CASE("4 workers x 10,000 lines arrive whole and prefixed", "[e2e][output]") {
+  TempDir logs;
+  ChildProcess p(crun_cmd({"--nproc-per-node", "4", "--tee", "3", "--log-dir", logs.path.string()},
+                          {"--lines", "10000"}));
+  REQUIRE(p.wait_exit() == 0);
+  const std::string payload(90, 'x');
+  std::map<int, long> next;  // rank -> next expected line number
+  long total = 0;
+  static const std::regex re(R"(^\[default(\d)\]:line r=(\d) i=(\d+) (x+)$)");
+  for (const auto& line : lines(p.out())) {
+    std::smatch sm;
+    REQUIRE(std::regex_match(line, sm, re));
+    const int prefix_rank = std::stoi(sm[1]);
+    REQUIRE(prefix_rank == std::stoi(sm[2]));
+    REQUIRE(std::stol(sm[3]) == next[prefix_rank]++);
+    REQUIRE(sm[4].length() == 90);
+    ++total;
+  }
+  REQUIRE(total == 40000);
+  // The log files hold the raw (unprefixed) output.
+  for (const auto& d : fs::directory_iterator(logs.path)) {
+    const std::string log = slurp(d.path() / "attempt_0" / "3" / "stdout.log");
+    CHECK(count(log, "\n") == 10000);
+    CHECK(log.find("line r=3 i=9999 ") != std::string::npos);
+  }
+}
+
+TEST_CASE("--redirects and --local-ranks-filter", "[e2e][output]") {
+  TempDir logs;
+  ChildProcess p(crun_cmd({"--nproc-per-node", "3", "--redirects", "0:1", "--local-ranks-filter", "0,2",
+                           "--log-dir", logs.path.string()},
+                          {"--lines", "3"}));
+  REQUIRE(p.wait_exit() == 0);
+  CHECK(count(p.out(), "line r=0 ") == 0);  // redirected to its file only
+  CHECK(count(p.out(), "line r=1 ") == 0);  // filtered out of the console
+  CHECK(count(p.out(), "line r=2 ") == 3);
+  for (const auto& d : fs::directory_iterator(logs.path)) {
+    CHECK(count(slurp(d.path() / "attempt_0" / "0" / "stdout.log"), "line r=0 ") == 3);
+  }
+}
+
+TEST_CASE("two concurrent standalone jobs do not collide", "[e2e][standalone]") {
+  ChildProcess a(crun_cmd({"--standalone", "--nproc-per-node", "2"}, {"--print-env", "--bind-master", "--trap", "SIGTERM", "--hang"}));
+  ChildProcess b(crun_cmd({"--standalone", "--nproc-per-node", "2"}, {"--print-env", "--bind-master", "--trap", "SIGTERM", "--hang"}));
+  REQUIRE(a.wait_for_stdout("ready rank=", 2));
+  REQUIRE(b.wait_for_stdout("ready rank=", 2));
+  CHECK(count(a.out(), "bound MASTER_PORT") == 1);
+  CHECK(count(b.out(), "bound MASTER_PORT") == 1);
+  const auto ea = parse_env(a.out());
+  const auto eb = parse_env(b.out());
+  CHECK(ea.at(0).at("MASTER_PORT") != eb.at(0).at("MASTER_PORT"));
+  CHECK(ea.at(0).at("TORCHELASTIC_RUN_ID") != eb.at(0).at("TORCHELASTIC_RUN_ID"));
+  a.signal(SIGTERM);
+  b.signal(SIGTERM);
+  CHECK(a.wait_exit() == 128 + SIGTERM);
+  CHECK(b.wait_exit() == 128 + SIGTERM);
+}
+
+TEST_CASE("bad flags: one line naming the flag, exit 2, nothing started", "[e2e][cli]") {
+  TempDir tmp;
+  const auto stamp = (tmp.path / "started").string();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--nproc-per-node", "zero"}, "--nproc-per-node"},
+      {{"--nproc_per_node", "0"}, "--nproc-per-node"},
+      {{"--max-restarts", "-1"}, "--max-restarts"},
+      {{"--max-restarts", "x"}, "--max-restarts"},
+      {{"--nnodes", "2"}, "--nnodes"},
+      {{"--nnodes", "3:1"}, "--nnodes"},
+      {{"--redirects", "7"}, "--redirects"},
+      {{"--tee", "0:9"}, "--tee"},
+      {{"--signals-to-handle", "SIGKILL"}, "--signals-to-handle"},
+      {{"--signals-to-handle", "SIGNOPE"}, "--signals-to-handle"},
+      {{"--start-method", "thread"}, "--start-method"},
+      {{"--stop-timeout", "-3"}, "--stop-timeout"},
+      {{"--local-ranks-filter", "a,b"}, "--local-ranks-filter"},
+      {{"--bogus-flag"}, "--bogus-flag"},
+  };
+  for (const auto& [flags, name] : cases) {
+    auto argv = crun_cmd(flags, {"--stamp", stamp});
+    ChildProcess p(argv);
+    INFO(flags.front());
+    REQUIRE(p.wait_exit() == 2);
+    CHECK(count(p.err(), "\n") == 1);
+    CHECK(p.err().find(name) != std::string::npos);
+    CHECK_FALSE(fs::exists(stamp));
+  }
+  SECTION("missing program") {
+    ChildProcess p({CRUN_BIN, "--no-python", "/no/such/program"});
+    REQUIRE(p.wait_exit() == 2);
+    CHECK(p.err().find("/no/such/program") != std::string::npos);
+  }
+  SECTION("missing script") {
+    ChildProcess p({CRUN_BIN, "--nproc-per-node", "2", "/no/such/train.py"}, {"PYTHON_EXEC=/bin/sh"});
+    REQUIRE(p.wait_exit() == 2);
+    CHECK(p.err().find("/no/such/train.py") != std::string::npos);
+  }
+  SECTION("no program") {
+    ChildProcess p({CRUN_BIN, "--nproc-per-node", "2"});
+    REQUIRE(p.wait_exit() == 2);
+  }
+}
+
+TEST_CASE("--version and a .py program runs under PYTHON_EXEC -u", "[e2e][cli]") {
+  ChildProcess v({CRUN_BIN, "--version"});
+  REQUIRE(v.wait_exit() == 0);
+  CHECK(v.out().rfind("crun ", 0) == 0);
+  TempDir tmp;
+  const auto script = tmp.path / "prog.py";
+  std::ofstream(script) << "echo \"args: $0 $*\"\n";
+  // /bin/sh stands in for Python: crun runs `$PYTHON_EXEC -u prog.py a b`; sh treats -u as an option.
+  ChildProcess p({CRUN_BIN, script.string(), "a", "b"}, {"PYTHON_EXEC=/bin/sh"});
+  REQUIRE(p.wait_exit() == 0);
+  CHECK(p.out().find("args: " + script.string() + " a b") != std::string::npos);
+}

@@ -1,0 +1,148 @@
+// AgentStateMachine with fake processes and a fake clock: events in, actions out.
+#include <catch2/catch.hpp>
+#include <csignal>
+
+#include "agent/agent_state_machine.h"
+
+using namespace crun;
+using namespace std::chrono_literals;
+
+namespace {
+
+const AgentClock::time_point t0{};  // the fake clock: tests pick every time point
+
+WorkerExit exit_of(int round, int local_rank, int code, int sig = 0, AgentClock::duration at = 0ms) {
+  WorkerExit e;
+  e.round = round;
+  e.local_rank = local_rank;
+  e.pid = 1000 + local_rank;
+  e.exit_code = code;
+  e.term_signal = sig;
+  e.when = t0 + at;
+  return e;
+}
+
+template <typename A>
+const A* find(const AgentActions& actions) {
+  for (const auto& a : actions) {
+    if (auto* p = std::get_if<A>(&a)) return p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("start asks for round 0", "[state_machine]") {
+  AgentStateMachine sm({2, 0, 30s});
+  const auto a = sm.start(t0);
+  REQUIRE(a.size() == 1);
+  REQUIRE(std::get<action::StartGroup>(a[0]).restart_count == 0);
+  REQUIRE(sm.state() == AgentStateMachine::State::kRunning);
+}
+
+TEST_CASE("all workers succeed: exit 0", "[state_machine]") {
+  AgentStateMachine sm({3, 2, 30s});
+  sm.start(t0);
+  REQUIRE(sm.on_worker_exit(exit_of(0, 0, 0)).empty());
+  REQUIRE(sm.on_worker_exit(exit_of(0, 2, 0)).empty());
+  const auto a = sm.on_worker_exit(exit_of(0, 1, 0));
+  REQUIRE(a.size() == 1);
+  REQUIRE(std::get<action::Exit>(a[0]).code == 0);
+  REQUIRE(sm.state() == AgentStateMachine::State::kDone);
+}
+
+TEST_CASE("a failure stops the group with SIGTERM and arms the grace timer", "[state_machine]") {
+  AgentStateMachine sm({2, 0, 5s});
+  sm.start(t0);
+  const auto a = sm.on_worker_exit(exit_of(0, 1, 3, 0, 100ms));
+  REQUIRE(a.size() == 2);
+  REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGTERM);
+  REQUIRE(std::get<action::ArmStopTimer>(a[1]).deadline == t0 + 100ms + 5s);
+  REQUIRE(sm.state() == AgentStateMachine::State::kStopping);
+}
+
+TEST_CASE("restarts count up, then the root cause's code is the exit code", "[state_machine]") {
+  AgentStateMachine sm({2, 2, 30s});
+  sm.start(t0);
+  for (int round = 0; round <= 2; ++round) {
+    sm.on_worker_exit(exit_of(round, 1, 7));
+    const auto a = sm.on_worker_exit(exit_of(round, 0, 0, SIGTERM));  // stopped by us
+    REQUIRE(find<action::CancelStopTimer>(a) != nullptr);
+    const auto* report = find<action::ReportFailure>(a);
+    REQUIRE(report != nullptr);
+    REQUIRE(report->root_cause.local_rank == 1);
+    REQUIRE(report->root_cause.exit_code == 7);
+    if (round < 2) {
+      REQUIRE(report->restarting);
+      REQUIRE(find<action::StartGroup>(a)->restart_count == round + 1);
+      REQUIRE(sm.restart_count() == round + 1);
+    } else {
+      REQUIRE_FALSE(report->restarting);
+      REQUIRE(find<action::StartGroup>(a) == nullptr);
+      REQUIRE(find<action::Exit>(a)->code == 7);
+    }
+  }
+}
+
+TEST_CASE("root cause is the first failure, not the workers we stopped", "[state_machine]") {
+  AgentStateMachine sm({4, 0, 30s});
+  sm.start(t0);
+  sm.on_worker_exit(exit_of(0, 2, 1, 0, 10ms));            // first failure: rank 2, code 1
+  sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 11ms));      // stopped by us
+  sm.on_worker_exit(exit_of(0, 3, 9, 0, 12ms));            // failed later (e.g. lost its peer)
+  const auto a = sm.on_worker_exit(exit_of(0, 1, 0, SIGTERM, 13ms));
+  REQUIRE(find<action::ReportFailure>(a)->root_cause.local_rank == 2);
+  REQUIRE(find<action::Exit>(a)->code == 1);
+}
+
+TEST_CASE("a signal-killed root cause exits 128 + signal", "[state_machine]") {
+  AgentStateMachine sm({1, 0, 30s});
+  sm.start(t0);
+  const auto a = sm.on_worker_exit(exit_of(0, 0, 0, SIGSEGV));
+  REQUIRE(find<action::Exit>(a)->code == 128 + SIGSEGV);
+}
+
+TEST_CASE("the grace period expires: SIGKILL once", "[state_machine]") {
+  AgentStateMachine sm({2, 0, 1s});
+  sm.start(t0);
+  sm.on_worker_exit(exit_of(0, 0, 1));
+  const auto a = sm.on_stop_timeout(t0 + 1s);
+  REQUIRE(a.size() == 1);
+  REQUIRE(std::holds_alternative<action::KillGroup>(a[0]));
+  REQUIRE(sm.on_stop_timeout(t0 + 2s).empty());
+  const auto b = sm.on_worker_exit(exit_of(0, 1, 0, SIGKILL));
+  REQUIRE(find<action::Exit>(b)->code == 1);
+}
+
+TEST_CASE("a handled signal is forwarded; crun exits 128 + signal, no restart", "[state_machine]") {
+  AgentStateMachine sm({2, 5, 30s});
+  sm.start(t0);
+  const auto a = sm.on_signal(SIGUSR1, t0);
+  REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGUSR1);
+  REQUIRE(std::get<action::ArmStopTimer>(a[1]).deadline == t0 + 30s);
+  sm.on_worker_exit(exit_of(0, 0, 0));
+  const auto b = sm.on_worker_exit(exit_of(0, 1, 0, SIGUSR1));
+  REQUIRE(find<action::StartGroup>(b) == nullptr);
+  REQUIRE(find<action::ReportFailure>(b) == nullptr);
+  REQUIRE(find<action::Exit>(b)->code == 128 + SIGUSR1);
+}
+
+TEST_CASE("a signal during a failure stop wins over restarting", "[state_machine]") {
+  AgentStateMachine sm({2, 5, 30s});
+  sm.start(t0);
+  sm.on_worker_exit(exit_of(0, 0, 1));
+  const auto a = sm.on_signal(SIGINT, t0 + 1ms);
+  REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGINT);
+  const auto b = sm.on_worker_exit(exit_of(0, 1, 0, SIGINT));
+  REQUIRE(find<action::StartGroup>(b) == nullptr);
+  REQUIRE(find<action::Exit>(b)->code == 128 + SIGINT);
+}
+
+TEST_CASE("events of an older round are ignored", "[state_machine]") {
+  AgentStateMachine sm({1, 1, 30s});
+  sm.start(t0);
+  sm.on_worker_exit(exit_of(0, 0, 2));  // -> restart 1
+  REQUIRE(sm.restart_count() == 1);
+  REQUIRE(sm.on_worker_exit(exit_of(0, 0, 2)).empty());
+  REQUIRE(find<action::Exit>(sm.on_worker_exit(exit_of(1, 0, 0)))->code == 0);
+}

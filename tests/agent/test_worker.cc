@@ -1,0 +1,165 @@
+// crun_test_worker: a worker whose behaviour the agent tests choose on the command line.
+//
+//   --print-env            print "ENV rank=<RANK> KEY=VALUE" for every contract variable
+//   --lines N              print N numbered lines to stdout ("line r=<RANK> i=<i> <payload>")
+//   --stderr-lines N       print N numbered lines to stderr ("err r=<RANK> i=<i>")
+//   --stamp FILE           append "start restart=<n> rank=<r> pid=<pid> ns=<CLOCK_REALTIME ns>"
+//   --bind-master          rank 0 listens on MASTER_ADDR:MASTER_PORT (exit 5 if it cannot)
+//   --trap SIG             on SIG: print "rank <r> got <SIG>" and exit 0
+//   --ignore-term          ignore SIGTERM
+//   --only-rank R          the failure actions below apply only to LOCAL_RANK R
+//   --fail-before-restart K  ... and only while TORCHELASTIC_RESTART_COUNT < K
+//   --error-file MSG       failure action: write torch's @record JSON with MSG to TORCHELASTIC_ERROR_FILE
+//   --last-words TEXT      failure action: write TEXT to stderr without a newline
+//   --raise SIG            failure action: raise SIG (with default disposition)
+//   --exit N               failure action: exit N
+//   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
+// Without a failure action (or when it does not apply) the worker exits 0.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+namespace {
+
+int g_rank = 0;
+char g_trap_msg[128];
+
+std::string env(const char* key) {
+  const char* v = std::getenv(key);
+  return v ? v : "";
+}
+
+int signum(const std::string& s) {
+  const std::pair<const char*, int> names[] = {{"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
+                                               {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT},
+                                               {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
+                                               {"SIGKILL", SIGKILL}, {"SIGSEGV", SIGSEGV},
+                                               {"SIGABRT", SIGABRT}};
+  for (auto& [n, v] : names) {
+    if (s == n) return v;
+  }
+  return std::atoi(s.c_str());
+}
+
+void on_trap(int) {
+  (void)!::write(1, g_trap_msg, std::strlen(g_trap_msg));
+  ::_exit(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_rank = std::atoi(env("RANK").c_str());
+  const int local_rank = std::atoi(env("LOCAL_RANK").c_str());
+  const int restart = std::atoi(env("TORCHELASTIC_RESTART_COUNT").c_str());
+  rlimit no_core{0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+
+  bool print_env = false, hang = false, bind_master = false;
+  long lines = 0, err_lines = 0;
+  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0;
+  std::string stamp, error_msg, last_words;
+  bool has_error_file = false, has_last_words = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--print-env") print_env = true;
+    else if (a == "--lines") lines = std::atol(next().c_str());
+    else if (a == "--stderr-lines") err_lines = std::atol(next().c_str());
+    else if (a == "--stamp") stamp = next();
+    else if (a == "--bind-master") bind_master = true;
+    else if (a == "--trap") {
+      const std::string s = next();
+      std::snprintf(g_trap_msg, sizeof(g_trap_msg), "rank %d got %s\n", g_rank, s.c_str());
+      struct sigaction sa {};
+      sa.sa_handler = on_trap;
+      ::sigaction(signum(s), &sa, nullptr);
+    } else if (a == "--ignore-term") ::signal(SIGTERM, SIG_IGN);
+    else if (a == "--only-rank") only_rank = std::atoi(next().c_str());
+    else if (a == "--fail-before-restart") fail_before = std::atoi(next().c_str());
+    else if (a == "--error-file") { has_error_file = true; error_msg = next(); }
+    else if (a == "--last-words") { has_last_words = true; last_words = next(); }
+    else if (a == "--raise") raise_sig = signum(next());
+    else if (a == "--exit") exit_code = std::atoi(next().c_str());
+    else if (a == "--hang") hang = true;
+    else { std::fprintf(stderr, "test_worker: unknown argument %s\n", a.c_str()); return 64; }
+  }
+
+  if (!stamp.empty()) {
+    timespec ts;
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    if (FILE* f = std::fopen(stamp.c_str(), "a")) {
+      std::fprintf(f, "start restart=%d rank=%d pid=%d ns=%lld\n", restart, g_rank, ::getpid(),
+                   static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec);
+      std::fclose(f);
+    }
+  }
+  if (print_env) {
+    const char* keys[] = {"LOCAL_RANK", "RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_NAME",
+                          "ROLE_RANK", "ROLE_WORLD_SIZE", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+                          "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+                          "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                          "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+                          "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+    for (const char* k : keys) {
+      const char* v = std::getenv(k);
+      std::printf("ENV rank=%d %s=%s\n", g_rank, k, v ? v : "<unset>");
+    }
+  }
+  if (bind_master && local_rank == 0) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(std::atoi(env("MASTER_PORT").c_str())));
+    ::inet_pton(AF_INET, env("MASTER_ADDR").c_str(), &addr.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 16) != 0) {
+      std::fprintf(stderr, "rank %d cannot bind MASTER_PORT %s: %s\n", g_rank,
+                   env("MASTER_PORT").c_str(), std::strerror(errno));
+      return 5;
+    }
+    std::printf("rank %d bound MASTER_PORT=%s\n", g_rank, env("MASTER_PORT").c_str());
+    // keep fd open for the life of the worker
+  }
+  const std::string payload(90, 'x');
+  for (long i = 0; i < lines; ++i) std::printf("line r=%d i=%ld %s\n", g_rank, i, payload.c_str());
+  for (long i = 0; i < err_lines; ++i) std::fprintf(stderr, "err r=%d i=%ld\n", g_rank, i);
+  std::fflush(stdout);
+  std::fflush(stderr);
+
+  const bool fails = (only_rank < 0 || only_rank == local_rank) && (fail_before < 0 || restart < fail_before);
+  if (fails) {
+    if (has_error_file) {
+      const std::string path = env("TORCHELASTIC_ERROR_FILE");
+      if (FILE* f = std::fopen(path.c_str(), "w")) {
+        std::fprintf(f,
+                     "{\"message\": {\"message\": \"%s\", \"extraInfo\": {\"py_callstack\": "
+                     "\"Traceback...\", \"timestamp\": \"%ld\"}}}\n",
+                     error_msg.c_str(), static_cast<long>(std::time(nullptr)));
+        std::fclose(f);
+      }
+    }
+    if (has_last_words) {
+      (void)!::write(2, last_words.data(), last_words.size());
+    }
+    if (raise_sig != 0) {
+      ::signal(raise_sig, SIG_DFL);
+      ::raise(raise_sig);
+    }
+    if (exit_code >= 0) return exit_code;
+  }
+  if (hang) {
+    std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
+    std::fflush(stdout);
+    while (true) ::pause();
+  }
+  return 0;
+}
