@@ -94,6 +94,9 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
     std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));  // backoff between attempts
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
+  // Blocking from here on: receive() blocks in recv() bounded by SO_RCVTIMEO (one syscall per
+  // reply instead of poll + recv); send() passes MSG_DONTWAIT and polls only when the buffer is full.
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
@@ -120,7 +123,7 @@ void StoreConnection::interrupt() { ::shutdown(fd_, SHUT_RDWR); }
 
 void StoreConnection::send(std::string_view bytes, Clock::time_point deadline) {
   while (!bytes.empty()) {
-    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       bytes.remove_prefix(static_cast<std::size_t>(n));
       continue;
@@ -147,19 +150,37 @@ void StoreConnection::fill(Clock::time_point deadline) {
     if (buf_.size() - end_ < 64 * 1024) buf_.resize(end_ + 64 * 1024);
   }
   for (;;) {
-    pollfd p{fd_, POLLIN, 0};
-    int r = ::poll(&p, 1, poll_timeout_ms(deadline));
-    if (r < 0 && errno == EINTR) continue;
-    if (r == 0) throw StoreTimeout(name_ + ": no reply in time");
+    bound_receive(deadline);
     ssize_t n = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
     if (n > 0) {
       end_ += static_cast<std::size_t>(n);
       return;
     }
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (Clock::now() >= deadline) throw StoreTimeout(name_ + ": no reply in time");
+      continue;
+    }
     throw StoreConnectionError(name_ + (n == 0 ? ": the server closed the connection"
                                                : std::string(": connection lost: ") + std::strerror(errno)));
   }
+}
+
+void StoreConnection::bound_receive(Clock::time_point deadline) {
+  long long want = 0;  // 0: no deadline
+  if (deadline != Clock::time_point::max()) {
+    want = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1;
+    if (want < 1) want = 1;
+  }
+  // Keep the configured timeout while it is close enough: at most 5% + 10 ms past the deadline,
+  // and not less than half of what is left (a premature EAGAIN only costs another recv()).
+  bool keep = recv_timeout_ms_ >= 0 &&
+              (want == 0 ? recv_timeout_ms_ == 0
+                         : recv_timeout_ms_ != 0 && recv_timeout_ms_ <= want + want / 20 + 10 && recv_timeout_ms_ >= want / 2);
+  if (keep) return;
+  timeval tv{static_cast<time_t>(want / 1000), static_cast<suseconds_t>((want % 1000) * 1000)};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  recv_timeout_ms_ = want;
 }
 
 StoreConnection::Reply StoreConnection::receive(Clock::time_point deadline) {

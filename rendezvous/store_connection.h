@@ -48,7 +48,9 @@ class StoreConnection {
 
  private:
   void fill(Clock::time_point deadline);
+  void bound_receive(Clock::time_point deadline);
   int fd_ = -1;
+  long long recv_timeout_ms_ = -1;  // SO_RCVTIMEO as configured; -1 unset, 0 none
   std::string name_;
   std::string buf_;
   std::size_t begin_ = 0, end_ = 0;

@@ -69,6 +69,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start() {
     boost::system::error_code ec;
+    socket_.non_blocking(true, ec);
     socket_.set_option(tcp::no_delay(true), ec);
     socket_.set_option(asio::socket_base::keep_alive(true), ec);
     int fd = socket_.native_handle();
@@ -88,6 +89,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     w.u16(wire::kVersion);
     w.u16(static_cast<std::uint16_t>(wire::HelloStatus::kServerFull));
     close_after_write_ = true;
+    boost::system::error_code ec;
+    socket_.non_blocking(true, ec);
     queue(reply);
     flush();
   }
@@ -141,23 +144,34 @@ class Connection : public std::enable_shared_from_this<Connection> {
   };
 
  private:
+  // Waits for readability, then drains the socket itself: unlike async_read_some this costs no
+  // speculative recv() that fails with EAGAIN on every request/reply round trip.
   void read() {
-    if (in_.size() < used_ + kReadChunk) in_.resize(std::max(used_ + kReadChunk, need_));
-    socket_.async_read_some(asio::buffer(in_.data() + used_, in_.size() - used_),
-                            [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-                              self->on_read(ec, n);
-                            });
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      self->on_readable(ec);
+    });
   }
 
-  void on_read(boost::system::error_code ec, std::size_t n) {
+  void on_readable(boost::system::error_code ec) {
     if (closed_) return;
     if (ec) {
-      bool partial = used_ != 0 || !handshaken_;
-      close(ec == asio::error::eof ? (partial ? "peer closed mid-request" : "peer closed") : ec.message(),
-            partial && handshaken_);
+      close(ec.message(), false);
       return;
     }
-    used_ += n;
+    for (;;) {
+      if (in_.size() < used_ + kReadChunk) in_.resize(std::max(used_ + kReadChunk, need_));
+      std::size_t space = in_.size() - used_;
+      std::size_t n = socket_.read_some(asio::buffer(in_.data() + used_, space), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
+      if (ec) {
+        bool partial = used_ != 0 || !handshaken_;
+        close(ec == asio::error::eof ? (partial ? "peer closed mid-request" : "peer closed") : ec.message(),
+              partial && handshaken_);
+        return;
+      }
+      used_ += n;
+      if (n < space) break;  // drained: a later arrival raises a new readiness edge
+    }
     in_batch_ = true;
     try {
       process();
@@ -534,12 +548,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
-  // Starts a write of everything queued, unless one is in flight or a batch is being processed.
+  // Writes everything queued: inline while the socket takes it, asynchronously for the rest.
+  // Nothing is written while a batch is being processed (its replies leave together) or while an
+  // asynchronous write is in flight (order is kept).
   void flush() {
     if (closed_ || writing_ || in_batch_ || out_next_.empty()) return;
+    boost::system::error_code ec;
+    std::size_t n = socket_.write_some(asio::buffer(out_next_), ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
+      close("write failed: " + ec.message(), false);
+      return;
+    }
+    if (ec) n = 0;
+    if (n == out_next_.size()) {
+      out_next_.clear();
+      if (close_after_write_) close("handshake refused", false);
+      return;
+    }
+    out_next_.erase(0, n);
     writing_ = true;
     out_busy_.swap(out_next_);
-    out_next_.clear();
     asio::async_write(socket_, asio::buffer(out_busy_), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
       self->writing_ = false;
       self->out_busy_.clear();

@@ -1,0 +1,65 @@
+"""Store throughput, crun vs torch's TCPStore, side by side in one run (median of --repeat runs).
+
+  /usr/bin/python3 bench/store/run.py --build build [--repeat 5]
+
+crun: `crun store-server` in its own process, `store_bench` clients (C++).
+torch: a TCPStore server in its own Python process, clients from Python threads (the anchor's
+client is Python: that is how PyTorch users drive it).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = "/usr/bin/python3"
+
+
+def ops_per_s(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300).stdout
+    return float(out.strip().split("ops_per_s=")[1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--ops", type=int, default=20000)
+    a = ap.parse_args()
+    crun_bin = os.path.join(a.build, "launcher", "crun")
+    bench_bin = os.path.join(a.build, "bench", "store", "store_bench")
+
+    crun_srv = subprocess.Popen([crun_bin, "store-server", "--host", "127.0.0.1", "--port", "0"],
+                                stdout=subprocess.PIPE, text=True)
+    crun_ep = crun_srv.stdout.readline().strip()
+    torch_srv = subprocess.Popen([PY, os.path.join(HERE, "tcpstore_bench.py"), "serve"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    torch_port = torch_srv.stdout.readline().strip()
+
+    cases = [(op, 1, 0) for op in ("set", "get", "add")]
+    cases += [(op, 16, 0) for op in ("set", "get", "add")]
+    cases += [(op, 1, 1000) for op in ("set", "get", "add")]
+    print(f"{'op':<5} {'clients':>7} {'pipeline':>8} {'crun ops/s':>12} {'TCPStore ops/s':>15} {'ratio':>7}")
+    try:
+        for op, clients, depth in cases:
+            ops = a.ops if clients == 1 else a.ops // 4
+            if depth:
+                ops = a.ops * 10
+            crun = [ops_per_s([bench_bin, "--endpoint", crun_ep, "--op", op, "--clients", str(clients),
+                               "--ops", str(ops), "--pipeline", str(depth)]) for _ in range(a.repeat)]
+            torch_ops = a.ops // 4 if clients == 1 else a.ops // 16
+            torch = [ops_per_s([PY, os.path.join(HERE, "tcpstore_bench.py"), "--port", torch_port, "--op", op,
+                                "--clients", str(clients), "--ops", str(torch_ops)]) for _ in range(a.repeat)]
+            c, t = statistics.median(crun), statistics.median(torch)
+            anchor = "(no pipelining)" if depth else ""
+            print(f"{op:<5} {clients:>7} {depth:>8} {c:>12.0f} {t:>15.0f} {c / t:>6.1f}x {anchor}", flush=True)
+    finally:
+        crun_srv.terminate()
+        torch_srv.stdin.close()
+        crun_srv.wait(timeout=10)
+        torch_srv.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+// store_bench: ops/s of crun's store client against a running server.
+//   store_bench --endpoint H:P --op set|get|add --clients N --ops OPS [--pipeline DEPTH]
+// Prints one line: "<op> clients=<N> pipeline=<D> ops_per_s=<X>". Each client is a thread with
+// its own connection; OPS is per client. With --pipeline D a client sends D requests per flush.
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "rendezvous/store_client.h"
+
+int main(int argc, char** argv) {
+  CLI::App app("crun store benchmark client");
+  std::string endpoint, op = "get";
+  int clients = 1, ops = 20000, pipeline = 0;
+  app.add_option("--endpoint", endpoint)->required();
+  app.add_option("--op", op)->check(CLI::IsMember({"set", "get", "add"}));
+  app.add_option("--clients", clients)->check(CLI::Range(1, 1024));
+  app.add_option("--ops", ops)->check(CLI::PositiveNumber);
+  app.add_option("--pipeline", pipeline)->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  auto ep = crun::StoreEndpoint::parse(endpoint);
+  std::vector<std::unique_ptr<crun::TcpStore>> stores;
+  for (int i = 0; i < clients; ++i) {
+    stores.push_back(std::make_unique<crun::TcpStore>(ep));
+    stores.back()->set("bench/key" + std::to_string(i), std::string(32, 'v'));
+  }
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  const std::string value(32, 'v');
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      auto& s = *stores[i];
+      std::string key = "bench/key" + std::to_string(i);
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      if (pipeline > 0) {
+        for (int done = 0; done < ops;) {
+          auto p = s.pipeline();
+          int n = std::min(pipeline, ops - done);
+          for (int k = 0; k < n; ++k) {
+            if (op == "set") p.set(key, value);
+            else if (op == "get") p.get(key, std::chrono::seconds(10));
+            else p.add("bench/ctr" + std::to_string(i), 1);
+          }
+          p.flush();
+          done += n;
+        }
+        return;
+      }
+      for (int k = 0; k < ops; ++k) {
+        if (op == "set") s.set(key, value);
+        else if (op == "get") s.get(key, std::chrono::seconds(10));
+        else s.add("bench/ctr" + std::to_string(i), 1);
+      }
+    });
+  }
+  while (ready.load() < clients) std::this_thread::yield();
+  auto t0 = std::chrono::steady_clock::now();
+  go = true;
+  for (auto& t : threads) t.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%s clients=%d pipeline=%d ops_per_s=%.0f\n", op.c_str(), clients, pipeline,
+              static_cast<double>(ops) * clients / secs);
+  return 0;
+}
