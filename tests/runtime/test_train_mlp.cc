@@ -1,0 +1,82 @@
+// End-to-end tests of examples/train_mlp: accuracy with 2 ranks, deterministic weights, and
+// bit-identical resume after an injected failure under `crun --max-restarts 1`.
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <regex>
+
+#include "tests/runtime/proc_harness.h"
+
+using crun::test::run_ranks;
+
+namespace {
+
+struct Final {
+  double accuracy = -1;
+  std::string sha;
+};
+
+Final parse_final(const std::string& out) {
+  std::smatch m;
+  static const std::regex re(R"(final: accuracy=([0-9.]+) weights_sha256=([0-9a-f]{64}))");
+  Final f;
+  if (std::regex_search(out, m, re)) {
+    f.accuracy = std::stod(m[1]);
+    f.sha = m[2];
+  }
+  return f;
+}
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/crun-train-XXXXXX";
+  return ::mkdtemp(tmpl);
+}
+
+// Runs one command (not a rank group): the harness with world 1, torchrun variables removed.
+crun::test::RankResult run_command(std::vector<std::string> argv) {
+  std::vector<std::string> full = {"/usr/bin/env", "-u", "RANK", "-u", "WORLD_SIZE", "-u", "LOCAL_RANK",
+                                   "-u", "LOCAL_WORLD_SIZE", "-u", "MASTER_ADDR", "-u", "MASTER_PORT",
+                                   "-u", "TORCHELASTIC_RESTART_COUNT"};
+  full.insert(full.end(), argv.begin(), argv.end());
+  auto res = run_ranks(full, 1, {}, std::chrono::seconds(150));
+  INFO(res.summary());
+  REQUIRE_FALSE(res.timed_out);
+  return res.ranks[0];
+}
+
+}  // namespace
+
+TEST_CASE("train_mlp defaults reach >= 95% with 2 ranks, deterministically", "[train_accuracy]") {
+  auto a = run_ranks({CRUN_TRAIN_MLP}, 2, {}, std::chrono::seconds(120));
+  INFO(a.summary());
+  REQUIRE_FALSE(a.timed_out);
+  REQUIRE(a.ranks[0].exit_code == 0);
+  REQUIRE(a.ranks[1].exit_code == 0);
+  Final fa = parse_final(a.ranks[0].output);
+  CHECK(fa.accuracy >= 0.95);
+  CHECK(a.ranks[1].output.find("final:") == std::string::npos);  // only rank 0 reports
+  auto b = run_ranks({CRUN_TRAIN_MLP}, 2, {}, std::chrono::seconds(120));
+  REQUIRE(b.ranks[0].exit_code == 0);
+  CHECK(parse_final(b.ranks[0].output).sha == fa.sha);
+}
+
+TEST_CASE("train_mlp resumes bit-identically after an injected failure under crun", "[train_resume]") {
+  const std::string plain_dir = temp_dir(), fail_dir = temp_dir();
+  auto plain = run_command({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--no-python", CRUN_TRAIN_MLP,
+                            "--checkpoint-dir", plain_dir});
+  INFO(plain.output);
+  REQUIRE(plain.exit_code == 0);
+  auto failed = run_command({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--no-python",
+                             CRUN_TRAIN_MLP, "--checkpoint-dir", fail_dir, "--fail-at-step", "450", "--fail-rank",
+                             "1", "--checkpoint-every", "100"});
+  INFO(failed.output);
+  REQUIRE(failed.exit_code == 0);
+  CHECK(failed.output.find("injected failure at step 450 on rank 1") != std::string::npos);
+  CHECK(failed.output.find("resumed from checkpoint at step 400") != std::string::npos);
+  const Final p = parse_final(plain.output), f = parse_final(failed.output);
+  REQUIRE(p.sha.size() == 64);
+  CHECK(f.sha == p.sha);
+  std::filesystem::remove_all(plain_dir);
+  std::filesystem::remove_all(fail_dir);
+}
