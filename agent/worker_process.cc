@@ -1,6 +1,7 @@
 #include "agent/worker_process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -29,34 +30,38 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
-// Only async-signal-safe calls between fork and exec.
+// Runs in the vfork child (shares the agent's memory until execve): raw system calls only, no
+// allocation, no locks, nothing written to memory the agent reads.
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, int out_w, int err_w,
                              pid_t agent_pid) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != agent_pid) ::_exit(127);  // the agent died before prctl took effect
+  // Handlers the agent installed (asio's signal_set) must not run here: back to the defaults.
+  for (int s = 1; s < NSIG; ++s) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    struct sigaction old;
+    if (::sigaction(s, nullptr, &old) != 0) continue;
+    if (s == SIGPIPE || (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)) {
+      struct sigaction dfl;
+      std::memset(&dfl, 0, sizeof(dfl));
+      dfl.sa_handler = SIG_DFL;
+      ::sigaction(s, &dfl, nullptr);
+    }
+  }
   sigset_t empty;
   sigemptyset(&empty);
   ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-  ::signal(SIGPIPE, SIG_DFL);
-  int devnull = ::open("/dev/null", O_RDONLY);
-  if (devnull >= 0 && devnull != 0) {
-    ::dup2(devnull, 0);
-    ::close(devnull);
-  }
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull >= 0) ::dup2(devnull, 0);  // dup2 clears close-on-exec on fd 0
   ::dup2(out_w, 1);
   ::dup2(err_w, 2);
-  if (out_w > 2) ::close(out_w);
-  if (err_w > 2 && err_w != out_w) ::close(err_w);
   ::execve(argv[0], argv, envp);
-  const int err = errno;
-  const char* prefix = "crun: cannot execute ";
-  (void)!::write(2, prefix, std::strlen(prefix));
+  static const char prefix[] = "crun: cannot execute ";
+  (void)!::write(2, prefix, sizeof(prefix) - 1);
   (void)!::write(2, argv[0], std::strlen(argv[0]));
-  (void)!::write(2, ": ", 2);
-  const char* reason = std::strerror(err);  // not strictly async-signal-safe, but no locks in glibc
-  (void)!::write(2, reason, std::strlen(reason));
-  (void)!::write(2, "\n", 1);
+  static const char suffix[] = " (execve failed)\n";
+  (void)!::write(2, suffix, sizeof(suffix) - 1);
   ::_exit(127);
 }
 
@@ -88,14 +93,20 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
     throw_errno("pipe2");
   }
   const pid_t agent_pid = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int e = errno;
-    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-    errno = e;
-    throw_errno("fork");
-  }
+  // vfork (as posix_spawn does): no page-table copy, the agent waits only until execve. All
+  // signals are blocked across it so no agent handler runs on the child's borrowed stack.
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
+  const pid_t pid = ::vfork();
   if (pid == 0) exec_child(cargv.data(), cenv.data(), out[1], err[1], agent_pid);
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  if (pid < 0) {
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    errno = fork_errno;
+    throw_errno("vfork");
+  }
 
   // Parent. Set the group here too so that killpg works even before the child ran.
   ::setpgid(pid, pid);

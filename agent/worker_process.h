@@ -1,4 +1,4 @@
-// spawn_worker: fork + exec of one worker process, the way the agent needs it.
+// spawn_worker: vfork + exec of one worker process, the way the agent needs it.
 //
 // Contract
 //   - The child runs in a process group of its own (pgid == pid), has PR_SET_PDEATHSIG(SIGKILL)
@@ -9,7 +9,7 @@
 //     complete environment as "KEY=VALUE" strings.
 //   - A failing exec writes one line to the worker's stderr and exits 127.
 //   - The returned pidfd (pidfd_open) becomes readable when the child ends; reap it with
-//     reap_worker(). Throws std::system_error when pipes, fork or pidfd_open fail.
+//     reap_worker(). Throws std::system_error when pipes, vfork or pidfd_open fail.
 //
 // Threading
 //   Call from the agent's event-loop thread: PR_SET_PDEATHSIG fires when the forking thread ends.

@@ -1,0 +1,57 @@
+// crun_bench_worker: the native worker of the agent benchmarks (bench/agent/run.py).
+//   BENCH_STAMP=FILE    append "start <restart> <rank> <CLOCK_REALTIME ns>" at start
+//   BENCH_FAIL_ONCE=1   in restart 0: rank 0 appends "fail <ns>" and exits 1; other ranks wait
+//                       for the agent's stop signal (pause)
+//   BENCH_HOLD_MS=N     stay alive N ms before exiting 0 (for the RSS sampling)
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+long long now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+void stamp(const char* path, const char* line) {
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  (void)!::write(fd, line, std::strlen(line));
+  ::close(fd);
+}
+int env_int(const char* key) {
+  const char* v = std::getenv(key);
+  return v ? std::atoi(v) : 0;
+}
+}  // namespace
+
+int main() {
+  const long long start = now_ns();
+  const int restart = env_int("TORCHELASTIC_RESTART_COUNT");
+  const int rank = env_int("RANK");
+  const char* path = std::getenv("BENCH_STAMP");
+  char line[128];
+  if (path) {
+    std::snprintf(line, sizeof(line), "start %d %d %lld\n", restart, rank, start);
+    stamp(path, line);
+  }
+  if (env_int("BENCH_FAIL_ONCE") != 0 && restart == 0) {
+    if (rank == 0) {
+      if (path) {
+        std::snprintf(line, sizeof(line), "fail %d %d %lld\n", restart, rank, now_ns());
+        stamp(path, line);
+      }
+      return 1;
+    }
+    while (true) ::pause();
+  }
+  if (const int hold = env_int("BENCH_HOLD_MS"); hold > 0) {
+    timespec ts{hold / 1000, (hold % 1000) * 1000000L};
+    ::nanosleep(&ts, nullptr);
+  }
+  return 0;
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""crun vs torchrun on one node, side by side in one run (median of --runs each).
+
+Measures
+  launch    wall time of a no-op job: `--standalone --nproc-per-node N --no-python /bin/true`
+  recovery  rank 0 of 2 exits 1 in attempt 0 -> its replacement (attempt 1) is running,
+            from timestamps the worker writes (CLOCK_REALTIME ns)
+  rss       the agent's peak RSS (VmHWM of the agent process itself) with 8 workers alive 1.5 s
+
+torchrun runs through bench/agent/torchrun_shim.py (torch 1.13 crashes on Python 3.11 in
+Std.from_str with its default --redirects/--tee; the shim only fixes that).
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def wall(cmd, env=None):
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+    return time.perf_counter() - t0
+
+
+def median_of(fn, runs):
+    fn()  # warm-up, not counted
+    return statistics.median(fn() for _ in range(runs))
+
+
+def recovery(cmd, worker):
+    with tempfile.TemporaryDirectory() as tmp:
+        stamp = os.path.join(tmp, "stamps")
+        env = dict(os.environ, BENCH_STAMP=stamp, BENCH_FAIL_ONCE="1")
+        subprocess.run(cmd + ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--no-python", worker],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+        fail = start = None
+        for line in open(stamp):
+            kind, restart, rank, ns = line.split()
+            if kind == "fail":
+                fail = int(ns)
+            elif kind == "start" and restart == "1" and rank == "0":
+                start = int(ns)
+        return (start - fail) / 1e9
+
+
+def peak_rss_kib(cmd, worker):
+    env = dict(os.environ, BENCH_HOLD_MS="1500")
+    p = subprocess.Popen(cmd + ["--standalone", "--nproc-per-node", "8", "--no-python", worker],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    peak = 0
+    while p.poll() is None:
+        try:
+            with open(f"/proc/{p.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            pass
+        time.sleep(0.02)  # sampling interval of the benchmark itself, not of crun
+    return peak
+
+
+def fmt_s(x):
+    return f"{x * 1e3:9.1f} ms"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--crun", required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+
+    crun = [a.crun]
+    torchrun = [sys.executable, os.path.join(HERE, "torchrun_shim.py")]
+    torchrun_fast = torchrun + ["--monitor_interval", "0.1"]
+    anchors = [("torchrun", torchrun), ("torchrun --monitor_interval 0.1", torchrun_fast)]
+
+    print(f"# crun vs torchrun (torch {torch_version()}), median of {a.runs} runs, {os.cpu_count()} cores")
+    print(f"{'metric':34} {'crun':>12} {'anchor':>36} {'anchor/crun':>12}")
+
+    def row(metric, ours, theirs_name, theirs, unit=fmt_s):
+        print(f"{metric:34} {unit(ours):>12} {theirs_name + ' ' + unit(theirs):>36} {theirs / ours:11.0f}x",
+              flush=True)
+
+    for n in (2, 8):
+        job = ["--standalone", "--nproc-per-node", str(n), "--no-python", "/bin/true"]
+        ours = median_of(lambda: wall(crun + job), a.runs)
+        for name, cmd in anchors:
+            theirs = median_of(lambda: wall(cmd + job), a.runs)
+            row(f"launch /bin/true, {n} workers", ours, name, theirs)
+
+    ours = statistics.median(recovery(crun, a.worker) for _ in range(a.runs))
+    for name, cmd in anchors:
+        theirs = statistics.median(recovery(cmd, a.worker) for _ in range(a.runs))
+        row("recovery (exit -> replacement)", ours, name, theirs)
+
+    ours = statistics.median(peak_rss_kib(crun, a.worker) for _ in range(a.runs))
+    theirs = statistics.median(peak_rss_kib(torchrun, a.worker) for _ in range(a.runs))
+    row("agent peak RSS, 8 workers", ours, "torchrun", theirs, unit=lambda k: f"{k / 1024:6.1f} MiB")
+
+
+def torch_version():
+    try:
+        import torch
+        return torch.__version__
+    except ImportError:
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
