@@ -67,6 +67,7 @@ struct Agent::Impl {
   bool remove_run_dir = false;
   RoundInfo current_round;
   std::optional<int> exit_code;
+  std::uint64_t timer_generation = 0;  // a stale expiry (armed for an earlier stop) is ignored
 
   int run();
   void wait_signal();
@@ -88,10 +89,16 @@ int Agent::Impl::run() {
   try {
     for (int s : config.handled_signals) signals.add(s);
     if (config.log_dir.empty()) {
+      // No --log-dir: error files (and logs, if any are redirected) go to a temporary dir. It is
+      // removed at exit unless it holds redirected/teed logs, whose place is then printed.
       const char* tmp = std::getenv("TMPDIR");
       run_dir = make_unique_dir(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
                                 "crun-" + config.run_id + "-");
-      remove_run_dir = true;
+      bool logs = false;
+      for (unsigned bits : config.redirects) logs = logs || bits != 0;
+      for (unsigned bits : config.tee) logs = logs || bits != 0;
+      remove_run_dir = !logs;
+      if (logs) say("crun: worker logs in " + run_dir.string() + "\n");
     } else {
       run_dir = make_unique_dir(config.log_dir, config.run_id + "_");
     }
@@ -136,11 +143,13 @@ void Agent::Impl::perform(const AgentActions& actions) {
       if (group) group->kill_all();
     } else if (auto* arm = std::get_if<action::ArmStopTimer>(&a)) {
       stop_timer.expires_at(arm->deadline);
-      stop_timer.async_wait([this](const boost::system::error_code& ec) {
-        if (ec) return;
+      const std::uint64_t generation = ++timer_generation;
+      stop_timer.async_wait([this, generation](const boost::system::error_code& ec) {
+        if (ec || generation != timer_generation) return;
         perform(machine.on_stop_timeout(AgentClock::now()));
       });
     } else if (std::holds_alternative<action::CancelStopTimer>(a)) {
+      ++timer_generation;
       stop_timer.cancel();
     } else if (auto* report = std::get_if<action::ReportFailure>(&a)) {
       report_failure(*report);

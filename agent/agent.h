@@ -9,7 +9,8 @@
 //     128 + S      the root-cause worker was killed by signal S, or crun itself got signal S
 //     3            the agent could not start workers (spawn failed, no free port)
 //   The failure report is printed once per failed round to stderr (and written to the log dir as
-//   failure_report.json). Worker output is routed per AgentConfig (passthrough, --redirects,
+//   failure_report.json; without --log-dir, the temporary run dir is removed at exit unless it
+//   holds redirected logs). Worker output is routed per AgentConfig (passthrough, --redirects,
 //   --tee with "[<role><local_rank>]:" prefixes, --local-ranks-filter).
 //
 // Threading

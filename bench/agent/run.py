@@ -2,7 +2,8 @@
 """crun vs torchrun on one node, side by side in one run (median of --runs each).
 
 Measures
-  launch    wall time of a no-op job: `--standalone --nproc-per-node N --no-python /bin/true`
+  launch    wall time of a no-op job: `--standalone --nproc_per_node N --no_python /bin/true`
+            (torch 1.13 knows only the underscore spellings; crun takes both)
   recovery  rank 0 of 2 exits 1 in attempt 0 -> its replacement (attempt 1) is running,
             from timestamps the worker writes (CLOCK_REALTIME ns)
   rss       the agent's peak RSS (VmHWM of the agent process itself) with 8 workers alive 1.5 s
@@ -36,7 +37,7 @@ def recovery(cmd, worker):
     with tempfile.TemporaryDirectory() as tmp:
         stamp = os.path.join(tmp, "stamps")
         env = dict(os.environ, BENCH_STAMP=stamp, BENCH_FAIL_ONCE="1")
-        subprocess.run(cmd + ["--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--no-python", worker],
+        subprocess.run(cmd + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1", "--no_python", worker],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
         fail = start = None
         for line in open(stamp):
@@ -50,7 +51,7 @@ def recovery(cmd, worker):
 
 def peak_rss_kib(cmd, worker):
     env = dict(os.environ, BENCH_HOLD_MS="1500")
-    p = subprocess.Popen(cmd + ["--standalone", "--nproc-per-node", "8", "--no-python", worker],
+    p = subprocess.Popen(cmd + ["--standalone", "--nproc_per_node", "8", "--no_python", worker],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     peak = 0
     while p.poll() is None:
@@ -89,7 +90,7 @@ def main():
               flush=True)
 
     for n in (2, 8):
-        job = ["--standalone", "--nproc-per-node", str(n), "--no-python", "/bin/true"]
+        job = ["--standalone", "--nproc_per_node", str(n), "--no_python", "/bin/true"]
         ours = median_of(lambda: wall(crun + job), a.runs)
         for name, cmd in anchors:
             theirs = median_of(lambda: wall(cmd + job), a.runs)
