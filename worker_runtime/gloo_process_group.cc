@@ -17,7 +17,11 @@
 #include <gloo/types.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <deque>
+#include <map>
+#include <tuple>
 #include <mutex>
 #include <cstring>
 #include <vector>
@@ -164,14 +168,7 @@ class GlooProcessGroup final : public ProcessGroup {
       if (count == 0) return;
       if (ring) {
         dispatch(type, [&]<typename T>() {
-          if constexpr (!std::is_same_v<T, std::uint16_t>) {
-            std::vector<T*> ptrs{static_cast<T*>(data)};
-            if (options_.allreduce == GlooOptions::AllreduceAlgo::kRing) {
-              gloo::AllreduceRing<T>(ctx_, ptrs, static_cast<int>(count), ring_func<T>(op)).run();
-            } else {
-              gloo::AllreduceRingChunked<T>(ctx_, ptrs, static_cast<int>(count), ring_func<T>(op)).run();
-            }
-          }
+          if constexpr (!std::is_same_v<T, std::uint16_t>) run_ring<T>(static_cast<T*>(data), count, type, op);
         });
       } else if (size() > 1) {
         gloo::AllreduceOptions o(ctx_);
@@ -179,6 +176,7 @@ class GlooProcessGroup final : public ProcessGroup {
         o.setReduceFunction(func(type, op));
         o.setTag(tag);
         o.setTimeout(t);
+        if (options_.segment_bytes > 0) o.setMaxSegmentSize(options_.segment_bytes);
         gloo::allreduce(o);
       }
       if (op == ReduceOp::kAvg) divide(data, count, type, size());
@@ -336,6 +334,54 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
  private:
+  // Ring all_reduce through a cache of Gloo algorithm objects keyed by (dtype, op, count).
+  // Building a ring is expensive (it mallocs two full-size inboxes, whose pages then fault in,
+  // and registers buffers with both neighbours), so a persistent instance with its own buffer is
+  // kept per key; the user's data is copied in and out. The key never contains a pointer, so
+  // every rank (issuing the same collectives in the same order) makes the same hit/miss/evict
+  // decisions and Gloo's slot numbers stay in step. Queue thread only.
+  template <typename T>
+  void run_ring(T* data, std::size_t count, DType type, ReduceOp op) {
+    const std::size_t bytes = count * sizeof(T);
+    const auto key = std::make_tuple(static_cast<int>(type), static_cast<int>(op), count);
+    auto it = ring_cache_.find(key);
+    if (it == ring_cache_.end()) {
+      while (!ring_lru_.empty() && ring_cache_bytes_ + bytes > kRingCacheBytes) {
+        auto victim = ring_cache_.find(ring_lru_.front());
+        ring_cache_bytes_ -= victim->second.buf.size();
+        ring_cache_.erase(victim);
+        ring_lru_.pop_front();
+      }
+      CachedRing c;
+      c.buf.resize(bytes);
+      std::vector<T*> ptrs{reinterpret_cast<T*>(c.buf.data())};
+      if (options_.allreduce == GlooOptions::AllreduceAlgo::kRing) {
+        c.algo = std::make_unique<gloo::AllreduceRing<T>>(ctx_, ptrs, static_cast<int>(count), ring_func<T>(op));
+      } else {
+        c.algo = std::make_unique<gloo::AllreduceRingChunked<T>>(ctx_, ptrs, static_cast<int>(count), ring_func<T>(op));
+      }
+      ring_cache_bytes_ += bytes;
+      ring_lru_.push_back(key);
+      it = ring_cache_.emplace(key, std::move(c)).first;
+    } else {
+      ring_lru_.erase(std::find(ring_lru_.begin(), ring_lru_.end(), key));
+      ring_lru_.push_back(key);
+    }
+    std::memcpy(it->second.buf.data(), static_cast<const void*>(data), bytes);
+    it->second.algo->run();
+    std::memcpy(static_cast<void*>(data), it->second.buf.data(), bytes);
+  }
+
+  using RingKey = std::tuple<int, int, std::size_t>;
+  struct CachedRing {
+    std::vector<std::uint8_t> buf;
+    std::unique_ptr<gloo::Algorithm> algo;
+  };
+  static constexpr std::size_t kRingCacheBytes = 512u << 20;
+  std::map<RingKey, CachedRing> ring_cache_;
+  std::deque<RingKey> ring_lru_;
+  std::size_t ring_cache_bytes_ = 0;
+
   static uint64_t p2p_slot(std::uint32_t tag) { return gloo::Slot::build(0x70, tag); }
   Millis deadline(Millis t) const { return t.count() > 0 ? t : options_.timeout; }
   uint32_t next_tag() { return tag_++; }

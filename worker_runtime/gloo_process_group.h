@@ -34,6 +34,7 @@ struct GlooOptions {
   std::string hostname;
   bool loopback = false;
   enum class AllreduceAlgo { kRingChunked, kRing, kGlooAllreduce } allreduce = AllreduceAlgo::kRingChunked;
+  std::size_t segment_bytes = 0;  // gloo::allreduce() segment size; 0 = Gloo's default (1 MiB)
 };
 
 std::unique_ptr<ProcessGroup> make_gloo_process_group(crun::Store& store, int rank, int size,

@@ -1,0 +1,48 @@
+// One rank of the all_reduce benchmark (started by run_bench.py with the torchrun environment).
+// Usage: bench_allreduce_worker <algo: ring_chunked|ring|gloo_allreduce> <bytes>...
+// For each size: 2 warm-up rounds, then `iters` timed all_reduce(sum, float32) calls, each
+// preceded by a barrier; rank 0 prints "size=<bytes> median_s=<t> busbw_gbs=<x>".
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "worker_runtime/runtime.h"
+
+using namespace crun::rt;
+
+int main(int argc, char** argv) {
+  if (argc < 3) return 2;
+  InitOptions o;
+  const std::string algo = argv[1];
+  o.gloo.allreduce = algo == "ring" ? GlooOptions::AllreduceAlgo::kRing
+                     : algo == "gloo_allreduce" ? GlooOptions::AllreduceAlgo::kGlooAllreduce
+                                                : GlooOptions::AllreduceAlgo::kRingChunked;
+  if (const char* seg = std::getenv("CRUN_BENCH_SEGMENT_BYTES")) o.gloo.segment_bytes = std::stoull(seg);
+  auto rt = Runtime::init(o);
+  ProcessGroup& pg = rt->pg();
+  const int W = pg.size();
+  for (int a = 2; a < argc; ++a) {
+    const std::size_t bytes = std::stoull(argv[a]);
+    const std::size_t n = bytes / sizeof(float);
+    std::vector<float> buf(n, 1.0f);
+    const int iters = static_cast<int>(std::clamp<std::size_t>((256u << 20) / bytes, 5, 50));
+    for (int i = 0; i < 2; ++i) pg.all_reduce(buf.data(), n, DType::kFloat32, ReduceOp::kSum)->wait();
+    std::vector<double> t;
+    for (int i = 0; i < iters; ++i) {
+      pg.barrier()->wait();
+      auto t0 = std::chrono::steady_clock::now();
+      pg.all_reduce(buf.data(), n, DType::kFloat32, ReduceOp::kSum)->wait();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    const double med = t[t.size() / 2];
+    const double busbw = static_cast<double>(bytes) * 2.0 * (W - 1) / W / med / 1e9;
+    if (pg.rank() == 0) std::printf("size=%zu median_s=%.6f busbw_gbs=%.3f iters=%d\n", bytes, med, busbw, iters);
+    std::fflush(stdout);
+  }
+  rt->finish();
+  return 0;
+}
