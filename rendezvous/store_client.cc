@@ -150,10 +150,19 @@ TcpStore::TcpStore(StoreEndpoint endpoint, StoreClientOptions options)
 TcpStore::~TcpStore() = default;
 
 const StoreEndpoint& TcpStore::endpoint() const { return impl_->endpoint; }
+std::string TcpStore::local_address() const { return impl_->conn.local_address(); }
 
 void TcpStore::set(std::string_view key, std::string_view value) {
   check_value(impl_->conn.name(), key, value.size());
   impl_->call_void(Op::kSet, key, Millis(0), [&](wire::Writer& w) {
+    w.str(key);
+    w.str(value);
+  });
+}
+
+void TcpStore::set_ephemeral(std::string_view key, std::string_view value) {
+  check_value(impl_->conn.name(), key, value.size());
+  impl_->call_void(Op::kSetEphemeral, key, Millis(0), [&](wire::Writer& w) {
     w.str(key);
     w.str(value);
   });

@@ -54,6 +54,8 @@ class TcpStore final : public Store {
   TcpStore& operator=(const TcpStore&) = delete;
 
   const StoreEndpoint& endpoint() const;
+  // The local IP address this client's connection uses (the interface that reaches the store).
+  std::string local_address() const;
 
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key, Millis timeout) override;
@@ -69,6 +71,10 @@ class TcpStore final : public Store {
   std::int64_t append(std::string_view key, std::string_view value) override;
   std::vector<std::string> list_keys(std::string_view prefix, std::size_t limit) override;
   std::optional<std::string> try_get(std::string_view key) override;
+  // Sets a key that the server deletes when this client's connection closes (process exit,
+  // crash, or a dropped connection), unless another write took the key over. Not part of Store:
+  // it is a property of this connection.
+  void set_ephemeral(std::string_view key, std::string_view value);
   // Round trip with no effect; proves the server is alive.
   void ping();
 

@@ -121,6 +121,15 @@ StoreConnection::~StoreConnection() {
 
 void StoreConnection::interrupt() { ::shutdown(fd_, SHUT_RDWR); }
 
+std::string StoreConnection::local_address() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  char host[NI_MAXHOST];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return {};
+  return host;
+}
+
 void StoreConnection::send(std::string_view bytes, Clock::time_point deadline) {
   while (!bytes.empty()) {
     ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -45,6 +45,8 @@ class StoreConnection {
   void interrupt();
   // "store 127.0.0.1:29500" — the prefix of every error message.
   const std::string& name() const { return name_; }
+  // The local IP address of this connection (the interface that reaches the server).
+  std::string local_address() const;
 
  private:
   void fill(Clock::time_point deadline);

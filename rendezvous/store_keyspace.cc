@@ -38,9 +38,26 @@ std::string& KeySpace::slot(std::string_view key) {
 }
 
 void KeySpace::set(std::string_view key, std::string_view value) {
+  disown(key);
   std::string& v = slot(key);
   v.assign(value);
   changed(std::string(key), &v);
+}
+
+void KeySpace::set_owned(std::string_view key, std::string_view value, std::uint64_t owner) {
+  owners_[std::string(key)] = owner;
+  std::string& v = slot(key);
+  v.assign(value);
+  changed(std::string(key), &v);
+}
+
+void KeySpace::release(std::uint64_t owner, const std::vector<std::string>& keys) {
+  for (const std::string& k : keys) {
+    auto it = owners_.find(k);
+    if (it == owners_.end() || it->second != owner) continue;
+    owners_.erase(it);
+    remove(k);
+  }
 }
 
 std::int64_t KeySpace::add(std::string_view key, std::int64_t delta) {
@@ -49,6 +66,7 @@ std::int64_t KeySpace::add(std::string_view key, std::int64_t delta) {
     throw std::invalid_argument("value of '" + std::string(key) + "' is not a decimal integer");
   }
   std::int64_t result = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) + static_cast<std::uint64_t>(delta));
+  disown(key);
   std::string& v = slot(key);
   v = std::to_string(result);
   changed(std::string(key), &v);
@@ -59,6 +77,7 @@ std::string KeySpace::compare_set(std::string_view key, std::string_view expecte
   auto it = data_.find(key);
   bool matches = (it == data_.end()) ? expected.empty() : it->second == expected;
   if (!matches) return it == data_.end() ? std::string() : it->second;
+  disown(key);
   std::string& v = slot(key);
   v.assign(desired);
   changed(std::string(key), &v);
@@ -71,6 +90,7 @@ std::int64_t KeySpace::append(std::string_view key, std::string_view value, std:
   if (current + value.size() > max_value) {
     throw std::length_error("appending to '" + std::string(key) + "' would exceed " + std::to_string(max_value) + " bytes");
   }
+  disown(key);
   std::string& v = slot(key);
   v.append(value);
   changed(std::string(key), &v);
@@ -82,6 +102,7 @@ bool KeySpace::remove(std::string_view key) {
   if (it == data_.end()) return false;
   std::string name = it->first;
   data_.erase(it);
+  disown(name);
   changed(name, nullptr);
   return true;
 }

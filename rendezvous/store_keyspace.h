@@ -47,6 +47,10 @@ class KeySpace {
   bool has_all(const std::vector<std::string>& keys) const;
 
   void set(std::string_view key, std::string_view value);
+  // An ephemeral set: the key belongs to `owner` until another write takes it over;
+  // release(owner) deletes the keys the owner still holds (its connection closed).
+  void set_owned(std::string_view key, std::string_view value, std::uint64_t owner);
+  void release(std::uint64_t owner, const std::vector<std::string>& keys);
   // Throws std::invalid_argument when the present value is not a decimal int64.
   std::int64_t add(std::string_view key, std::int64_t delta);
   std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired);
@@ -67,12 +71,16 @@ class KeySpace {
 
  private:
   std::string& slot(std::string_view key);
+  void disown(std::string_view key) {
+    if (!owners_.empty()) owners_.erase(std::string(key));
+  }
   void changed(const std::string& key, const std::string* value);
 
   std::map<std::string, std::string, std::less<>> data_;
   std::unordered_map<std::string, std::vector<std::shared_ptr<ParkedRequest>>> parked_;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Watch>>> watches_;
   std::map<std::size_t, std::size_t> watched_lengths_;  // prefix length → number of watches
+  std::unordered_map<std::string, std::uint64_t> owners_;  // ephemeral key → owning connection
 };
 
 }  // namespace crun

@@ -22,6 +22,7 @@ const char* op_name(Op op) {
     case Op::kWatch: return "watch";
     case Op::kUnwatch: return "unwatch";
     case Op::kPing: return "ping";
+    case Op::kSetEphemeral: return "set_ephemeral";
   }
   return "unknown";
 }

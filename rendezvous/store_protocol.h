@@ -48,6 +48,7 @@ enum class Op : std::uint8_t {
   kWatch = 14,      // prefix                               → (empty); then notifications
   kUnwatch = 15,    // watch request id u32                 → (empty)
   kPing = 16,       // (empty)                              → (empty)
+  kSetEphemeral = 17,  // key, value: deleted when this connection closes → (empty)
 };
 
 enum class Status : std::uint8_t {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio.hpp>
+#include <algorithm>
 #include <future>
 #include <thread>
 #include <unordered_set>
@@ -116,6 +117,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parked_.clear();
     for (auto& w : watches_) server_.keys.remove_watch(w);
     watches_.clear();
+    server_.keys.release(serial_, ephemeral_);  // after the watches: its own deletes are not echoed to it
+    ephemeral_.clear();
     server_.connections.erase(shared_from_this());
   }
 
@@ -170,11 +173,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return;
       }
       used_ += n;
+      progressed_ = true;
       if (n < space) break;  // drained: a later arrival raises a new readiness edge
     }
     in_batch_ = true;
     try {
       process();
+      progressed_ = false;
     } catch (const wire::ProtocolError& e) {
       in_batch_ = false;
       close(e.what(), true);
@@ -239,7 +244,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       in_.shrink_to_fit();
     }
     if (used_ != 0) {
-      if (!timer_armed_) arm_timer(server_.opt.frame_timeout, "frame incomplete");
+      // Re-armed on every read that made progress: a slow sender is fine, a silent one is not.
+      if (progressed_ || !timer_armed_) arm_timer(server_.opt.frame_timeout, "no bytes of an incomplete frame");
     } else if (timer_armed_) {
       timer_armed_ = false;
       timer_.cancel();
@@ -466,6 +472,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
         r.expect_done();
         reply_ok(id);
         return;
+      case Op::kSetEphemeral: {
+        auto key = r.str();
+        auto value = r.str();
+        r.expect_done();
+        if (key_ok(key, id) && value_ok(value, id)) {
+          if (std::find(ephemeral_.begin(), ephemeral_.end(), key) == ephemeral_.end()) ephemeral_.emplace_back(key);
+          ks.set_owned(key, value, serial_);
+          reply_ok(id);
+        }
+        return;
+      }
     }
     reply_error(Status::kUnknownOp, id, "unknown operation code " + std::to_string(static_cast<int>(op)));
   }
@@ -590,6 +607,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   tcp::socket socket_;
   asio::steady_timer timer_;
   bool timer_armed_ = false;
+  bool progressed_ = false;  // bytes arrived since the frame timer was last armed
   std::string peer_;
   std::vector<char> in_;
   std::size_t used_ = 0;
@@ -603,6 +621,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string out_next_;
   std::unordered_set<std::shared_ptr<Parked>> parked_;
   std::vector<std::shared_ptr<ConnWatch>> watches_;
+  std::vector<std::string> ephemeral_;  // keys this connection set with set_ephemeral
+  std::uint64_t serial_ = ++next_serial_;
+  static inline std::uint64_t next_serial_ = 0;  // server thread only
 };
 
 void StoreServer::Impl::open() {

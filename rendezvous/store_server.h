@@ -35,7 +35,7 @@ struct StoreServerOptions {
   std::size_t max_pending_per_connection = 1024;  // parked gets/waits per connection
   std::size_t max_outbound_bytes = 256u << 20;    // unread replies before a client is dropped
   std::chrono::milliseconds handshake_timeout{10000};
-  std::chrono::milliseconds frame_timeout{30000};  // a started frame must finish within this
+  std::chrono::milliseconds frame_timeout{30000};  // a started frame may go this long without a byte
 };
 
 struct StoreServerStats {

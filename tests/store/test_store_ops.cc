@@ -207,3 +207,25 @@ TEST_CASE("endpoint parsing names what is wrong", "[ops][endpoint]") {
   CHECK_THROWS_AS(StoreEndpoint::parse(":80"), std::invalid_argument);
   CHECK_THROWS_AS(StoreEndpoint::parse("::1:80"), std::invalid_argument);
 }
+
+TEST_CASE("ephemeral keys vanish with their connection", "[ops][ephemeral]") {
+  ServerFixture f;
+  auto observer = f.client();
+  EventQueue<StoreEvent> events;
+  auto w = observer->watch("alive/", [&](const StoreEvent& e) { events.push(e); });
+  auto node = f.client();
+  node->set_ephemeral("alive/node1", "pid 42");
+  node->set_ephemeral("alive/node2", "pid 43");
+  observer->set("alive/node2", "taken over");  // a later plain write ends node's ownership
+  CHECK(observer->get("alive/node1", 1s) == "pid 42");
+  REQUIRE(events.pop());  // set node1
+  REQUIRE(events.pop());  // set node2
+  REQUIRE(events.pop());  // set node2 by observer
+  node.reset();           // the connection closes: the server deletes what node still owns
+  auto gone = events.pop();
+  REQUIRE(gone);
+  CHECK(gone->kind == StoreEvent::Kind::kDelete);
+  CHECK(gone->key == "alive/node1");
+  CHECK_FALSE(observer->try_get("alive/node1").has_value());
+  CHECK(observer->get("alive/node2", 1s) == "taken over");
+}

@@ -1,0 +1,49 @@
+// RendezvousCoordinator: decides rounds for one run; lives in the agent that hosts the store.
+//
+// Contract
+//   - Watches the run's keys and answers joins: once min_nodes have joined, the round closes after
+//     last_call_timeout, at once when max_nodes have joined, and at once when every node of the
+//     previous round has rejoined (a restart does not wait out the last call). Node ranks are
+//     ordered by rank hint, then previous rank, then node id, so they are stable across rounds.
+//   - A node whose configuration differs from the first node's is answered with an error naming
+//     both nodes and every differing field.
+//   - While a round runs: a failure report ends it (restart_count + 1 while restarts remain, else
+//     the job closes with the failure's exit code); a node that joins while there is room, or a
+//     participant that is lost (its connection closed, or no heartbeat for heartbeat_timeout),
+//     ends it without counting a restart; all participants reporting success close the job.
+//   - Every decision is one key write that agents watch (ctl/stop/<round>, ctl/closed), so
+//     messages per round are O(nodes).
+//
+// Threading
+//   Runs on a thread of its own, started by the constructor and joined by the destructor. Its
+//   store connections are its own. wait_until_drained() may be called from any one thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "rendezvous/rendezvous_records.h"
+#include "rendezvous/store_client.h"
+
+namespace crun {
+
+class RendezvousCoordinator {
+ public:
+  RendezvousCoordinator(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
+                        std::function<void(const std::string&)> log);
+  ~RendezvousCoordinator();
+  RendezvousCoordinator(const RendezvousCoordinator&) = delete;
+  RendezvousCoordinator& operator=(const RendezvousCoordinator&) = delete;
+
+  // Waits until the job is closed and no participant is connected any more, or `bound` passes.
+  // Returns true when drained.
+  bool wait_until_drained(Millis bound);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace crun

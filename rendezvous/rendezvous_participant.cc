@@ -1,0 +1,146 @@
+#include "rendezvous/rendezvous_participant.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace crun {
+
+std::string make_node_id(const std::string& hostname) {
+  char suffix[16];
+  std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(std::random_device{}()));
+  return hostname + ":" + std::to_string(::getpid()) + ":" + suffix;
+}
+
+namespace {
+StoreClientOptions with_connect_timeout(StoreClientOptions o, Millis t) {
+  o.connect_timeout = t;
+  return o;
+}
+StoreClientOptions with_timeout(StoreClientOptions o, Millis t) {
+  o.timeout = t;
+  o.connect_timeout = t;
+  return o;
+}
+}  // namespace
+
+struct RendezvousParticipant::Impl {
+  Impl(StoreEndpoint ep, StoreClientOptions opt, RendezvousConfig c, NodeRecord s, ParticipantEvents ev)
+      : keys(c.run_id),
+        cfg(std::move(c)),
+        self(std::move(s)),
+        events(std::move(ev)),
+        store(ep, with_connect_timeout(opt, cfg.join_timeout)),
+        beat_store(ep, with_timeout(opt, cfg.heartbeat_timeout)) {
+    if (self.addr.empty()) self.addr = store.local_address();
+    // Watch first, so no control event published after our alive key can be missed.
+    watch = store.watch(
+        keys.control_prefix(), [this](const StoreEvent& e) { on_control(e); },
+        [this](const std::string& why) { lost("the rendezvous store's connection broke: " + why); });
+    store.set_ephemeral(keys.alive(self.node_id), self.hostname);
+    beat_store.set(keys.heartbeat(self.node_id), "0");
+    heartbeat = std::thread([this] { beat(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(beat_mu);
+      stopping = true;
+      beat_cv.notify_all();
+    }
+    heartbeat.join();
+    watch.reset();
+  }
+
+  void on_control(const StoreEvent& e) {
+    if (e.kind != StoreEvent::Kind::kSet) return;
+    if (e.key == keys.progress()) {
+      if (events.on_progress) events.on_progress(e.value);
+      return;
+    }
+    try {
+      ControlEvent ev = ControlEvent::from_json(e.value);
+      if (events.on_control) events.on_control(ev);
+    } catch (const std::exception& ex) {
+      lost(std::string("malformed control record from the coordinator: ") + ex.what());
+    }
+  }
+
+  void lost(const std::string& why) {
+    if (stopping || lost_reported.exchange(true)) return;
+    if (events.on_store_lost) events.on_store_lost(why);
+  }
+
+  void beat() {
+    std::uint64_t n = 0;
+    std::unique_lock lock(beat_mu);
+    while (!beat_cv.wait_for(lock, cfg.keep_alive_interval, [&] { return stopping.load(); })) {
+      lock.unlock();
+      try {
+        beat_store.set(keys.heartbeat(self.node_id), std::to_string(++n));
+      } catch (const StoreError& e) {
+        lost(std::string("heartbeat failed: ") + e.what());
+        return;
+      }
+      lock.lock();
+    }
+  }
+
+  RendezvousKeys keys;
+  RendezvousConfig cfg;
+  NodeRecord self;
+  ParticipantEvents events;
+  std::mutex store_mu;  // guards `store` (join/report)
+  TcpStore store;
+  TcpStore beat_store;  // heartbeats: its own connection, with heartbeat_timeout as deadline
+  std::unique_ptr<StoreWatch> watch;
+  std::thread heartbeat;
+  std::mutex beat_mu;
+  std::condition_variable beat_cv;
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> lost_reported{false};
+};
+
+RendezvousParticipant::RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
+                                             NodeRecord self, ParticipantEvents events)
+    : impl_(std::make_unique<Impl>(std::move(store), std::move(options), std::move(config), std::move(self),
+                                   std::move(events))) {}
+
+RendezvousParticipant::~RendezvousParticipant() = default;
+
+RoundAnswer RendezvousParticipant::join(std::uint16_t free_port) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.store_mu);
+  if (auto closed = m.store.try_get(m.keys.closed())) {
+    RoundAnswer a;
+    a.closed = true;
+    a.error = "the rendezvous of run '" + m.cfg.run_id + "' is closed (" + ControlEvent::from_json(*closed).detail + ")";
+    return a;
+  }
+  ++m.self.seq;
+  m.self.free_port = free_port;
+  m.store.set(m.keys.join(m.self.node_id), m.self.to_json());
+  try {
+    return RoundAnswer::from_json(m.store.get(m.keys.answer(m.self.node_id, m.self.seq), m.cfg.join_timeout));
+  } catch (const StoreTimeout&) {
+    throw RendezvousTimeout("no round formed within the join timeout of " +
+                            std::to_string(m.cfg.join_timeout.count() / 1000.0).substr(0, 5) + " s (run '" +
+                            m.cfg.run_id + "', " + std::to_string(m.cfg.min_nodes) + " node(s) needed)");
+  }
+}
+
+void RendezvousParticipant::report(int round, const RoundOutcome& outcome) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.store_mu);
+  m.store.set(m.keys.report(round, m.self.node_id), outcome.to_json());
+}
+
+const NodeRecord& RendezvousParticipant::self() const { return impl_->self; }
+const RendezvousKeys& RendezvousParticipant::keys() const { return impl_->keys; }
+
+}  // namespace crun

@@ -1,0 +1,132 @@
+#include "rendezvous/rendezvous_records.h"
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace crun {
+
+using nlohmann::json;
+
+namespace {
+json parse(const std::string& text, const char* what) {
+  try {
+    json j = json::parse(text);
+    if (!j.is_object()) throw std::invalid_argument(std::string(what) + " record is not a JSON object");
+    return j;
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(std::string("malformed ") + what + " record: " + e.what());
+  }
+}
+
+template <typename T>
+T field(const json& j, const char* name, const char* what) {
+  auto it = j.find(name);
+  if (it == j.end()) throw std::invalid_argument(std::string(what) + " record lacks '" + name + "'");
+  try {
+    return it->get<T>();
+  } catch (const json::exception&) {
+    throw std::invalid_argument(std::string(what) + " record has a bad '" + name + "'");
+  }
+}
+}  // namespace
+
+std::string NodeRecord::to_json() const {
+  return json{{"node_id", node_id}, {"hostname", hostname}, {"addr", addr}, {"free_port", free_port},
+              {"rank_hint", rank_hint}, {"seq", seq}, {"nproc", nproc}, {"role", role},
+              {"max_restarts", max_restarts}, {"min_nodes", min_nodes}, {"max_nodes", max_nodes},
+              {"program", program}}
+      .dump();
+}
+
+NodeRecord NodeRecord::from_json(const std::string& text) {
+  json j = parse(text, "join");
+  NodeRecord r;
+  r.node_id = field<std::string>(j, "node_id", "join");
+  r.hostname = field<std::string>(j, "hostname", "join");
+  r.addr = field<std::string>(j, "addr", "join");
+  r.free_port = field<std::uint16_t>(j, "free_port", "join");
+  r.rank_hint = field<int>(j, "rank_hint", "join");
+  r.seq = field<int>(j, "seq", "join");
+  r.nproc = field<int>(j, "nproc", "join");
+  r.role = field<std::string>(j, "role", "join");
+  r.max_restarts = field<int>(j, "max_restarts", "join");
+  r.min_nodes = field<int>(j, "min_nodes", "join");
+  r.max_nodes = field<int>(j, "max_nodes", "join");
+  r.program = field<std::string>(j, "program", "join");
+  return r;
+}
+
+std::string NodeRecord::mismatch(const NodeRecord& o) const {
+  std::string out;
+  auto add = [&](const char* name, const std::string& a, const std::string& b) {
+    if (a == b) return;
+    if (!out.empty()) out += ", ";
+    out += std::string(name) + " " + a + " vs " + b;
+  };
+  add("nproc", std::to_string(nproc), std::to_string(o.nproc));
+  add("role", role, o.role);
+  add("max-restarts", std::to_string(max_restarts), std::to_string(o.max_restarts));
+  add("nnodes", std::to_string(min_nodes) + ":" + std::to_string(max_nodes),
+      std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes));
+  add("program", program, o.program);
+  return out;
+}
+
+std::string RoundAnswer::to_json() const {
+  return json{{"error", error}, {"closed", closed}, {"round", round}, {"restart_count", restart_count},
+              {"node_rank", node_rank}, {"nnodes", nnodes}, {"master_addr", master_addr}, {"master_port", master_port}}
+      .dump();
+}
+
+RoundAnswer RoundAnswer::from_json(const std::string& text) {
+  json j = parse(text, "answer");
+  RoundAnswer a;
+  a.error = field<std::string>(j, "error", "answer");
+  a.closed = field<bool>(j, "closed", "answer");
+  a.round = field<int>(j, "round", "answer");
+  a.restart_count = field<int>(j, "restart_count", "answer");
+  a.node_rank = field<int>(j, "node_rank", "answer");
+  a.nnodes = field<int>(j, "nnodes", "answer");
+  a.master_addr = field<std::string>(j, "master_addr", "answer");
+  a.master_port = field<std::uint16_t>(j, "master_port", "answer");
+  return a;
+}
+
+std::string RoundOutcome::to_json() const {
+  return json{{"succeeded", succeeded}, {"exit_code", exit_code}, {"wall_time_us", wall_time_us}, {"report", report}}.dump();
+}
+
+RoundOutcome RoundOutcome::from_json(const std::string& text) {
+  json j = parse(text, "outcome");
+  RoundOutcome o;
+  o.succeeded = field<bool>(j, "succeeded", "outcome");
+  o.exit_code = field<int>(j, "exit_code", "outcome");
+  o.wall_time_us = field<std::int64_t>(j, "wall_time_us", "outcome");
+  o.report = field<std::string>(j, "report", "outcome");
+  return o;
+}
+
+std::string ControlEvent::to_json() const {
+  return json{{"kind", kind == Kind::kStop ? "stop" : "closed"}, {"round", round}, {"restart_count", restart_count},
+              {"failure", failure}, {"exit_code", exit_code}, {"detail", detail}, {"origin_node", origin_node},
+              {"report", report}}
+      .dump();
+}
+
+ControlEvent ControlEvent::from_json(const std::string& text) {
+  json j = parse(text, "control");
+  ControlEvent e;
+  auto kind = field<std::string>(j, "kind", "control");
+  if (kind != "stop" && kind != "closed") throw std::invalid_argument("control record has an unknown kind '" + kind + "'");
+  e.kind = kind == "stop" ? Kind::kStop : Kind::kClosed;
+  e.round = field<int>(j, "round", "control");
+  e.restart_count = field<int>(j, "restart_count", "control");
+  e.failure = field<bool>(j, "failure", "control");
+  e.exit_code = field<int>(j, "exit_code", "control");
+  e.detail = field<std::string>(j, "detail", "control");
+  e.origin_node = field<std::string>(j, "origin_node", "control");
+  e.report = field<std::string>(j, "report", "control");
+  return e;
+}
+
+}  // namespace crun

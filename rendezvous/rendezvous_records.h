@@ -1,0 +1,124 @@
+// The c10d-style rendezvous' records and key layout (docs/rendezvous.md describes the protocol).
+//
+// Contract
+//   Every key of run R lives under "crun/rdzv/<R>/". Participants write only their own keys
+//   (join/<node>, alive/<node>, hb/<node>, report/<round>/<node>); the coordinator writes only
+//   answer/<node>/<seq> and ctl/*. Records are JSON; from_json throws std::invalid_argument naming
+//   the record and the field when a peer sent something malformed.
+//
+// Threading
+//   Value types and pure functions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace crun {
+
+// The rendezvous settings every node must agree on (min/max/max_restarts) plus local timings.
+struct RendezvousConfig {
+  std::string run_id = "none";
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int max_restarts = 0;
+  std::chrono::milliseconds join_timeout{600000};
+  std::chrono::milliseconds last_call_timeout{30000};
+  std::chrono::milliseconds close_timeout{30000};
+  std::chrono::milliseconds heartbeat_timeout{15000};
+  std::chrono::milliseconds keep_alive_interval{5000};
+};
+
+// What a node says about itself when it joins a round.
+struct NodeRecord {
+  std::string node_id;      // unique per agent process: "<host>:<pid>:<random>"
+  std::string hostname;
+  std::string addr;         // the address other nodes reach this node at
+  std::uint16_t free_port = 0;  // a port free on this node, used as MASTER_PORT if it gets rank 0
+  int rank_hint = -1;       // orders nodes when given (--node-rank, SLURM_NODEID)
+  int seq = 0;              // increases with each join of this node
+  // Configuration that must match across nodes.
+  int nproc = 1;
+  std::string role = "default";
+  int max_restarts = 0;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string program;
+
+  std::string to_json() const;
+  static NodeRecord from_json(const std::string& text);
+  // Names every field that differs from `other`, e.g. "nproc 2 vs 4, program a.out vs b.out".
+  std::string mismatch(const NodeRecord& other) const;
+};
+
+// The coordinator's answer to one join.
+struct RoundAnswer {
+  std::string error;  // non-empty: rejected (mismatch, closed); the rest is unset
+  bool closed = false;
+  int round = 0;
+  int restart_count = 0;
+  int node_rank = 0;
+  int nnodes = 0;
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+
+  std::string to_json() const;
+  static RoundAnswer from_json(const std::string& text);
+};
+
+// A node's outcome for one round.
+struct RoundOutcome {
+  bool succeeded = false;
+  int exit_code = 0;        // crun's exit code for the root cause (code or 128+signal)
+  std::int64_t wall_time_us = 0;  // when the failure happened (for root-cause ordering)
+  std::string report;       // the agent's failure report (text), opaque to the rendezvous
+
+  std::string to_json() const;
+  static RoundOutcome from_json(const std::string& text);
+};
+
+// What the coordinator tells every agent: stop this round, or the job is over.
+struct ControlEvent {
+  enum class Kind { kStop, kClosed };
+  Kind kind = Kind::kStop;
+  int round = 0;
+  int restart_count = 0;    // for kStop: the restart count of the next round
+  bool failure = false;     // kStop: a worker failed (counts as a restart); else membership
+  int exit_code = 0;        // kClosed: what every agent exits with
+  std::string detail;       // one line: why
+  std::string origin_node;  // the node whose failure caused this, if any
+  std::string report;       // that node's failure report
+
+  std::string to_json() const;
+  static ControlEvent from_json(const std::string& text);
+};
+
+// Key names.
+struct RendezvousKeys {
+  explicit RendezvousKeys(const std::string& run_id) : base("crun/rdzv/" + run_id + "/") {}
+  std::string base;
+  std::string join_prefix() const { return base + "join/"; }
+  std::string join(const std::string& node) const { return join_prefix() + node; }
+  std::string answer(const std::string& node, int seq) const { return base + "answer/" + node + "/" + std::to_string(seq); }
+  std::string alive_prefix() const { return base + "alive/"; }
+  std::string alive(const std::string& node) const { return alive_prefix() + node; }
+  std::string heartbeat_prefix() const { return base + "hb/"; }
+  std::string heartbeat(const std::string& node) const { return heartbeat_prefix() + node; }
+  std::string report_prefix() const { return base + "report/"; }
+  std::string report(int round, const std::string& node) const { return report_prefix() + std::to_string(round) + "/" + node; }
+  std::string control_prefix() const { return base + "ctl/"; }
+  std::string stop(int round) const { return control_prefix() + "stop/" + std::to_string(round); }
+  std::string closed() const { return control_prefix() + "closed"; }
+  std::string progress() const { return control_prefix() + "progress"; }
+  // Worker-facing keys of one round (fresh per round, never reused).
+  std::string round_prefix(int round) const { return base + "round/" + std::to_string(round) + "/"; }
+};
+
+// Exit codes of crun for rendezvous outcomes (documented in the README).
+inline constexpr int kExitRendezvousTimeout = 4;
+inline constexpr int kExitRendezvousClosed = 5;
+inline constexpr int kExitRendezvousRejected = 6;
+inline constexpr int kExitStoreLost = 7;
+
+}  // namespace crun
