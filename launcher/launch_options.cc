@@ -147,6 +147,11 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   CLI::App app{"crun: launch a distributed training job (torchrun-compatible)", "crun"};
   app.prefix_command();
   app.set_help_flag("-h,--help", "print this help and exit");
+  app.footer(
+      "Usage: crun [options] program [args...]   (a .py program runs as `python3 -u`, PYTHON_EXEC\n"
+      "overrides the interpreter; -m runs a module; --no-python execs the program)\n"
+      "Exit status: 0 all workers succeeded; the root-cause worker's code (128+N for signal N)\n"
+      "when restarts are exhausted; 128+N when crun got signal N; 2 bad usage; 3 agent error.");
 
   std::string nnodes = "1:1";
   std::string nproc = "1";

@@ -74,29 +74,33 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--crun", required=True)
     ap.add_argument("--worker", required=True)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, help="runs per torchrun figure (crun: 3x as many)")
     a = ap.parse_args()
+    crun_runs = 3 * a.runs  # crun's runs are short; more of them steady the median on a busy box
 
     crun = [a.crun]
     torchrun = [sys.executable, os.path.join(HERE, "torchrun_shim.py")]
     torchrun_fast = torchrun + ["--monitor_interval", "0.1"]
     anchors = [("torchrun", torchrun), ("torchrun --monitor_interval 0.1", torchrun_fast)]
 
-    print(f"# crun vs torchrun (torch {torch_version()}), median of {a.runs} runs, {os.cpu_count()} cores")
+    print(f"# crun vs torchrun (torch {torch_version()}), median of {crun_runs} (crun) / {a.runs} (torchrun) runs,"
+          f" {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     print(f"{'metric':34} {'crun':>12} {'anchor':>36} {'anchor/crun':>12}")
 
     def row(metric, ours, theirs_name, theirs, unit=fmt_s):
         print(f"{metric:34} {unit(ours):>12} {theirs_name + ' ' + unit(theirs):>36} {theirs / ours:11.0f}x",
               flush=True)
 
+    base = median_of(lambda: wall(["/bin/true"]), crun_runs)
+    print(f"{'(baseline: /bin/true run directly)':34} {fmt_s(base):>12}", flush=True)
     for n in (2, 8):
         job = ["--standalone", "--nproc_per_node", str(n), "--no_python", "/bin/true"]
-        ours = median_of(lambda: wall(crun + job), a.runs)
+        ours = median_of(lambda: wall(crun + job), crun_runs)
         for name, cmd in anchors:
             theirs = median_of(lambda: wall(cmd + job), a.runs)
             row(f"launch /bin/true, {n} workers", ours, name, theirs)
 
-    ours = statistics.median(recovery(crun, a.worker) for _ in range(a.runs))
+    ours = statistics.median(recovery(crun, a.worker) for _ in range(crun_runs))
     for name, cmd in anchors:
         theirs = statistics.median(recovery(cmd, a.worker) for _ in range(a.runs))
         row("recovery (exit -> replacement)", ours, name, theirs)
