@@ -159,8 +159,11 @@ class GlooProcessGroup final : public ProcessGroup {
   Millis default_timeout() const override { return options_.timeout; }
 
   WorkPtr all_reduce(void* data, std::size_t count, DType type, ReduceOp op, Millis timeout) override {
-    const bool ring = type != DType::kBFloat16 && options_.allreduce != GlooOptions::AllreduceAlgo::kGlooAllreduce &&
-                      (timeout.count() <= 0 || timeout == options_.timeout) && count <= INT_MAX;
+    using Algo = GlooOptions::AllreduceAlgo;
+    const bool ring_wanted = options_.allreduce == Algo::kRingChunked || options_.allreduce == Algo::kRing ||
+                             (options_.allreduce == Algo::kAuto && count * dtype_size(type) < options_.auto_threshold_bytes);
+    const bool ring = ring_wanted && type != DType::kBFloat16 && (timeout.count() <= 0 || timeout == options_.timeout) &&
+                      count <= INT_MAX;
     const Millis t = deadline(timeout);
     const uint32_t tag = next_tag();
     return queue_->submit(describe("all_reduce", count, type) + " " + reduce_op_name(op), [=, this] {

@@ -1,5 +1,5 @@
 // One rank of the all_reduce benchmark (started by run_bench.py with the torchrun environment).
-// Usage: bench_allreduce_worker <algo: ring_chunked|ring|gloo_allreduce> <bytes>...
+// Usage: bench_allreduce_worker <algo: auto|ring_chunked|ring|gloo_allreduce> <bytes>...
 // For each size: 2 warm-up rounds, then `iters` timed all_reduce(sum, float32) calls, each
 // preceded by a barrier; rank 0 prints "size=<bytes> median_s=<t> busbw_gbs=<x>".
 #include <algorithm>
@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   const std::string algo = argv[1];
   o.gloo.allreduce = algo == "ring" ? GlooOptions::AllreduceAlgo::kRing
                      : algo == "gloo_allreduce" ? GlooOptions::AllreduceAlgo::kGlooAllreduce
-                                                : GlooOptions::AllreduceAlgo::kRingChunked;
+                     : algo == "ring_chunked"   ? GlooOptions::AllreduceAlgo::kRingChunked
+                                                : GlooOptions::AllreduceAlgo::kAuto;
   if (const char* seg = std::getenv("CRUN_BENCH_SEGMENT_BYTES")) o.gloo.segment_bytes = std::stoull(seg);
   auto rt = Runtime::init(o);
   ProcessGroup& pg = rt->pg();

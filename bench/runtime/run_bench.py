@@ -2,8 +2,8 @@
 """worker_runtime benchmarks, side by side in one run (run with /usr/bin/python3: it has torch).
 
 1. all_reduce bus bandwidth, 2 ranks on loopback, float32 sum, 4 KiB .. 256 MiB:
-   crun::runtime (Gloo ring-chunked) vs torch.distributed gloo, median of >= 5 each, ratio.
-   Also crun's other Gloo paths at 64 MiB (ring, gloo::allreduce) to show why ring-chunked.
+   crun::runtime (default path) vs torch.distributed gloo, median of >= 5 each, ratio.
+   Also crun's Gloo paths forced one by one at 64 MiB, to show the choice.
 2. train_mlp samples/s with 1 and 2 ranks (scaling).
 
 Usage: /usr/bin/python3 bench/runtime/run_bench.py [--build build-runtime]
@@ -21,14 +21,14 @@ def free_port():
     return p
 
 
-def run_ranks(cmd, world, timeout=600):
+def run_ranks(cmd, world, timeout=600, env=None):
     port = free_port()
     procs = []
     for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
+        e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0",
-                   OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+                   OMP_NUM_THREADS="1", **(env or {}))
+        procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
     for p, o in zip(procs, outs):
         if p.returncode != 0:
@@ -78,7 +78,7 @@ def main():
         return torch_worker(sizes)
     worker = os.path.join(a.build, "bench", "runtime", "bench_allreduce_worker")
     train = os.path.join(a.build, "examples", "train_mlp", "train_mlp")
-    crun = parse(run_ranks([worker, "ring_chunked"] + [str(s) for s in sizes], 2))
+    crun = parse(run_ranks([worker, "auto"] + [str(s) for s in sizes], 2))
     torch = parse(run_ranks(["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker",
                              "--sizes", a.sizes], 2))
     print("all_reduce float32 sum, 2 ranks, loopback; bus bandwidth GB/s (median)")
@@ -88,9 +88,11 @@ def main():
         print("%-8s %12.3f %12.3f %8.2f" % (human(s), c, t, c / t if t else float("nan")))
     s64 = 64 << 20
     print("\ncrun Gloo paths at 64 MiB (GB/s):")
-    for algo in ("ring_chunked", "ring", "gloo_allreduce"):
-        r = parse(run_ranks([worker, algo, str(s64)], 2))
-        print("  %-15s %.3f" % (algo, r[s64][1]))
+    for algo, seg in (("auto", None), ("ring_chunked", None), ("ring", None), ("gloo_allreduce", "1048576"),
+                      ("gloo_allreduce", "4194304")):
+        env = {"CRUN_BENCH_SEGMENT_BYTES": seg} if seg else {}
+        r = parse(run_ranks([worker, algo, str(s64)], 2, env=env))
+        print("  %-15s %-14s %.3f" % (algo, "segment=" + seg if seg else "", r[s64][1]))
 
     print("\ntrain_mlp samples/s (median of 3)")
     configs = [("defaults", []), ("hidden=1024 batch=256", ["--hidden", "1024", "--batch-size", "256", "--epochs", "2"])]

@@ -102,7 +102,7 @@ void collectives(Runtime& rt) {
   const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProd};
   for (DType t : types) {
     const std::string tn = dtype_name(t);
-    for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{100003}}) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{100003}, std::size_t{300007}}) {
       for (ReduceOp op : ops) {
         Buf b(t, n);
         for (std::size_t i = 0; i < n; ++i) b.set(i, value(R, i));
