@@ -160,8 +160,7 @@ class GlooProcessGroup final : public ProcessGroup {
 
   WorkPtr all_reduce(void* data, std::size_t count, DType type, ReduceOp op, Millis timeout) override {
     using Algo = GlooOptions::AllreduceAlgo;
-    const bool ring_wanted = options_.allreduce == Algo::kRingChunked || options_.allreduce == Algo::kRing ||
-                             (options_.allreduce == Algo::kAuto && count * dtype_size(type) < options_.auto_threshold_bytes);
+    const bool ring_wanted = options_.allreduce == Algo::kRingChunked || options_.allreduce == Algo::kRing;
     const bool ring = ring_wanted && type != DType::kBFloat16 && (timeout.count() <= 0 || timeout == options_.timeout) &&
                       count <= INT_MAX;
     const Millis t = deadline(timeout);

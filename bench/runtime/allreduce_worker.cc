@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 2; ++i) pg.all_reduce(buf.data(), n, DType::kFloat32, ReduceOp::kSum)->wait();
     std::vector<double> t;
     for (int i = 0; i < iters; ++i) {
-      pg.barrier()->wait();
+      if (std::getenv("CRUN_BENCH_FRESH")) buf = std::vector<float>(n, 1.0f);
+      if (!std::getenv("CRUN_BENCH_NOBARRIER")) pg.barrier()->wait();
       auto t0 = std::chrono::steady_clock::now();
       pg.all_reduce(buf.data(), n, DType::kFloat32, ReduceOp::kSum)->wait();
       t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

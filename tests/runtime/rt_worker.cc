@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -106,7 +107,10 @@ void collectives(Runtime& rt) {
       for (ReduceOp op : ops) {
         Buf b(t, n);
         for (std::size_t i = 0; i < n; ++i) b.set(i, value(R, i));
+        const auto t0 = std::chrono::steady_clock::now();
         pg.all_reduce(b.data(), n, t, op)->wait();
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (secs > 0.5) std::printf("slow: all_reduce %s %s n=%zu took %.2fs\n", tn.c_str(), reduce_op_name(op), n, secs);
         expect_buf(b, [&](std::size_t i) { return reference(op, W, i, t); },
                    "all_reduce " + tn + " " + reduce_op_name(op) + " n=" + std::to_string(n));
       }
