@@ -108,8 +108,8 @@ struct WorkerGroup::Impl {
     w->pidfd.close(ignored);
     // Everything the worker wrote is in the pipes now; route it before reporting the exit.
     // (A grandchild holding the pipe keeps it open: then we read what is there and go on.)
-    drain(w->out, -1);
-    drain(w->err, -1);
+    drain(w->out, 64);  // bounded: a pipe holds at most 1 MiB, a grandchild may keep writing
+    drain(w->err, 64);
     w->out.router.finish();
     w->err.router.finish();
     on_exit(e);

@@ -211,7 +211,8 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
       app.add_option("--master-port,--master_port", master_port)->envname("PET_MASTER_PORT");
   app.add_option("--local-addr,--local_addr", local_addr)->envname("PET_LOCAL_ADDR");
   app.add_option("--logs-specs,--logs_specs", logs_specs)->envname("PET_LOGS_SPECS");
-  app.add_option("--signals-to-handle,--signals_to_handle", signals_to_handle)
+  app.add_option("--signals-to-handle,--signals_to_handle", signals_to_handle,
+                 "signals forwarded to the workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT always are)")
       ->envname("PET_SIGNALS_TO_HANDLE");
   app.add_option("--stop-timeout,--stop_timeout", stop_timeout,
                  "seconds between SIGTERM and SIGKILL when stopping workers (default 30)");
@@ -283,7 +284,9 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     }
   }
   c.log_dir = log_dir;
-  std::set<int> seen;
+  // SIGTERM, SIGINT, SIGHUP and SIGQUIT are always handled; --signals-to-handle adds more.
+  std::set<int> seen{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  c.handled_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
   for (const auto& name : split(signals_to_handle, ',')) {
     if (trim(name).empty()) continue;
     const auto s = signal_number(trim(name));

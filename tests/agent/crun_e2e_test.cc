@@ -186,12 +186,20 @@ TEST_CASE("SIGTERM and --signals-to-handle are forwarded; crun exits 128+signal"
     CHECK(count(p.err(), "worker failed") == 0);  // a stop, not a failure, and no restart
   }
   SECTION("SIGUSR1 for Slurm preemption") {
-    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--signals-to-handle", "SIGTERM,SIGUSR1"},
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--signals-to-handle", "SIGUSR1"},
                             {"--trap", "SIGUSR1", "--hang"}));
     REQUIRE(p.wait_for_stdout("ready rank=", 2));
     p.signal(SIGUSR1);
     REQUIRE(p.wait_exit() == 128 + SIGUSR1);
     CHECK(count(p.out(), "got SIGUSR1") == 2);
+  }
+  SECTION("SIGINT stays handled when --signals-to-handle names others") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--signals-to-handle", "SIGUSR1"},
+                            {"--trap", "SIGINT", "--hang"}));
+    REQUIRE(p.wait_for_stdout("ready rank=", 2));
+    p.signal(SIGINT);
+    REQUIRE(p.wait_exit() == 128 + SIGINT);
+    CHECK(count(p.out(), "got SIGINT") == 2);
   }
 }
 
