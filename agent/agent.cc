@@ -244,9 +244,10 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
     report.stderr_tail.assign(tail.begin(), tail.end());
   }
   say(report.format_text());
+  const std::string json = report.to_json();
+  rendezvous->publish_failure(json);
   if (!remove_run_dir) {
     const fs::path path = run_dir / "failure_report.json";
-    const std::string json = report.to_json();
     const int fd = open_log(path);
     if (fd >= 0) {
       write_all(fd, json.data(), json.size());

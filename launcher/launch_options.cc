@@ -248,6 +248,18 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   if (max_nodes > 1) {
     usage("--nnodes " + nnodes + ": multi-node runs are not supported yet (use --standalone or --nnodes 1)");
   }
+  if (rdzv_backend != "static" && rdzv_backend != "c10d" && rdzv_backend != "etcd" &&
+      rdzv_backend != "etcd-v2") {
+    usage("--rdzv-backend: expected static, c10d, etcd or etcd-v2, got '" + rdzv_backend + "'");
+  }
+  for (const auto& item : split(rdzv_conf, ',')) {
+    if (!trim(item).empty() && item.find('=') == std::string::npos) {
+      usage("--rdzv-conf: expected KEY=VALUE,..., got '" + rdzv_conf + "'");
+    }
+  }
+  if (!rdzv_endpoint.empty() && (rdzv_endpoint.front() == ':' || trim(rdzv_endpoint).empty())) {
+    usage("--rdzv-endpoint: expected HOST[:PORT], got '" + rdzv_endpoint + "'");
+  }
   if (node_rank != 0) usage("--node-rank: must be 0 for a single-node run, got " + std::to_string(node_rank));
   const int nproc_value = parse_nproc(nproc);
   if (max_restarts < 0) usage("--max-restarts: must be >= 0, got " + std::to_string(max_restarts));

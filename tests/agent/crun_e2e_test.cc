@@ -303,6 +303,10 @@ TEST_CASE("bad flags: one line naming the flag, exit 2, nothing started", "[e2e]
       {{"--stop-timeout", "-3"}, "--stop-timeout"},
       {{"--local-ranks-filter", "a,b"}, "--local-ranks-filter"},
       {{"--bogus-flag"}, "--bogus-flag"},
+      {{"--rdzv-backend", "zookeeper"}, "--rdzv-backend"},
+      {{"--rdzv_conf", "timeout"}, "--rdzv-conf"},
+      {{"--node-rank", "1"}, "--node-rank"},
+      {{"--module"}, "--module"},
   };
   for (const auto& [flags, name] : cases) {
     auto argv = crun_cmd(flags, {"--stamp", stamp});
