@@ -22,6 +22,8 @@ struct Runtime::Impl {
   std::mutex hb_mu;
   std::uint64_t hb_count = 0;
   bool hb_warned = false;
+  std::chrono::steady_clock::time_point hb_last{};
+  std::chrono::milliseconds hb_interval{1000};
 };
 
 Runtime::Runtime() : impl_(std::make_unique<Impl>()) {}
@@ -91,6 +93,9 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
   } catch (const std::exception& ex) {
     throw InitError("crun runtime " + where + ": first barrier failed: " + ex.what());
   }
+  if (const char* iv = std::getenv("CRUN_HEARTBEAT_INTERVAL_MS")) {
+    s.hb_interval = std::chrono::milliseconds(std::atol(iv));
+  }
   return rt;
 }
 
@@ -99,6 +104,10 @@ void Runtime::finish() { impl_->pg->barrier()->wait(); }
 void Runtime::heartbeat(std::string_view note) noexcept {
   std::lock_guard lk(impl_->hb_mu);
   ++impl_->hb_count;
+  // Rate limit: a store round trip per training step would cost more than the step.
+  const auto now = std::chrono::steady_clock::now();
+  if (impl_->hb_count > 1 && now - impl_->hb_last < impl_->hb_interval) return;
+  impl_->hb_last = now;
   const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();

@@ -12,7 +12,9 @@
 //     (store unreachable, peer missing) throws InitError within `timeout`.
 //   - heartbeat() records "still making progress" for the agent's hang watchdog: it rewrites
 //     $CRUN_HEARTBEAT_FILE when set and sets store key "heartbeat/<rank>" to "<count> <unix_ms>".
-//     It never throws (a failed store write is reported once to stderr).
+//     It records at most once per CRUN_HEARTBEAT_INTERVAL_MS (default 1000; the first call always
+//     records), so calling it every step is cheap. It never throws (a failed store write is
+//     reported once to stderr).
 //   - Destruction: rank 0's store server stops with the Runtime; call finish() first (a barrier)
 //     when other ranks might still use the store.
 //
