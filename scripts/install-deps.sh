@@ -10,6 +10,7 @@ pkgs=(
   libgloo-dev
   python3-torch                         # the anchor (torchrun, TCPStore) and the PyTorch compatibility tests
   iproute2 procps                       # network namespaces for multi-host tests; pgrep/ps
+  slurmctld slurmd slurm-client munge   # a real Slurm on loopback for the Slurm tests
 )
 
 missing=()

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# A real Slurm on loopback for tests: munged, slurmctld and two slurmd (nodes n1, n2), all
+# started by this script as plain processes and stopped by their pids.
+#
+#   slurm-box.sh start DIR    writes DIR/slurm.conf, starts the daemons, waits until both nodes
+#                             are idle (bounded), prints "export SLURM_CONF=DIR/slurm.conf"
+#   slurm-box.sh stop DIR     stops every daemon it started (by pid) and removes DIR
+#
+# Ports come from a base derived from DIR so two boxes on one machine do not collide. Needs root
+# and Debian's slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh).
+set -euo pipefail
+die() { echo "slurm-box: $*" >&2; exit 2; }
+[ $# -eq 2 ] || die "usage: $0 start|stop DIR"
+cmd=$1 dir=$2
+
+stop_pids() {
+  for f in "$dir"/*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  done
+  for f in "$dir"/*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    [ -n "$pid" ] || continue
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done  # bounded: 5 s
+    kill -9 "$pid" 2>/dev/null || true
+  done
+}
+
+case "$cmd" in
+  start)
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    host=$(hostname -s)
+    base=$(( 20000 + $(printf '%s' "$dir" | cksum | cut -d' ' -f1) % 20000 ))
+    mkdir -p "$dir/state" "$dir/spool/n1" "$dir/spool/n2" "$dir/munge"
+    chmod 700 "$dir/munge"
+    dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
+    chmod 400 "$dir/munge/munge.key"
+    munged --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.socket" \
+      --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munge/seed" --force
+    cat > "$dir/slurm.conf" <<CONF
+ClusterName=crunbox
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$base
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+MessageTimeout=10
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 1)) CPUs=2 State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 2)) CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+    export SLURM_CONF="$dir/slurm.conf"
+    slurmctld -i -f "$SLURM_CONF"
+    slurmd -N n1 -f "$SLURM_CONF"
+    slurmd -N n2 -f "$SLURM_CONF"
+    for _ in $(seq 200); do  # bounded: 20 s
+      idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | grep -c idle || true)
+      [ "$idle" -ge 2 ] && break
+      sleep 0.1
+    done
+    [ "${idle:-0}" -ge 2 ] || { sinfo -N 2>&1 >&2 || true; tail -5 "$dir"/*.log >&2; stop_pids; die "nodes did not become idle"; }
+    echo "export SLURM_CONF=$dir/slurm.conf"
+    ;;
+  stop)
+    [ -d "$dir" ] || exit 0
+    stop_pids
+    rm -rf "$dir"
+    ;;
+  *) die "unknown command '$cmd'" ;;
+esac
