@@ -1,0 +1,103 @@
+// parse_launch_options: torchrun's CLI and PET_* defaults -> AgentConfig, without running anything.
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launcher/launch_options.h"
+
+using namespace crun;
+
+namespace {
+
+LaunchOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "crun");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return parse_launch_options(static_cast<int>(argv.size()), argv.data());
+}
+
+struct ScopedEnv {
+  ScopedEnv(const char* key, const char* value) : key_(key) { ::setenv(key, value, 1); }
+  ~ScopedEnv() { ::unsetenv(key_); }
+  const char* key_;
+};
+
+}  // namespace
+
+TEST_CASE("a .py program runs as PYTHON_EXEC -u; -m runs a module", "[launch_options]") {
+  ScopedEnv py("PYTHON_EXEC", "/bin/sh");
+  const auto script = parse({"--nproc-per-node", "2", "/bin/sh", "--lr", "3"});  // any existing file
+  REQUIRE(script.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", "/bin/sh", "--lr", "3"});
+  const auto module = parse({"-m", "pkg.train", "--epochs", "1"});
+  REQUIRE(module.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", "-m", "pkg.train", "--epochs", "1"});
+  const auto native = parse({"--no-python", "sh", "-c", "true"});
+  REQUIRE(native.agent.worker_argv.front().find("/sh") != std::string::npos);
+  REQUIRE(native.agent.worker_argv.size() == 3);
+}
+
+TEST_CASE("both spellings, PET_* defaults, flags win over the environment", "[launch_options]") {
+  ScopedEnv nproc("PET_NPROC_PER_NODE", "3");
+  ScopedEnv restarts("PET_MAX_RESTARTS", "4");
+  auto o = parse({"--no_python", "/bin/true"});
+  REQUIRE(o.agent.nproc_per_node == 3);
+  REQUIRE(o.agent.max_restarts == 4);
+  o = parse({"--nproc_per_node=5", "--max-restarts", "1", "--no-python", "/bin/true"});
+  REQUIRE(o.agent.nproc_per_node == 5);
+  REQUIRE(o.agent.max_restarts == 1);
+}
+
+TEST_CASE("nproc cpu/auto, stop timeout, master address and port", "[launch_options]") {
+  auto o = parse({"--nproc-per-node", "cpu", "--stop-timeout", "2.5", "--master-addr", "10.0.0.1",
+                  "--no-python", "/bin/true"});
+  REQUIRE(o.agent.nproc_per_node == static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  REQUIRE(o.agent.stop_timeout == std::chrono::milliseconds(2500));
+  REQUIRE(o.agent.master_addr == "10.0.0.1");
+  REQUIRE_FALSE(o.agent.master_port.has_value());  // a free port per round
+  o = parse({"--master-port", "29501", "--no-python", "/bin/true"});
+  REQUIRE(o.agent.master_port == std::optional<std::uint16_t>(29501));
+  REQUIRE(parse({"--nproc-per-node", "auto", "--no-python", "/bin/true"}).agent.nproc_per_node >= 1);
+}
+
+TEST_CASE("redirects, tee and local ranks filter per local rank", "[launch_options]") {
+  const auto o = parse({"--nproc-per-node", "4", "-r", "0:1,3:3", "--tee", "2", "--local-ranks-filter", "1,3",
+                        "--no-python", "/bin/true"});
+  REQUIRE(o.agent.redirects == std::vector<unsigned>{1, 0, 0, 3});
+  REQUIRE(o.agent.tee == std::vector<unsigned>{2, 2, 2, 2});
+  REQUIRE(o.agent.console == std::vector<bool>{false, true, false, true});
+}
+
+TEST_CASE("signals: the four defaults plus --signals-to-handle", "[launch_options]") {
+  const auto o = parse({"--signals-to-handle", "SIGUSR1,SIGTERM", "--no-python", "/bin/true"});
+  REQUIRE(o.agent.handled_signals == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1});
+}
+
+TEST_CASE("run id: --rdzv-id, or a fresh one per standalone job", "[launch_options]") {
+  REQUIRE(parse({"--rdzv-id", "job7", "--no-python", "/bin/true"}).agent.run_id == "job7");
+  const auto a = parse({"--standalone", "--no-python", "/bin/true"}).agent.run_id;
+  const auto b = parse({"--standalone", "--no-python", "/bin/true"}).agent.run_id;
+  REQUIRE(a.size() == 36);
+  REQUIRE(a != b);
+}
+
+TEST_CASE("compatibility flags are accepted", "[launch_options]") {
+  const auto o = parse({"--monitor-interval", "5", "--start-method", "fork", "--rdzv-backend", "c10d",
+                        "--rdzv-endpoint", "localhost:29400", "--rdzv-conf", "timeout=900", "--nnodes", "1:1",
+                        "--node_rank", "0", "--local-addr", "127.0.0.1", "--role", "trainer", "--run-path",
+                        "--no-python", "/bin/true"});
+  REQUIRE(o.agent.role == "trainer");
+}
+
+TEST_CASE("--help and --version exit at once", "[launch_options]") {
+  REQUIRE(parse({"--version"}).exit_now->rfind("crun ", 0) == 0);
+  REQUIRE(parse({"--help"}).exit_now->find("--nproc-per-node") != std::string::npos);
+}
+
+TEST_CASE("usage errors name the flag", "[launch_options]") {
+  REQUIRE_THROWS_WITH(parse({"--nproc-per-node", "x", "--no-python", "/bin/true"}), Catch::Contains("--nproc-per-node"));
+  REQUIRE_THROWS_WITH(parse({"--max-restarts", "x", "--no-python", "/bin/true"}), Catch::Contains("--max-restarts"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2:4", "--no-python", "/bin/true"}), Catch::Contains("not supported yet"));
+  REQUIRE_THROWS_AS(parse({}), LaunchUsageError);
+}
