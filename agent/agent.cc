@@ -36,7 +36,10 @@ int open_log(const fs::path& path) {
 }
 
 // Makes "<base>/<prefix>XXXXXX" and returns it; throws on failure.
-fs::path make_unique_dir(const fs::path& base, const std::string& prefix) {
+fs::path make_unique_dir(const fs::path& base, std::string prefix) {
+  for (char& c : prefix) {
+    if (c == '/') c = '_';  // a run id is not a path
+  }
   fs::create_directories(base);
   std::string templ = (base / (prefix + "XXXXXX")).string();
   if (::mkdtemp(templ.data()) == nullptr) {
@@ -100,7 +103,7 @@ int Agent::Impl::run() {
       remove_run_dir = !logs;
       if (logs) say("crun: worker logs in " + run_dir.string() + "\n");
     } else {
-      run_dir = make_unique_dir(config.log_dir, config.run_id + "_");
+      run_dir = make_unique_dir(fs::absolute(config.log_dir), config.run_id + "_");  // workers may chdir
     }
     rendezvous = std::make_unique<StandaloneRendezvous>(io, config.nproc_per_node,
                                                         config.master_addr, config.master_port);
