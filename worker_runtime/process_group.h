@@ -13,7 +13,8 @@
 //   - Layouts: all_gather/gather output holds `count` elements per rank, rank-major. scatter's
 //     input (root only) is laid out the same way. reduce_scatter's input holds size()*count
 //     elements; rank r receives the reduction of slice r.
-//   - send/recv match by (peer, tag) in issue order.
+//   - send/recv match by (peer, tag) in issue order. They are posted at once and do not queue
+//     behind collectives; their Work reports is_completed() only once wait() returned.
 //
 // Threading
 //   Calls may come from one thread at a time (the training thread); operations run in issue

@@ -19,7 +19,11 @@ struct Runtime::Impl {
   std::unique_ptr<crun::TcpStore> client;
   std::unique_ptr<crun::PrefixStore> store;
   std::unique_ptr<ProcessGroup> pg;
-  std::mutex hb_mu;
+  crun::StoreEndpoint endpoint;
+  std::string prefix;
+  std::mutex hb_mu;  // guards the heartbeat state and its own store connection below
+  std::unique_ptr<crun::TcpStore> hb_client;
+  std::unique_ptr<crun::PrefixStore> hb_store;
   std::uint64_t hb_count = 0;
   bool hb_warned = false;
   std::chrono::steady_clock::time_point hb_last{};
@@ -30,6 +34,8 @@ Runtime::Runtime() : impl_(std::make_unique<Impl>()) {}
 Runtime::~Runtime() {
   if (impl_) {
     impl_->pg.reset();
+    impl_->hb_store.reset();
+    impl_->hb_client.reset();
     impl_->store.reset();
     impl_->client.reset();
     impl_->server.reset();
@@ -66,8 +72,10 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
     crun::StoreClientOptions copts;
     copts.connect_timeout = options.timeout;
     copts.timeout = options.timeout;
-    s.client = std::make_unique<crun::TcpStore>(crun::StoreEndpoint{host, port}, copts);
-    s.store = std::make_unique<crun::PrefixStore>(*s.client, "crun/restart_" + std::to_string(e.restart_count));
+    s.endpoint = crun::StoreEndpoint{host, port};
+    s.prefix = "crun/restart_" + std::to_string(e.restart_count);
+    s.client = std::make_unique<crun::TcpStore>(s.endpoint, copts);
+    s.store = std::make_unique<crun::PrefixStore>(*s.client, s.prefix);
   } catch (const std::exception& ex) {
     throw InitError("crun runtime " + where + ": bootstrap store at " + e.master_addr + ":" +
                     std::to_string(e.master_port) + " failed: " + ex.what());
@@ -117,7 +125,14 @@ void Runtime::heartbeat(std::string_view note) noexcept {
     if (const char* path = std::getenv("CRUN_HEARTBEAT_FILE"); path != nullptr && *path) {
       std::ofstream(path, std::ios::trunc) << value << "\n";
     }
-    impl_->store->set("heartbeat/" + std::to_string(impl_->env.rank), value);
+    if (!impl_->hb_store) {
+      crun::StoreClientOptions copts;
+      copts.connect_timeout = std::chrono::seconds(5);
+      copts.timeout = std::chrono::seconds(5);
+      impl_->hb_client = std::make_unique<crun::TcpStore>(impl_->endpoint, copts);
+      impl_->hb_store = std::make_unique<crun::PrefixStore>(*impl_->hb_client, impl_->prefix);
+    }
+    impl_->hb_store->set("heartbeat/" + std::to_string(impl_->env.rank), value);
   } catch (const std::exception& ex) {
     if (!impl_->hb_warned) {
       impl_->hb_warned = true;

@@ -20,7 +20,7 @@
 //
 // Threading
 //   Use a Runtime from one thread (the training thread). heartbeat() is also safe from another
-//   thread (it holds its own lock).
+//   thread: it holds its own lock and its own store connection (opened on first use).
 #pragma once
 
 #include <memory>

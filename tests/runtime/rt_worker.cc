@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -285,6 +287,15 @@ void checkpoint_group(Runtime& rt, const std::string& dir) {
   auto c = load_checkpoint(pg, dir);
   if (!c || c->step != 3 || from_bytes<float>(c->sections.at("w"))[999] != 3.0f) fail("load_checkpoint latest");
   rt.heartbeat("step 3");
+  const std::string key = "heartbeat/" + std::to_string(pg.rank());
+  const std::string hb = rt.store().get(key, Millis(5000));
+  if (hb.rfind("1 ", 0) != 0 || hb.find("step 3") == std::string::npos) fail("heartbeat store value '" + hb + "'");
+  if (const char* path = std::getenv("CRUN_HEARTBEAT_FILE")) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    if (line.find("step 3") == std::string::npos) fail("heartbeat file '" + line + "'");
+  }
   rt.finish();
 }
 
