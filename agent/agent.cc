@@ -89,6 +89,10 @@ int Agent::run() { return impl_->run(); }
 
 int Agent::Impl::run() {
   ::signal(SIGPIPE, SIG_IGN);
+  // fds 0-2 must be open, or a worker pipe could land on one of them and be lost in the dup2s.
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+  }
   try {
     for (int s : config.handled_signals) signals.add(s);
     if (config.log_dir.empty()) {
