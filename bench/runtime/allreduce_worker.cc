@@ -42,7 +42,9 @@ int main(int argc, char** argv) {
     std::sort(t.begin(), t.end());
     const double med = t[t.size() / 2];
     const double busbw = static_cast<double>(bytes) * 2.0 * (W - 1) / W / med / 1e9;
-    if (pg.rank() == 0) std::printf("size=%zu median_s=%.6f busbw_gbs=%.3f iters=%d\n", bytes, med, busbw, iters);
+    if (pg.rank() == 0) {
+      std::printf("size=%zu median_s=%.6f busbw_gbs=%.3f iters=%d min_s=%.6f\n", bytes, med, busbw, iters, t.front());
+    }
     std::fflush(stdout);
   }
   rt->finish();

@@ -95,7 +95,9 @@ def main():
         print("  %-15s %-14s %.3f" % (algo, "segment=" + seg if seg else "", r[s64][1]))
 
     print("\ntrain_mlp samples/s (median of 3)")
-    configs = [("defaults", []), ("hidden=1024 batch=256", ["--hidden", "1024", "--batch-size", "256", "--epochs", "2"])]
+    configs = [("defaults (hidden 512, batch 256)", []),
+               ("hidden=128 batch=32", ["--hidden", "128", "--batch-size", "32"]),
+               ("hidden=1024 batch=256", ["--hidden", "1024", "--batch-size", "256", "--epochs", "2"])]
     for name, extra in configs:
         rates = {}
         for world in (1, 2):
@@ -104,7 +106,7 @@ def main():
                 out = run_ranks([train] + extra, world)
                 vals.append(float(re.search(r"samples_per_sec=([\d.]+)", out).group(1)))
             rates[world] = statistics.median(vals)
-        print("  %-24s 1 rank %9.0f   2 ranks %9.0f   scaling %.2fx" % (name, rates[1], rates[2], rates[2] / rates[1]))
+        print("  %-34s 1 rank %9.0f   2 ranks %9.0f   scaling %.2fx" % (name, rates[1], rates[2], rates[2] / rates[1]))
 
 
 if __name__ == "__main__":

@@ -27,14 +27,16 @@ namespace {
 
 struct Args {
   int epochs = 5;
-  int batch_size = 32;  // per rank
+  // Defaults: per-step compute large enough that one all_reduce per step (~0.5 ms on this VM's
+  // loopback) does not dominate, so 2 ranks scale; >= 99% test accuracy in ~2 s with 2 ranks.
+  int batch_size = 256;  // per rank
   float lr = 0.05f;
   float momentum = 0.9f;
-  int hidden = 128;
+  int hidden = 512;
   std::size_t train_size = 20000;
   std::size_t test_size = 5000;
   std::string checkpoint_dir;
-  int checkpoint_every = 100;  // steps; 0 = only at the end of each epoch
+  int checkpoint_every = 50;  // steps; 0 = only at the end of each epoch
   long fail_at_step = -1;
   int fail_rank = 0;
   std::uint64_t seed = 1234;

@@ -68,12 +68,12 @@ TEST_CASE("train_mlp resumes bit-identically after an injected failure under cru
   INFO(plain.output);
   REQUIRE(plain.exit_code == 0);
   auto failed = run_command({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--no-python",
-                             CRUN_TRAIN_MLP, "--checkpoint-dir", fail_dir, "--fail-at-step", "450", "--fail-rank",
-                             "1", "--checkpoint-every", "100"});
+                             CRUN_TRAIN_MLP, "--checkpoint-dir", fail_dir, "--fail-at-step", "120", "--fail-rank",
+                             "1", "--checkpoint-every", "50"});
   INFO(failed.output);
   REQUIRE(failed.exit_code == 0);
-  CHECK(failed.output.find("injected failure at step 450 on rank 1") != std::string::npos);
-  CHECK(failed.output.find("resumed from checkpoint at step 400") != std::string::npos);
+  CHECK(failed.output.find("injected failure at step 120 on rank 1") != std::string::npos);
+  CHECK(failed.output.find("resumed from checkpoint at step 100") != std::string::npos);
   const Final p = parse_final(plain.output), f = parse_final(failed.output);
   REQUIRE(p.sha.size() == 64);
   CHECK(f.sha == p.sha);
