@@ -15,7 +15,8 @@
 //     nullopt when none is usable.
 //   - save_checkpoint()/load_checkpoint() are the group versions: rank 0 writes (others wait in
 //     the same collectives, and all ranks throw if rank 0's write failed); rank 0 loads and
-//     broadcasts the bytes, so other ranks need not see the directory.
+//     broadcasts the bytes, so other ranks need not see the directory. They move host memory:
+//     pass a Gloo group (Runtime::cpu_pg()).
 //
 // Threading
 //   Free functions; the group versions follow the ProcessGroup's threading rule.

@@ -19,6 +19,8 @@ struct Runtime::Impl {
   std::unique_ptr<crun::TcpStore> client;
   std::unique_ptr<crun::PrefixStore> store;
   std::unique_ptr<ProcessGroup> pg;
+  std::unique_ptr<crun::PrefixStore> cpu_store;
+  std::unique_ptr<ProcessGroup> cpu_pg;  // only when pg is not gloo
   crun::StoreEndpoint endpoint;
   std::string prefix;
   std::mutex hb_mu;  // guards the heartbeat state and its own store connection below
@@ -34,6 +36,8 @@ Runtime::Runtime() : impl_(std::make_unique<Impl>()) {}
 Runtime::~Runtime() {
   if (impl_) {
     impl_->pg.reset();
+    impl_->cpu_pg.reset();
+    impl_->cpu_store.reset();
     impl_->hb_store.reset();
     impl_->hb_client.reset();
     impl_->store.reset();
@@ -44,6 +48,7 @@ Runtime::~Runtime() {
 
 const WorkerEnv& Runtime::env() const { return impl_->env; }
 ProcessGroup& Runtime::pg() { return *impl_->pg; }
+ProcessGroup& Runtime::cpu_pg() { return impl_->cpu_pg ? *impl_->cpu_pg : *impl_->pg; }
 crun::Store& Runtime::store() { return *impl_->store; }
 
 std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
@@ -83,16 +88,18 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
 
   std::string backend = options.backend;
   if (backend == "auto") backend = nccl_available() ? "nccl" : "gloo";
+  GlooOptions g = options.gloo;
+  g.timeout = options.timeout;
+  if (g.hostname.empty()) {
+    if (const char* h = std::getenv("CRUN_GLOO_HOSTNAME")) g.hostname = h;
+  }
+  g.loopback = g.loopback || e.single_process || e.master_is_loopback();
   if (backend == "gloo") {
-    GlooOptions g = options.gloo;
-    g.timeout = options.timeout;
-    if (g.hostname.empty()) {
-      if (const char* h = std::getenv("CRUN_GLOO_HOSTNAME")) g.hostname = h;
-    }
-    g.loopback = g.loopback || e.single_process || e.master_is_loopback();
     s.pg = make_gloo_process_group(*s.store, e.rank, e.world_size, g);
   } else if (backend == "nccl") {
     s.pg = make_nccl_process_group(*s.store, e.rank, e.world_size, e.local_rank, options.timeout);
+    s.cpu_store = std::make_unique<crun::PrefixStore>(*s.client, s.prefix + "/cpu");
+    s.cpu_pg = make_gloo_process_group(*s.cpu_store, e.rank, e.world_size, g);
   } else {
     throw InitError("crun runtime: unknown backend '" + backend + "' (gloo, nccl or auto)");
   }

@@ -52,6 +52,9 @@ class Runtime {
   int rank() const { return env().rank; }
   int world_size() const { return env().world_size; }
   ProcessGroup& pg();
+  // A Gloo group over the same ranks for host-memory collectives (checkpoints, metrics,
+  // control): pg() itself when the backend is gloo, a second group when it is nccl.
+  ProcessGroup& cpu_pg();
   // The per-restart store view (keys under "crun/restart_<N>/"). Same thread as the Runtime.
   crun::Store& store();
 

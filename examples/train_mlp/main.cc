@@ -10,10 +10,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "examples/train_mlp/dataset.h"
 #include "examples/train_mlp/mlp.h"
+#ifdef TRAIN_MLP_WITH_CUDA
+#include "examples/train_mlp/mlp_cuda.h"
+#endif
 #include "worker_runtime/bucketer.h"
 #include "worker_runtime/checkpoint.h"
 #include "worker_runtime/hash.h"
@@ -40,7 +45,8 @@ struct Args {
   long fail_at_step = -1;
   int fail_rank = 0;
   std::uint64_t seed = 1234;
-  std::string backend = "gloo";
+  std::string backend;  // default: gloo for cpu, nccl for cuda
+  std::string device = "cpu";
 };
 
 Checkpoint make_checkpoint(const Mlp& m, const std::vector<std::vector<float>>& mom, std::uint64_t step,
@@ -78,15 +84,20 @@ int main(int argc, char** argv) {
   app.add_option("--fail-at-step", a.fail_at_step, "inject a failure before step S (first attempt only)");
   app.add_option("--fail-rank", a.fail_rank, "rank that fails");
   app.add_option("--seed", a.seed, "seed of data, init and shuffling");
-  app.add_option("--backend", a.backend, "gloo (CPU)");
+  app.add_option("--backend", a.backend, "gloo or nccl (default: gloo for cpu, nccl for cuda)");
+  app.add_option("--device", a.device, "cpu, or cuda (cuBLAS + NCCL, GPU = LOCAL_RANK)")->check(CLI::IsMember({"cpu", "cuda"}));
   CLI11_PARSE(app, argc, argv);
 
   try {
     InitOptions io;
-    io.backend = a.backend;
+    io.backend = !a.backend.empty() ? a.backend : (a.device == "cuda" ? "nccl" : "gloo");
+#ifndef TRAIN_MLP_WITH_CUDA
+    if (a.device == "cuda") throw std::runtime_error("--device cuda: this build has no CUDA (CRUN_WITH_CUDA=OFF)");
+#endif
     io.timeout = Millis(120000);
     auto rt = Runtime::init(io);
-    ProcessGroup& pg = rt->pg();
+    ProcessGroup& pg = rt->pg();       // gradients (gloo, or nccl with --device cuda)
+    ProcessGroup& cpu = rt->cpu_pg();  // host memory: checkpoints and metrics
     const int rank = rt->rank(), world = rt->world_size();
 
     Dataset train, test;
@@ -97,7 +108,7 @@ int main(int argc, char** argv) {
 
     std::uint64_t epoch = 0, batch_pos = 0, step = 0;
     if (!a.checkpoint_dir.empty()) {
-      if (auto c = load_checkpoint(pg, a.checkpoint_dir)) {
+      if (auto c = load_checkpoint(cpu, a.checkpoint_dir)) {
         for (std::size_t k = 0; k < model.params.size(); ++k) {
           model.params[k] = from_bytes<float>(c->sections.at("param" + std::to_string(k)));
           mom[k] = from_bytes<float>(c->sections.at("momentum" + std::to_string(k)));
@@ -112,6 +123,16 @@ int main(int argc, char** argv) {
       }
     }
 
+#ifdef TRAIN_MLP_WITH_CUDA
+    std::unique_ptr<CudaMlp> gpu;
+    if (a.device == "cuda") {
+      gpu = std::make_unique<CudaMlp>(train.dim, a.hidden, train.classes, a.batch_size, rt->env().local_rank);
+      gpu->from_host(model, mom);
+    }
+    auto sync_to_host = [&] { if (gpu) gpu->to_host(model, mom); };
+#else
+    auto sync_to_host = [] {};
+#endif
     std::vector<std::span<float>> grad_spans;
     for (auto& g : model.grads) grad_spans.emplace_back(g);
     GradBucketer bucketer(pg, grad_spans);
@@ -139,32 +160,42 @@ int main(int argc, char** argv) {
           std::copy_n(&train.x[s * train.dim], train.dim, &xb[static_cast<std::size_t>(i) * train.dim]);
           yb[i] = train.y[s];
         }
-        loss_sum += model.forward_backward(xb.data(), yb.data(), a.batch_size,
-                                           [&](std::size_t k) { bucketer.mark_ready(k); });
-        bucketer.wait_all();
-        for (std::size_t k = 0; k < model.params.size(); ++k) {
-          auto& p = model.params[k];
-          auto& v = mom[k];
-          const auto& g = model.grads[k];
-          for (std::size_t i = 0; i < p.size(); ++i) {
-            v[i] = a.momentum * v[i] + g[i];
-            p[i] -= a.lr * v[i];
+#ifdef TRAIN_MLP_WITH_CUDA
+        if (gpu) {
+          loss_sum += gpu->step(xb.data(), yb.data(), a.batch_size, pg, a.lr, a.momentum);
+        } else
+#endif
+        {
+          loss_sum += model.forward_backward(xb.data(), yb.data(), a.batch_size,
+                                             [&](std::size_t k) { bucketer.mark_ready(k); });
+          bucketer.wait_all();
+          for (std::size_t k = 0; k < model.params.size(); ++k) {
+            auto& p = model.params[k];
+            auto& v = mom[k];
+            const auto& g = model.grads[k];
+            for (std::size_t i = 0; i < p.size(); ++i) {
+              v[i] = a.momentum * v[i] + g[i];
+              p[i] -= a.lr * v[i];
+            }
           }
         }
         ++step;
         samples += static_cast<std::uint64_t>(a.batch_size) * world;
         if (!a.checkpoint_dir.empty() && a.checkpoint_every > 0 && step % a.checkpoint_every == 0) {
-          save_checkpoint(pg, a.checkpoint_dir, make_checkpoint(model, mom, step, epoch, batch_pos + 1));
+          sync_to_host();
+          save_checkpoint(cpu, a.checkpoint_dir, make_checkpoint(model, mom, step, epoch, batch_pos + 1));
         }
         rt->heartbeat();
       }
       if (!a.checkpoint_dir.empty() && a.checkpoint_every == 0) {
-        save_checkpoint(pg, a.checkpoint_dir, make_checkpoint(model, mom, step, epoch + 1, 0));
+        sync_to_host();
+        save_checkpoint(cpu, a.checkpoint_dir, make_checkpoint(model, mom, step, epoch + 1, 0));
       }
       if (rank == 0) std::printf("epoch %llu: train_loss=%.4f\n", static_cast<unsigned long long>(epoch),
                                  batches ? loss_sum / static_cast<double>(batches) : 0.0);
       std::fflush(stdout);
     }
+    sync_to_host();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     // Distributed evaluation: rank r takes test rows r, r+W, ...; sums go to rank 0.
@@ -176,7 +207,7 @@ int main(int argc, char** argv) {
       local.correct += static_cast<double>(correct);
       local.total += 1;
     }
-    EvalMetrics all = reduce_metrics(pg, local, 0);
+    EvalMetrics all = reduce_metrics(cpu, local, 0);
     rt->finish();
     if (rank == 0) {
       std::printf("throughput: samples_per_sec=%.0f ranks=%d seconds=%.3f\n", secs > 0 ? samples / secs : 0.0, world,

@@ -94,6 +94,16 @@ int main(int argc, char** argv) {
   std::printf("%s", res.summary().c_str());
   bool ok = !res.timed_out;
   for (auto& r : res.ranks) ok = ok && r.exit_code == 0;
-  std::printf("%s (world size %d)\n", ok ? "PASS" : "FAIL", world);
+  std::printf("%s collectives (world size %d)\n", ok ? "PASS" : "FAIL", world);
+#ifdef CRUN_TRAIN_MLP
+  // The CUDA path of train_mlp (cuBLAS + NCCL) must train as well as the CPU path.
+  auto train = crun::test::run_ranks({CRUN_TRAIN_MLP, "--device", "cuda"}, world, {}, std::chrono::seconds(120));
+  std::printf("%s", train.summary().c_str());
+  const auto pos = train.ranks[0].output.find("final: accuracy=");
+  const bool trained = !train.timed_out && train.ranks[0].exit_code == 0 && pos != std::string::npos &&
+                       std::stod(train.ranks[0].output.substr(pos + 16)) >= 0.95;
+  std::printf("%s train_mlp --device cuda\n", trained ? "PASS" : "FAIL");
+  ok = ok && trained;
+#endif
   return ok ? 0 : 1;
 }
