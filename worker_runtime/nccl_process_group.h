@@ -9,7 +9,8 @@
 //     until ready or the deadline, then ncclCommAbort + InitError. Throws InitError when
 //     NCCL is unavailable.
 //   - Buffers are device pointers on the group's device. Each operation is enqueued on the
-//     group's stream; wait() polls the operation's CUDA event and ncclCommGetAsyncError until
+//     group's own stream, which does not wait for the caller's streams: make the input ready
+//     first (e.g. cudaStreamSynchronize on the producing stream). wait() polls the operation's CUDA event and ncclCommGetAsyncError until
 //     done or the deadline; on error or timeout it calls ncclCommAbort and throws
 //     CollectiveError, so a dead peer never hangs the worker. avg uses ncclAvg.
 //     dtypes: float32, float64, int32, int64, float16, bfloat16, uint8 (data movement).
