@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "agent/agent_state_machine.h"
+#include "agent/c10d_rendezvous.h"
 #include "agent/failure_report.h"
 #include "agent/line_router.h"
 #include "agent/signal_names.h"
@@ -56,14 +57,18 @@ struct Agent::Impl {
         io(1),
         signals(io),
         stop_timer(io),
-        machine(AgentPolicy{config.nproc_per_node, config.max_restarts, config.stop_timeout}) {}
+        machine(AgentPolicy{config.nproc_per_node, config.max_restarts, config.stop_timeout,
+                            config.multi_node.has_value()}) {}
 
   AgentConfig config;
   asio::io_context io;
   asio::signal_set signals;
   asio::steady_timer stop_timer;
   AgentStateMachine machine;
-  std::unique_ptr<Rendezvous> rendezvous;
+  std::unique_ptr<Rendezvous> rendezvous;      // single node
+  std::unique_ptr<C10dRendezvous> c10d;        // multi-node
+  int rendezvous_round = -1;                   // the multi-node round the workers belong to
+  int latest_stop_round = -1;                  // the newest round the coordinator ended
   std::unique_ptr<WorkerGroup> group;
   std::vector<std::string> base_env;
   fs::path run_dir;
@@ -77,6 +82,11 @@ struct Agent::Impl {
   void perform(const AgentActions& actions);
   void start_group(int restart_count);
   void report_failure(const action::ReportFailure& r);
+  FailureReport build_report(const WorkerExit& e, bool restarting);
+  void start_multi_node();
+  void on_round(const RoundResult& r);
+  void on_control(const ControlEvent& e);
+  void print_remote_report(const ControlEvent& e);
   void finish(int code);
   fs::path attempt_dir(int restart_count, int local_rank) const {
     return run_dir / ("attempt_" + std::to_string(restart_count)) / std::to_string(local_rank);
@@ -109,8 +119,12 @@ int Agent::Impl::run() {
     } else {
       run_dir = make_unique_dir(fs::absolute(config.log_dir), config.run_id + "_");  // workers may chdir
     }
-    rendezvous = std::make_unique<StandaloneRendezvous>(io, config.nproc_per_node,
-                                                        config.master_addr, config.master_port);
+    if (config.multi_node) {
+      start_multi_node();
+    } else {
+      rendezvous = std::make_unique<StandaloneRendezvous>(io, config.nproc_per_node,
+                                                          config.master_addr, config.master_port);
+    }
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
     return kExitAgentError;
@@ -121,6 +135,7 @@ int Agent::Impl::run() {
   if (!exit_code) io.run();
   group.reset();  // SIGKILLs anything left in the workers' process groups
   if (rendezvous) rendezvous->shutdown();
+  if (c10d) c10d->shutdown();  // the host keeps the store up until the others have left
   if (remove_run_dir) {
     std::error_code ignored;
     fs::remove_all(run_dir, ignored);
@@ -162,6 +177,14 @@ void Agent::Impl::perform(const AgentActions& actions) {
       report_failure(*report);
     } else if (auto* exit = std::get_if<action::Exit>(&a)) {
       finish(exit->code);
+    } else if (std::holds_alternative<action::JoinRound>(a)) {
+      c10d->request_round();
+    } else if (auto* pub = std::get_if<action::PublishFailure>(&a)) {
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(pub->root_cause.wall_time.time_since_epoch());
+      c10d->publish_failure(rendezvous_round, pub->root_cause.crun_exit_code(), us.count(),
+                            build_report(pub->root_cause, machine.restart_count() < config.max_restarts).format_text());
+    } else if (std::holds_alternative<action::PublishSuccess>(a)) {
+      c10d->publish_success(rendezvous_round);
     }
   }
 }
@@ -177,7 +200,7 @@ void Agent::Impl::finish(int code) {
 void Agent::Impl::start_group(int restart_count) {
   group.reset();  // the previous round's workers are all gone by now
   try {
-    current_round = rendezvous->next_round(restart_count);
+    if (rendezvous) current_round = rendezvous->next_round(restart_count);  // multi-node: set by on_round
     std::vector<WorkerLaunch> launches;
     launches.reserve(static_cast<std::size_t>(config.nproc_per_node));
     for (int lr = 0; lr < config.nproc_per_node; ++lr) {
@@ -232,11 +255,24 @@ void Agent::Impl::start_group(int restart_count) {
 }
 
 void Agent::Impl::report_failure(const action::ReportFailure& r) {
-  const WorkerExit& e = r.root_cause;
+  FailureReport report = build_report(r.root_cause, r.restarting);
+  say(report.format_text());
+  if (!remove_run_dir) {
+    const fs::path path = run_dir / "failure_report.json";
+    const std::string json = report.to_json();
+    const int fd = open_log(path);
+    if (fd >= 0) {
+      write_all(fd, json.data(), json.size());
+      ::close(fd);
+    }
+  }
+}
+
+FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
   FailureReport report;
   report.role = config.role;
   report.restart_count = e.round;
-  report.restarting = r.restarting;
+  report.restarting = restarting;
   report.rank = current_round.rank_offset + e.local_rank;
   report.local_rank = e.local_rank;
   report.host = config.hostname;
@@ -250,17 +286,66 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
     const auto& tail = group->stderr_tail(e.local_rank);
     report.stderr_tail.assign(tail.begin(), tail.end());
   }
-  say(report.format_text());
-  const std::string json = report.to_json();
-  rendezvous->publish_failure(json);
-  if (!remove_run_dir) {
-    const fs::path path = run_dir / "failure_report.json";
-    const int fd = open_log(path);
-    if (fd >= 0) {
-      write_all(fd, json.data(), json.size());
-      ::close(fd);
-    }
+  return report;
+}
+
+void Agent::Impl::start_multi_node() {
+  C10dRendezvous::Listener l;
+  l.on_round = [this](const RoundResult& r) { on_round(r); };
+  l.on_control = [this](const ControlEvent& e) { on_control(e); };
+  l.on_progress = [](const std::string& line) { say("crun: " + line + "\n"); };
+  l.on_store_lost = [this](const std::string& why) {
+    if (exit_code) return;
+    say("crun: lost the rendezvous store: " + why + "; stopping\n");
+    perform(machine.on_job_closed(kExitStoreLost, AgentClock::now()));
+  };
+  c10d = std::make_unique<C10dRendezvous>(io, config, std::move(l));
+  const auto& m = *config.multi_node;
+  say("crun: " + std::string(c10d->is_host() ? "hosting" : "joining") + " the rendezvous at " +
+      c10d->store_endpoint() + " (run '" + m.rendezvous.run_id + "', " + std::to_string(m.rendezvous.min_nodes) +
+      (m.rendezvous.max_nodes != m.rendezvous.min_nodes ? ".." + std::to_string(m.rendezvous.max_nodes) : "") +
+      " nodes)\n");
+}
+
+void Agent::Impl::on_round(const RoundResult& r) {
+  if (exit_code) return;
+  if (!r.error.empty()) {
+    say("crun: " + r.error + "\n");
+    perform(machine.on_job_closed(r.exit_code, AgentClock::now()));
+    return;
   }
+  if (r.rendezvous_round <= latest_stop_round) {  // ended before we saw it: join the next one
+    c10d->request_round();
+    return;
+  }
+  rendezvous_round = r.rendezvous_round;
+  current_round = r.info;
+  say("crun: round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) + " of " +
+      std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.round) + ", master " +
+      r.info.master_addr + ":" + std::to_string(r.info.master_port) + "\n");
+  perform(machine.on_round(r.info.round));
+}
+
+void Agent::Impl::on_control(const ControlEvent& e) {
+  if (exit_code) return;
+  const auto now = AgentClock::now();
+  if (e.kind == ControlEvent::Kind::kClosed) {
+    print_remote_report(e);
+    if (e.exit_code != 0) say("crun: the job closed: " + e.detail + "\n");
+    perform(machine.on_job_closed(e.exit_code, now));
+    return;
+  }
+  latest_stop_round = std::max(latest_stop_round, e.round);
+  if (e.round != rendezvous_round) return;  // an older round's, or one we have not joined yet
+  print_remote_report(e);
+  say("crun: round " + std::to_string(e.round) + " ended: " + e.detail + "\n");
+  perform(machine.on_round_ended(now));
+}
+
+// Node rank 0 shows every node's root cause: the failing node printed its own already.
+void Agent::Impl::print_remote_report(const ControlEvent& e) {
+  if (e.report.empty() || e.origin_node == c10d->node_id() || current_round.group_rank != 0) return;
+  say("crun: root cause reported by node " + e.origin_node + ":\n" + e.report);
 }
 
 }  // namespace crun

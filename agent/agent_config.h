@@ -15,7 +15,22 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/rendezvous_records.h"
+
 namespace crun {
+
+// A multi-node run: the agents meet through the store at endpoint_host:endpoint_port.
+struct MultiNodeConfig {
+  std::string endpoint_host;
+  std::uint16_t endpoint_port = 29400;
+  std::optional<bool> is_host;  // nullopt: host when endpoint_host is one of our addresses
+  RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts
+  std::chrono::milliseconds read_timeout{60000};
+  std::string token;            // the store's shared secret ("" = none)
+  std::string local_addr;       // the address other nodes reach us at ("" = the store route's)
+  int rank_hint = -1;           // --node-rank / SLURM_NODEID
+  std::string program;          // compared across nodes
+};
 
 struct AgentConfig {
   std::vector<std::string> worker_argv;  // argv[0]: the path execve runs
@@ -34,6 +49,8 @@ struct AgentConfig {
   std::string log_dir;              // base log dir; empty: a temporary dir, removed at exit
 
   std::string hostname;
+
+  std::optional<MultiNodeConfig> multi_node;  // unset: single node (standalone store)
 };
 
 }  // namespace crun

@@ -8,24 +8,69 @@ AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy) {}
 
 AgentActions AgentStateMachine::start(AgentClock::time_point) {
   if (state_ != State::kIdle) return {};
+  if (policy_.coordinated) {
+    state_ = State::kJoining;
+    return {action::JoinRound{}};
+  }
   return start_round();
+}
+
+AgentActions AgentStateMachine::on_round(int restart_count) {
+  if (state_ != State::kJoining) return {};
+  restart_count_ = restart_count;
+  return start_round();
+}
+
+AgentActions AgentStateMachine::on_round_ended(AgentClock::time_point now) {
+  switch (state_) {
+    case State::kRunning:
+      round_ended_ = true;
+      return begin_stop(0, now);
+    case State::kStopping:
+      round_ended_ = true;
+      return {};
+    case State::kWaiting:
+      state_ = State::kJoining;
+      return {action::JoinRound{}};
+    default:
+      return {};
+  }
+}
+
+AgentActions AgentStateMachine::on_job_closed(int code, AgentClock::time_point now) {
+  switch (state_) {
+    case State::kRunning:
+      closing_code_ = code;
+      return begin_stop(0, now);
+    case State::kStopping:
+      if (!closing_code_) closing_code_ = code;
+      return {};
+    case State::kDone:
+      return {};
+    default:
+      state_ = State::kDone;
+      return {action::Exit{code}};
+  }
 }
 
 AgentActions AgentStateMachine::start_round() {
   state_ = State::kRunning;
   exited_ = 0;
   killed_ = false;
+  round_ended_ = false;
   root_cause_.reset();
   return {action::StartGroup{restart_count_}};
 }
 
 AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
-  if (exit.round != restart_count_ || state_ == State::kIdle || state_ == State::kDone) return {};
+  if (exit.round != restart_count_ || (state_ != State::kRunning && state_ != State::kStopping)) return {};
   ++exited_;
   AgentActions actions;
   if (state_ == State::kRunning && exit.failed()) {
     root_cause_ = exit;
-    actions = begin_stop(0, exit.when);
+    if (policy_.coordinated) actions.push_back(action::PublishFailure{exit});
+    auto stop = begin_stop(0, exit.when);
+    actions.insert(actions.end(), stop.begin(), stop.end());
   }
   if (exited_ >= policy_.nproc) {
     auto rest = on_all_exited();
@@ -44,6 +89,8 @@ AgentActions AgentStateMachine::begin_stop(int signo, AgentClock::time_point now
 AgentActions AgentStateMachine::on_signal(int signo, AgentClock::time_point now) {
   switch (state_) {
     case State::kIdle:
+    case State::kJoining:
+    case State::kWaiting:
       state_ = State::kDone;
       return {action::Exit{128 + signo}};
     case State::kRunning:
@@ -68,6 +115,11 @@ AgentActions AgentStateMachine::on_stop_timeout(AgentClock::time_point) {
 AgentActions AgentStateMachine::on_all_exited() {
   AgentActions actions;
   if (state_ == State::kRunning) {  // every worker exited 0
+    if (policy_.coordinated) {
+      state_ = State::kWaiting;
+      actions.push_back(action::PublishSuccess{});
+      return actions;
+    }
     state_ = State::kDone;
     actions.push_back(action::Exit{0});
     return actions;
@@ -76,6 +128,21 @@ AgentActions AgentStateMachine::on_all_exited() {
   if (stop_signal_ != 0) {
     state_ = State::kDone;
     actions.push_back(action::Exit{128 + stop_signal_});
+    return actions;
+  }
+  if (closing_code_) {
+    state_ = State::kDone;
+    actions.push_back(action::Exit{*closing_code_});
+    return actions;
+  }
+  if (policy_.coordinated) {
+    if (root_cause_) actions.push_back(action::ReportFailure{*root_cause_, restart_count_ < policy_.max_restarts});
+    if (round_ended_) {
+      state_ = State::kJoining;
+      actions.push_back(action::JoinRound{});
+    } else {
+      state_ = State::kWaiting;  // the coordinator will end the round or close the job
+    }
     return actions;
   }
   const WorkerExit root = *root_cause_;

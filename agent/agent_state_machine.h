@@ -15,6 +15,16 @@
 //   Root cause = the first failing exit observed, by time, of the current round; exits caused by
 //   our own stop are never the root cause. Events of an older round are ignored.
 //
+//   Coordinated (multi-node) mode: the rendezvous coordinator, not this node, decides restarts.
+//     - start() / the round ended by the coordinator, once workers are gone -> JoinRound
+//     - on_round(restart_count) while joining -> StartGroup{restart_count}
+//     - first failing exit -> PublishFailure (at once: other nodes stop within milliseconds) and
+//       the stop as above; once all are gone -> ReportFailure, then wait for the coordinator
+//     - every worker exits 0 -> PublishSuccess, then wait
+//     - on_round_ended() -> stop the workers (if any), then JoinRound
+//     - on_job_closed(code) -> stop the workers (if any), then Exit{code}
+//     - a handled signal while joining or waiting -> Exit{128 + signal}
+//
 // Threading
 //   Not thread-safe; owned and driven by the agent's event-loop thread (or a test).
 #pragma once
@@ -63,22 +73,29 @@ struct ReportFailure {
 struct Exit {
   int code;
 };
+struct JoinRound {};
+struct PublishFailure {
+  WorkerExit root_cause;
+};
+struct PublishSuccess {};
 }  // namespace action
 
 using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action::KillGroup,
                                  action::ArmStopTimer, action::CancelStopTimer,
-                                 action::ReportFailure, action::Exit>;
+                                 action::ReportFailure, action::Exit, action::JoinRound,
+                                 action::PublishFailure, action::PublishSuccess>;
 using AgentActions = std::vector<AgentAction>;
 
 struct AgentPolicy {
   int nproc = 1;
   int max_restarts = 0;
   std::chrono::milliseconds stop_timeout{30000};
+  bool coordinated = false;  // multi-node: the rendezvous decides restarts
 };
 
 class AgentStateMachine {
  public:
-  enum class State { kIdle, kRunning, kStopping, kDone };
+  enum class State { kIdle, kJoining, kRunning, kStopping, kWaiting, kDone };
 
   explicit AgentStateMachine(AgentPolicy policy);
 
@@ -86,6 +103,10 @@ class AgentStateMachine {
   AgentActions on_worker_exit(const WorkerExit& exit);
   AgentActions on_signal(int signo, AgentClock::time_point now);
   AgentActions on_stop_timeout(AgentClock::time_point now);
+  // Coordinated mode.
+  AgentActions on_round(int restart_count);
+  AgentActions on_round_ended(AgentClock::time_point now);
+  AgentActions on_job_closed(int code, AgentClock::time_point now);
 
   State state() const { return state_; }
   int restart_count() const { return restart_count_; }
@@ -102,6 +123,8 @@ class AgentStateMachine {
   int exited_ = 0;              // workers of the current round that have exited
   int stop_signal_ = 0;         // handled signal that caused the stop (0: a worker failure)
   bool killed_ = false;
+  bool round_ended_ = false;          // the coordinator ended the round: rejoin once stopped
+  std::optional<int> closing_code_;   // the coordinator closed the job: exit once stopped
   std::optional<WorkerExit> root_cause_;
 };
 

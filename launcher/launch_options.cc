@@ -15,6 +15,7 @@
 
 #include "agent/signal_names.h"
 #include "agent/worker_process.h"
+#include "launcher/multi_node_options.h"
 
 #ifndef CRUN_VERSION
 #define CRUN_VERSION "0.0.0"
@@ -205,8 +206,8 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   app.add_option("-t,--tee", tee)->envname("PET_TEE");
   app.add_option("--local-ranks-filter,--local_ranks_filter", local_ranks_filter)
       ->envname("PET_LOCAL_RANKS_FILTER");
-  app.add_option("--node-rank,--node_rank", node_rank)->envname("PET_NODE_RANK");
-  app.add_option("--master-addr,--master_addr", master_addr)->envname("PET_MASTER_ADDR");
+  auto* node_rank_opt = app.add_option("--node-rank,--node_rank", node_rank)->envname("PET_NODE_RANK");
+  auto* master_addr_opt = app.add_option("--master-addr,--master_addr", master_addr)->envname("PET_MASTER_ADDR");
   auto* master_port_opt =
       app.add_option("--master-port,--master_port", master_port)->envname("PET_MASTER_PORT");
   app.add_option("--local-addr,--local_addr", local_addr)->envname("PET_LOCAL_ADDR");
@@ -245,9 +246,6 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
 
   // Values.
   const auto [min_nodes, max_nodes] = parse_nnodes(nnodes);
-  if (max_nodes > 1) {
-    usage("--nnodes " + nnodes + ": multi-node runs are not supported yet (use --standalone or --nnodes 1)");
-  }
   if (rdzv_backend != "static" && rdzv_backend != "c10d" && rdzv_backend != "etcd" &&
       rdzv_backend != "etcd-v2") {
     usage("--rdzv-backend: expected static, c10d, etcd or etcd-v2, got '" + rdzv_backend + "'");
@@ -260,7 +258,6 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   if (!rdzv_endpoint.empty() && (rdzv_endpoint.front() == ':' || trim(rdzv_endpoint).empty())) {
     usage("--rdzv-endpoint: expected HOST[:PORT], got '" + rdzv_endpoint + "'");
   }
-  if (node_rank != 0) usage("--node-rank: must be 0 for a single-node run, got " + std::to_string(node_rank));
   const int nproc_value = parse_nproc(nproc);
   if (max_restarts < 0) usage("--max-restarts: must be >= 0, got " + std::to_string(max_restarts));
   if (monitor_interval < 0) usage("--monitor-interval: must be >= 0");
@@ -274,14 +271,29 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   if (role.empty()) usage("--role: must not be empty");
   if (module && no_python) usage("--no-python and --module cannot be used together");
 
+  RendezvousFlags rf;
+  rf.standalone = standalone;
+  rf.min_nodes = min_nodes;
+  rf.max_nodes = max_nodes;
+  rf.backend = rdzv_backend;
+  rf.endpoint = trim(rdzv_endpoint);
+  rf.run_id = rdzv_id;
+  rf.conf = rdzv_conf;
+  if (node_rank_opt->count() > 0) rf.node_rank = node_rank;
+  if (master_addr_opt->count() > 0) rf.master_addr = master_addr;
+  if (master_port_opt->count() > 0) rf.master_port = master_port;
+  rf.local_addr = local_addr;
+  rf.program = program;
+
   AgentConfig& c = out.agent;
+  c.multi_node = make_multi_node(rf, max_restarts);
   c.nproc_per_node = nproc_value;
   c.max_restarts = max_restarts;
   c.stop_timeout = std::chrono::milliseconds(static_cast<long long>(stop_timeout * 1000.0));
   c.role = role;
   c.run_id = (standalone && rdzv_id == "none") ? random_run_id() : rdzv_id;
   c.master_addr = master_addr.empty() ? "127.0.0.1" : master_addr;
-  if (master_port_opt->count() > 0 && master_port > 0) {
+  if (master_port_opt->count() > 0 && master_port > 0 && !(c.multi_node && rdzv_backend == "static")) {
     c.master_port = static_cast<std::uint16_t>(master_port);
   }
   c.redirects = parse_std("--redirects", redirects, nproc_value);
@@ -312,7 +324,10 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   c.hostname = host;
 
   // The program.
-  if (no_python) {
+  // A .py script (or a module) runs under Python; any other executable runs as it is, like
+  // `--no-python` (torchrun would hand a native binary to Python and fail).
+  const bool python_script = module || program.front().ends_with(".py") || !resolve_executable(program.front());
+  if (no_python || !python_script) {
     const auto exe = resolve_executable(program.front());
     if (!exe) usage("program not found or not executable: " + program.front());
     program.front() = *exe;

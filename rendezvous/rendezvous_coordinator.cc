@@ -195,7 +195,7 @@ struct RendezvousCoordinator::Impl {
     waiting.erase(node);
     expected.erase(node);
     bool participant = std::find(participants.begin(), participants.end(), node) != participants.end();
-    if (participant) log("rendezvous: lost node " + describe(node) + ": " + why);
+    if (participant && phase != Phase::kClosed) log("rendezvous: lost node " + describe(node) + ": " + why);
     if (phase == Phase::kRunning && participant) {
       begin_reform(false, "node " + describe(node) + " lost: " + why, {}, {}, node);
     }
@@ -275,7 +275,7 @@ struct RendezvousCoordinator::Impl {
     succeeded.clear();
     last_call_deadline.reset();
     progress_due.reset();
-    store.set(keys.progress(), "round " + std::to_string(round) + ": formed with " + std::to_string(n) + " nodes");
+    last_progress_line.clear();
     log("rendezvous: round " + std::to_string(round) + " formed with " + std::to_string(n) + " node(s), restart count " +
         std::to_string(restart_count));
   }
@@ -292,6 +292,10 @@ struct RendezvousCoordinator::Impl {
     ev.report = report;
     store.set(keys.closed(), ev.to_json());
     phase = Phase::kClosed;
+    {
+      std::lock_guard lock(mu);
+      job_closed = true;
+    }
     log("rendezvous: closed: " + detail);
     for (auto& [id, rec] : waiting) answer_error(rec, "the rendezvous of run '" + cfg.run_id + "' is closed", true);
     waiting.clear();
@@ -356,6 +360,7 @@ struct RendezvousCoordinator::Impl {
   std::string lost;
   bool stopping = false;
   bool drained = false;
+  bool job_closed = false;
   bool failed = false;
 
   enum class Phase { kForming, kRunning, kClosed };
@@ -385,8 +390,14 @@ RendezvousCoordinator::RendezvousCoordinator(StoreEndpoint store, StoreClientOpt
 
 RendezvousCoordinator::~RendezvousCoordinator() = default;
 
+bool RendezvousCoordinator::closed() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->job_closed;
+}
+
 bool RendezvousCoordinator::wait_until_drained(Millis bound) {
   std::unique_lock lock(impl_->mu);
+  if (!impl_->job_closed) return false;
   return impl_->cv.wait_for(lock, bound, [&] { return impl_->drained || impl_->failed || !impl_->lost.empty(); }) &&
          impl_->drained;
 }

@@ -37,8 +37,9 @@ class RendezvousCoordinator {
   RendezvousCoordinator& operator=(const RendezvousCoordinator&) = delete;
 
   // Waits until the job is closed and no participant is connected any more, or `bound` passes.
-  // Returns true when drained.
+  // Returns true when drained; returns false at once when the job has not closed.
   bool wait_until_drained(Millis bound);
+  bool closed() const;
 
   struct Impl;
 

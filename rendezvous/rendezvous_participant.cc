@@ -140,6 +140,8 @@ void RendezvousParticipant::report(int round, const RoundOutcome& outcome) {
   m.store.set(m.keys.report(round, m.self.node_id), outcome.to_json());
 }
 
+void RendezvousParticipant::abort() { impl_->store.interrupt(); }
+
 const NodeRecord& RendezvousParticipant::self() const { return impl_->self; }
 const RendezvousKeys& RendezvousParticipant::keys() const { return impl_->keys; }
 

@@ -43,6 +43,7 @@ struct ParticipantEvents {
 
 class RendezvousParticipant {
  public:
+  // Connects (retrying until join_timeout, or until options.cancel is cancelled).
   // `self` carries the node's identity and configuration; its addr may be empty, in which case the
   // local address of the store connection is used (the interface that reaches the store).
   RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config, NodeRecord self,
@@ -54,6 +55,8 @@ class RendezvousParticipant {
   // `free_port`: a port free on this node now (MASTER_PORT if this node becomes rank 0).
   RoundAnswer join(std::uint16_t free_port);
   void report(int round, const RoundOutcome& outcome);
+  // From another thread: a join() blocked on the coordinator's answer fails at once.
+  void abort();
 
   const NodeRecord& self() const;
   const RendezvousKeys& keys() const;

@@ -37,6 +37,20 @@ StoreEndpoint StoreEndpoint::parse(std::string_view text) {
   return StoreEndpoint{std::string(host), static_cast<std::uint16_t>(value)};
 }
 
+void ConnectCancel::cancel() {
+  std::lock_guard lock(mu_);
+  cancelled_ = true;
+  cv_.notify_all();
+}
+bool ConnectCancel::cancelled() const {
+  std::lock_guard lock(mu_);
+  return cancelled_;
+}
+bool ConnectCancel::wait_for(Millis d) const {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, d, [&] { return cancelled_; });
+}
+
 struct TcpStore::Impl {
   Impl(StoreEndpoint ep, StoreClientOptions opt) : endpoint(std::move(ep)), options(std::move(opt)), conn(endpoint, options) {}
 
@@ -151,6 +165,7 @@ TcpStore::~TcpStore() = default;
 
 const StoreEndpoint& TcpStore::endpoint() const { return impl_->endpoint; }
 std::string TcpStore::local_address() const { return impl_->conn.local_address(); }
+void TcpStore::interrupt() { impl_->conn.interrupt(); }
 
 void TcpStore::set(std::string_view key, std::string_view value) {
   check_value(impl_->conn.name(), key, value.size());

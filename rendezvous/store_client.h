@@ -15,8 +15,10 @@
 //   run on the watcher's own thread: post them to your event loop, never block in them.
 #pragma once
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 
 #include "rendezvous/store.h"
 
@@ -30,10 +32,25 @@ struct StoreEndpoint {
   static StoreEndpoint parse(std::string_view text);
 };
 
+// Lets another thread end a connect retry loop early (StoreConnectionError "cancelled").
+class ConnectCancel {
+ public:
+  void cancel();
+  bool cancelled() const;
+  // Waits up to `d`; returns early (true) once cancelled.
+  bool wait_for(Millis d) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool cancelled_ = false;
+};
+
 struct StoreClientOptions {
   Millis connect_timeout{30000};
   Millis timeout{300000};  // deadline of non-blocking operations
   std::string token;       // shared secret, when the server requires one
+  std::shared_ptr<ConnectCancel> cancel;  // optional
 };
 
 // One change seen by a watch.
@@ -56,6 +73,9 @@ class TcpStore final : public Store {
   const StoreEndpoint& endpoint() const;
   // The local IP address this client's connection uses (the interface that reaches the store).
   std::string local_address() const;
+  // From another thread: makes a call blocked on this connection fail at once (the client is
+  // broken afterwards). The one thread-safe member.
+  void interrupt();
 
   void set(std::string_view key, std::string_view value) override;
   std::string get(std::string_view key, Millis timeout) override;

@@ -85,13 +85,16 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
     }
     if (fd_ >= 0) break;
     auto now = Clock::now();
+    if (options.cancel && options.cancel->cancelled()) throw StoreConnectionError(name_ + ": connecting cancelled");
     if (now >= deadline) {
       throw StoreConnectionError(name_ + ": cannot connect: " + reason + " (" + std::to_string(attempt) +
                                  " attempts over " + seconds_text(now - start) + ")");
     }
     std::uniform_real_distribution<double> jitter(0.5, 1.5);
     auto pause = std::chrono::duration_cast<Clock::duration>(backoff * jitter(rng));
-    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));  // backoff between attempts
+    auto wait = std::chrono::duration_cast<Millis>(std::min<Clock::duration>(pause, deadline - now));
+    if (options.cancel) options.cancel->wait_for(wait);  // backoff between attempts, cut short by cancel
+    else std::this_thread::sleep_for(wait);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   // Blocking from here on: receive() blocks in recv() bounded by SO_RCVTIMEO (one syscall per

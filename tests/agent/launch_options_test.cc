@@ -1,4 +1,7 @@
 // parse_launch_options: torchrun's CLI and PET_* defaults -> AgentConfig, without running anything.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdlib>
@@ -27,10 +30,18 @@ struct ScopedEnv {
 
 }  // namespace
 
-TEST_CASE("a .py program runs as PYTHON_EXEC -u; -m runs a module", "[launch_options]") {
+TEST_CASE("a .py program runs as PYTHON_EXEC -u; -m runs a module; executables run as they are", "[launch_options]") {
   ScopedEnv py("PYTHON_EXEC", "/bin/sh");
-  const auto script = parse({"--nproc-per-node", "2", "/bin/sh", "--lr", "3"});  // any existing file
-  REQUIRE(script.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", "/bin/sh", "--lr", "3"});
+  char plain[] = "/tmp/crun-launch-test-XXXXXX";  // a plain, non-executable file without .py
+  const int fd = ::mkstemp(plain);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  ::chmod(plain, 0644);
+  const auto script = parse({"--nproc-per-node", "2", plain, "--lr", "3"});
+  ::unlink(plain);
+  REQUIRE(script.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", plain, "--lr", "3"});
+  const auto binary = parse({"/bin/true", "--lr", "3"});  // an executable without .py: exec'd directly
+  REQUIRE(binary.agent.worker_argv == std::vector<std::string>{"/bin/true", "--lr", "3"});
   const auto module = parse({"-m", "pkg.train", "--epochs", "1"});
   REQUIRE(module.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", "-m", "pkg.train", "--epochs", "1"});
   const auto native = parse({"--no-python", "sh", "-c", "true"});
@@ -98,6 +109,49 @@ TEST_CASE("--help and --version exit at once", "[launch_options]") {
 TEST_CASE("usage errors name the flag", "[launch_options]") {
   REQUIRE_THROWS_WITH(parse({"--nproc-per-node", "x", "--no-python", "/bin/true"}), Catch::Contains("--nproc-per-node"));
   REQUIRE_THROWS_WITH(parse({"--max-restarts", "x", "--no-python", "/bin/true"}), Catch::Contains("--max-restarts"));
-  REQUIRE_THROWS_WITH(parse({"--nnodes", "2:4", "--no-python", "/bin/true"}), Catch::Contains("not supported yet"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2:4", "--no-python", "/bin/true"}), Catch::Contains("--nnodes") && Catch::Contains("static"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--no-python", "/bin/true"}), Catch::Contains("--node-rank: required"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "/bin/true"}), Catch::Contains("--rdzv-endpoint: required"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "bogus=1", "/bin/true"}),
+                      Catch::Contains("unknown key 'bogus'"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "join_timeout=x", "/bin/true"}),
+                      Catch::Contains("join_timeout"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1", "/bin/true"}),
+                      Catch::Contains("--node-rank: must be in [0, 2)"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "etcd", "/bin/true"}), Catch::Contains("etcd"));
+  REQUIRE_THROWS_WITH(parse({"--standalone", "--nnodes", "2", "/bin/true"}), Catch::Contains("--standalone"));
   REQUIRE_THROWS_AS(parse({}), LaunchUsageError);
+}
+
+TEST_CASE("multi-node flags become the agent's rendezvous configuration", "[launch_options]") {
+  const auto c10d = parse({"--nnodes", "2:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3", "--rdzv-id", "j7",
+                           "--rdzv-conf", "join_timeout=5,last_call_timeout=0.5,is_host=0,token=t0k,keep_alive_interval=1,keep_alive_max_attempt=4",
+                           "--max-restarts", "2", "--local-addr", "10.1.2.9", "/bin/true", "--x"});
+  REQUIRE(c10d.agent.multi_node);
+  const auto& m = *c10d.agent.multi_node;
+  CHECK(m.endpoint_host == "10.1.2.3");
+  CHECK(m.endpoint_port == 29400);
+  CHECK(m.is_host == std::optional<bool>(false));
+  CHECK(m.token == "t0k");
+  CHECK(m.local_addr == "10.1.2.9");
+  CHECK(m.rendezvous.run_id == "j7");
+  CHECK(m.rendezvous.min_nodes == 2);
+  CHECK(m.rendezvous.max_nodes == 4);
+  CHECK(m.rendezvous.max_restarts == 2);
+  CHECK(m.rendezvous.join_timeout == std::chrono::milliseconds(5000));
+  CHECK(m.rendezvous.last_call_timeout == std::chrono::milliseconds(500));
+  CHECK(m.rendezvous.heartbeat_timeout == std::chrono::milliseconds(4000));  // interval x attempts
+  CHECK(m.program == "true");
+
+  const auto fixed = parse({"--nnodes", "3", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29511",
+                            "/bin/true"});
+  REQUIRE(fixed.agent.multi_node);
+  CHECK(fixed.agent.multi_node->endpoint_host == "10.0.0.1");
+  CHECK(fixed.agent.multi_node->endpoint_port == 29511);
+  CHECK(fixed.agent.multi_node->is_host == std::optional<bool>(false));  // only node rank 0 hosts
+  CHECK(fixed.agent.multi_node->rank_hint == 1);
+  CHECK_FALSE(fixed.agent.master_port.has_value());  // the store holds 29511; workers get their own port
+
+  CHECK_FALSE(parse({"--standalone", "--nproc-per-node", "2", "/bin/true"}).agent.multi_node);
+  CHECK_FALSE(parse({"/bin/true"}).agent.multi_node);
 }

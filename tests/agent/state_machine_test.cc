@@ -146,3 +146,94 @@ TEST_CASE("events of an older round are ignored", "[state_machine]") {
   REQUIRE(sm.on_worker_exit(exit_of(0, 0, 2)).empty());
   REQUIRE(find<action::Exit>(sm.on_worker_exit(exit_of(1, 0, 0)))->code == 0);
 }
+
+// --- Coordinated (multi-node) mode: the rendezvous decides restarts ---------------------------
+
+namespace {
+AgentStateMachine coordinated(int nproc, int max_restarts) {
+  return AgentStateMachine(AgentPolicy{nproc, max_restarts, 5s, /*coordinated=*/true});
+}
+}  // namespace
+
+TEST_CASE("coordinated: start joins, a round starts the group with its restart count", "[state_machine]") {
+  auto sm = coordinated(2, 3);
+  auto a = sm.start(t0);
+  REQUIRE(a.size() == 1);
+  REQUIRE(std::holds_alternative<action::JoinRound>(a[0]));
+  REQUIRE(sm.state() == AgentStateMachine::State::kJoining);
+  a = sm.on_round(2);
+  REQUIRE(std::get<action::StartGroup>(a.at(0)).restart_count == 2);
+  REQUIRE(sm.restart_count() == 2);
+  REQUIRE(sm.on_round(3).empty());  // not joining any more
+}
+
+TEST_CASE("coordinated: a local failure is published at once, then the node waits", "[state_machine]") {
+  auto sm = coordinated(2, 3);
+  sm.start(t0);
+  sm.on_round(0);
+  auto a = sm.on_worker_exit(exit_of(0, 1, 9, 0, 10ms));
+  REQUIRE(find<action::PublishFailure>(a) != nullptr);
+  REQUIRE(find<action::PublishFailure>(a)->root_cause.exit_code == 9);
+  REQUIRE(find<action::SignalGroup>(a)->signo == SIGTERM);
+  a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 20ms));
+  REQUIRE(find<action::ReportFailure>(a) != nullptr);
+  REQUIRE(find<action::JoinRound>(a) == nullptr);  // the coordinator decides
+  REQUIRE(find<action::StartGroup>(a) == nullptr);
+  REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
+  a = sm.on_round_ended(t0 + 30ms);
+  REQUIRE(a.size() == 1);
+  REQUIRE(std::holds_alternative<action::JoinRound>(a[0]));
+}
+
+TEST_CASE("coordinated: a round ended elsewhere stops the workers, then rejoins", "[state_machine]") {
+  auto sm = coordinated(2, 0);
+  sm.start(t0);
+  sm.on_round(0);
+  auto a = sm.on_round_ended(t0 + 1s);
+  REQUIRE(find<action::SignalGroup>(a)->signo == SIGTERM);
+  REQUIRE(find<action::ArmStopTimer>(a)->deadline == t0 + 1s + 5s);
+  REQUIRE(sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM)).empty());
+  a = sm.on_worker_exit(exit_of(0, 1, 143));  // stopped by us: never a root cause
+  REQUIRE(find<action::ReportFailure>(a) == nullptr);
+  REQUIRE(find<action::PublishFailure>(a) == nullptr);
+  REQUIRE(find<action::JoinRound>(a) != nullptr);
+  REQUIRE(sm.state() == AgentStateMachine::State::kJoining);
+}
+
+TEST_CASE("coordinated: success is published and the job's close decides the exit", "[state_machine]") {
+  auto sm = coordinated(2, 0);
+  sm.start(t0);
+  sm.on_round(0);
+  sm.on_worker_exit(exit_of(0, 0, 0));
+  auto a = sm.on_worker_exit(exit_of(0, 1, 0));
+  REQUIRE(a.size() == 1);
+  REQUIRE(std::holds_alternative<action::PublishSuccess>(a[0]));
+  REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
+  a = sm.on_job_closed(0, t0);
+  REQUIRE(std::get<action::Exit>(a.at(0)).code == 0);
+}
+
+TEST_CASE("coordinated: a close while running stops the workers and exits with its code", "[state_machine]") {
+  auto sm = coordinated(1, 0);
+  sm.start(t0);
+  sm.on_round(0);
+  auto a = sm.on_job_closed(42, t0);
+  REQUIRE(find<action::SignalGroup>(a) != nullptr);
+  a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM));
+  REQUIRE(std::get<action::Exit>(a.back()).code == 42);
+  REQUIRE(sm.state() == AgentStateMachine::State::kDone);
+}
+
+TEST_CASE("coordinated: a signal while joining or waiting exits at once", "[state_machine]") {
+  auto sm = coordinated(1, 0);
+  sm.start(t0);
+  auto a = sm.on_signal(SIGTERM, t0);
+  REQUIRE(std::get<action::Exit>(a.at(0)).code == 128 + SIGTERM);
+  auto sm2 = coordinated(1, 0);
+  sm2.start(t0);
+  sm2.on_round(0);
+  sm2.on_worker_exit(exit_of(0, 0, 0));
+  REQUIRE(sm2.state() == AgentStateMachine::State::kWaiting);
+  a = sm2.on_signal(SIGINT, t0);
+  REQUIRE(std::get<action::Exit>(a.at(0)).code == 128 + SIGINT);
+}

@@ -1,0 +1,206 @@
+#include "agent/c10d_rendezvous.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <mutex>
+#include <thread>
+
+#include "agent/standalone_rendezvous.h"
+#include "rendezvous/local_addresses.h"
+#include "rendezvous/rendezvous_coordinator.h"
+#include "rendezvous/rendezvous_participant.h"
+#include "rendezvous/store_server.h"
+
+namespace crun {
+
+namespace asio = boost::asio;
+
+namespace {
+void say(const std::string& line) {
+  std::string text = "crun: " + line + "\n";
+  ssize_t ignored = ::write(2, text.data(), text.size());
+  (void)ignored;
+}
+}  // namespace
+
+// Shared with the join thread, which may outlive a request by a moment: it holds a shared_ptr.
+struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
+  Impl(asio::io_context& io_ref, const AgentConfig& c, Listener l)
+      : io(io_ref), config(c), multi(*c.multi_node), listener(std::move(l)) {
+    host = multi.is_host.value_or(is_local_host(multi.endpoint_host));
+    options.token = multi.token;
+    options.timeout = multi.read_timeout;
+    options.connect_timeout = multi.rendezvous.join_timeout;
+    options.cancel = cancel;
+    if (host) {
+      StoreServerOptions so;
+      so.host = multi.endpoint_host;
+      so.port = multi.endpoint_port;
+      so.token = multi.token;
+      server = std::make_unique<StoreServer>(so);
+      server->start();
+      coordinator = std::make_unique<RendezvousCoordinator>(StoreEndpoint{multi.endpoint_host, server->port()}, options,
+                                                            multi.rendezvous, [](const std::string& line) { say(line); });
+    }
+  }
+
+  // Posts `f` to the agent's loop unless the rendezvous was shut down.
+  template <typename F>
+  void post(F&& f) {
+    asio::post(io, [weak = weak_from_this(), f = std::forward<F>(f)]() mutable {
+      auto self = weak.lock();
+      if (self && !self->stopped) f(*self);
+    });
+  }
+
+  // Runs on the join thread: connects (first time), then blocks for the answer.
+  void join_once() {
+    RoundResult result;
+    try {
+      if (!participant) connect();
+      std::uint16_t port = config.master_port.value_or(0);
+      if (port == 0) port = pick_free_port(participant->self().addr);
+      RoundAnswer a = participant->join(port);
+      if (!a.error.empty()) {
+        result.error = a.error;
+        result.exit_code = a.closed ? kExitRendezvousClosed : kExitRendezvousRejected;
+      } else {
+        result.rendezvous_round = a.round;
+        RoundInfo& info = result.info;
+        info.round = a.restart_count;
+        info.group_rank = a.node_rank;
+        info.group_world_size = a.nnodes;
+        info.rank_offset = a.node_rank * config.nproc_per_node;
+        info.world_size = a.nnodes * config.nproc_per_node;
+        info.master_addr = a.master_addr;
+        info.master_port = a.master_port;
+        info.store_prefix = participant->keys().round_prefix(a.round);
+      }
+    } catch (const RendezvousTimeout& e) {
+      result.error = e.what();
+      result.exit_code = kExitRendezvousTimeout;
+    } catch (const StoreRejected& e) {
+      result.error = std::string("rendezvous refused: ") + e.what();
+      result.exit_code = kExitRendezvousRejected;
+    } catch (const std::exception& e) {
+      result.error = std::string("rendezvous failed: ") + e.what();
+      result.exit_code = kExitStoreLost;
+    }
+    post([result](Impl& self) { self.listener.on_round(result); });
+  }
+
+  void connect() {
+    NodeRecord self;
+    self.hostname = config.hostname;
+    self.node_id = make_node_id(config.hostname);
+    self.addr = multi.local_addr;
+    self.rank_hint = multi.rank_hint;
+    self.nproc = config.nproc_per_node;
+    self.role = config.role;
+    self.max_restarts = config.max_restarts;
+    self.min_nodes = multi.rendezvous.min_nodes;
+    self.max_nodes = multi.rendezvous.max_nodes;
+    self.program = multi.program;
+    ParticipantEvents ev;
+    std::weak_ptr<Impl> weak = weak_from_this();
+    ev.on_control = [weak](const ControlEvent& e) {
+      if (auto s = weak.lock()) s->post([e](Impl& self) { self.listener.on_control(e); });
+    };
+    ev.on_progress = [weak](const std::string& line) {
+      if (auto s = weak.lock()) s->post([line](Impl& self) { self.listener.on_progress(line); });
+    };
+    ev.on_store_lost = [weak](const std::string& why) {
+      if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
+    };
+    auto p = std::make_unique<RendezvousParticipant>(StoreEndpoint{multi.endpoint_host, multi.endpoint_port}, options,
+                                                     multi.rendezvous, self, ev);
+    std::lock_guard lock(mu);
+    participant = std::move(p);
+    node = participant->self().node_id;
+  }
+
+  void stop_joining() {
+    cancel->cancel();
+    {
+      std::lock_guard lock(mu);
+      if (participant) participant->abort();
+    }
+    if (joiner.joinable()) joiner.join();
+  }
+
+  asio::io_context& io;
+  AgentConfig config;
+  MultiNodeConfig multi;
+  Listener listener;
+  bool host = false;
+  bool stopped = false;
+  std::shared_ptr<ConnectCancel> cancel = std::make_shared<ConnectCancel>();
+  StoreClientOptions options;
+  std::unique_ptr<StoreServer> server;
+  std::unique_ptr<RendezvousCoordinator> coordinator;
+  std::mutex mu;  // guards `participant` against abort() from the loop while the join thread sets it
+  std::unique_ptr<RendezvousParticipant> participant;
+  std::string node;
+  std::thread joiner;
+};
+
+C10dRendezvous::C10dRendezvous(asio::io_context& io, const AgentConfig& config, Listener listener)
+    : impl_(std::make_shared<Impl>(io, config, std::move(listener))) {}
+
+C10dRendezvous::~C10dRendezvous() { shutdown(); }
+
+void C10dRendezvous::request_round() {
+  if (impl_->joiner.joinable()) impl_->joiner.join();  // the previous join delivered its answer
+  impl_->joiner = std::thread([self = impl_] { self->join_once(); });
+}
+
+void C10dRendezvous::publish_failure(int rendezvous_round, int exit_code, std::int64_t wall_time_us, const std::string& report) {
+  RoundOutcome o;
+  o.succeeded = false;
+  o.exit_code = exit_code;
+  o.wall_time_us = wall_time_us;
+  o.report = report;
+  try {
+    if (impl_->participant) impl_->participant->report(rendezvous_round, o);
+  } catch (const std::exception& e) {
+    say(std::string("cannot publish the failure to the rendezvous: ") + e.what());
+  }
+}
+
+void C10dRendezvous::publish_success(int rendezvous_round) {
+  RoundOutcome o;
+  o.succeeded = true;
+  try {
+    if (impl_->participant) impl_->participant->report(rendezvous_round, o);
+  } catch (const std::exception& e) {
+    say(std::string("cannot publish success to the rendezvous: ") + e.what());
+  }
+}
+
+void C10dRendezvous::shutdown() {
+  Impl& m = *impl_;
+  if (m.stopped) return;
+  m.stopped = true;
+  m.stop_joining();
+  m.participant.reset();  // our alive key goes with the connection
+  if (m.coordinator) {
+    // Keep the store up until the other agents have read the close and left.
+    if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.multi.rendezvous.close_timeout)) {
+      say("some agents had not left " + std::to_string(m.multi.rendezvous.close_timeout.count() / 1000) +
+          " s after the job closed; stopping the store anyway");
+    }
+    m.coordinator.reset();
+  }
+  if (m.server) m.server->stop();
+}
+
+bool C10dRendezvous::is_host() const { return impl_->host; }
+std::string C10dRendezvous::node_id() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->node;
+}
+std::string C10dRendezvous::store_endpoint() const {
+  return StoreEndpoint{impl_->multi.endpoint_host, impl_->multi.endpoint_port}.str();
+}
+
+}  // namespace crun
