@@ -1,0 +1,262 @@
+// crun across real network hosts: every node is a network namespace on a private bridge
+// (scripts/netns-cluster.sh), every agent a real crun process inside it. Needs root (CI is root).
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tests/agent/child_process.h"
+
+using namespace crun::test;
+
+namespace {
+
+std::string run_script(const std::vector<std::string>& args) {
+  std::string cmd = CRUN_NETNS_SCRIPT;
+  for (auto& a : args) cmd += " " + a;
+  cmd += " 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  int rc = ::pclose(p);
+  INFO(cmd << "\n" << out);
+  REQUIRE(rc == 0);
+  return out;
+}
+
+// K hosts at 10.77.0.1..K, removed (with anything still running in them) on destruction.
+class Cluster {
+ public:
+  explicit Cluster(int hosts) {
+    REQUIRE(::geteuid() == 0);  // network namespaces need root; CI runs as root
+    static std::atomic<int> serial{0};
+    name_ = "cm" + std::to_string(::getpid() % 100000) + "x" + std::to_string(serial++);
+    run_script({"up", name_, std::to_string(hosts)});
+  }
+  ~Cluster() {
+    agents_.clear();  // kills what is left (ChildProcess), then the namespaces go
+    std::string cmd = std::string(CRUN_NETNS_SCRIPT) + " down " + name_ + " >/dev/null 2>&1";
+    int ignored = std::system(cmd.c_str());
+    (void)ignored;
+  }
+  static std::string addr(int host) { return "10.77.0." + std::to_string(host); }
+
+  // Starts crun on `host` with `flags`, then the test worker with `worker_args`.
+  ChildProcess& crun(int host, const std::vector<std::string>& flags, const std::vector<std::string>& worker_args) {
+    std::vector<std::string> argv{CRUN_IP_BIN, "netns", "exec", name_ + "-h" + std::to_string(host), CRUN_BIN};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back(CRUN_TEST_WORKER);
+    argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+    agents_.push_back(std::make_unique<ChildProcess>(argv));
+    return *agents_.back();
+  }
+  void link(int host, bool up) { run_script({"link", name_, std::to_string(host), up ? "up" : "down"}); }
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<ChildProcess>> agents_;
+};
+
+std::vector<std::string> c10d(const std::string& nnodes, int nproc, const std::string& conf = "", int max_restarts = 0) {
+  std::vector<std::string> f{"--nnodes", nnodes, "--nproc-per-node", std::to_string(nproc), "--rdzv-backend", "c10d",
+                             "--rdzv-endpoint", Cluster::addr(1) + ":29400", "--rdzv-id", "job", "--max-restarts",
+                             std::to_string(max_restarts), "--stop-timeout", "5"};
+  if (!conf.empty()) {
+    f.push_back("--rdzv-conf");
+    f.push_back(conf);
+  }
+  return f;
+}
+
+bool err_has(ChildProcess& p, const std::string& needle, std::chrono::milliseconds bound = 30s) {
+  return p.wait_until([&](const std::string&, const std::string& err) { return err.find(needle) != std::string::npos; },
+                      bound);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct TempFile {
+  TempFile() {
+    char t[] = "/tmp/crun-mn-XXXXXX";
+    int fd = ::mkstemp(t);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+    path = t;
+  }
+  ~TempFile() { ::unlink(path.c_str()); }
+  std::string path;
+};
+
+}  // namespace
+
+TEST_CASE("two hosts run one job with torchrun's environment", "[normal]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 2), {"--print-env"});
+  auto& b = cl.crun(2, c10d("2", 2), {"--print-env"});
+  REQUIRE(a.wait_exit() == 0);
+  REQUIRE(b.wait_exit() == 0);
+  std::string all = a.out() + b.out();
+  std::set<std::string> ranks;
+  for (auto& line : lines(all))
+    if (line.find(" RANK=") != std::string::npos) ranks.insert(line.substr(line.find(" RANK=") + 6));
+  CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
+  CHECK(count(all, "MASTER_ADDR=10.77.0.1") == 4);  // node rank 0's address, as the others reach it
+  CHECK(count(all, "WORLD_SIZE=4") >= 4);
+  CHECK(count(all, "GROUP_WORLD_SIZE=2") == 4);
+  CHECK(count(a.out(), "GROUP_RANK=0") == 2);
+  CHECK(count(b.out(), "GROUP_RANK=1") == 2);
+  CHECK(count(all, "TORCHELASTIC_RUN_ID=job") == 4);
+  CHECK_THAT(a.err(), Catch::Contains("hosting the rendezvous at 10.77.0.1:29400"));
+  CHECK_THAT(b.err(), Catch::Contains("joining the rendezvous"));
+}
+
+TEST_CASE("a failure on a non-host node restarts every node; node rank 0 shows its root cause", "[failure]") {
+  Cluster cl(2);
+  TempFile stamps;
+  auto& a = cl.crun(1, c10d("2", 2, "", 1), {"--stamp", stamps.path});
+  auto& b = cl.crun(2, c10d("2", 2, "", 1),
+                    {"--stamp", stamps.path, "--only-rank", "1", "--fail-before-restart", "1", "--error-file", "bad batch",
+                     "--exit", "3"});
+  REQUIRE(a.wait_exit() == 0);
+  REQUIRE(b.wait_exit() == 0);
+  std::string s = read_file(stamps.path);
+  for (int r = 0; r < 4; ++r) CHECK(count(s, "start restart=1 rank=" + std::to_string(r) + " ") == 1);
+  CHECK_THAT(a.err(), Catch::Contains("root cause reported by node") && Catch::Contains("rank 3 (local rank 1") &&
+                          Catch::Contains("exit code 3") && Catch::Contains("bad batch"));
+  CHECK_THAT(b.err(), Catch::Contains("worker failed (root cause): rank 3"));
+}
+
+TEST_CASE("with no restarts left every node exits with the root cause's code", "[failure]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 1), {"--hang"});
+  auto& b = cl.crun(2, c10d("2", 1), {"--raise", "SIGSEGV"});
+  REQUIRE(b.wait_exit() == 128 + SIGSEGV);
+  REQUIRE(a.wait_exit() == 128 + SIGSEGV);  // torchrun exits 1 everywhere
+  CHECK_THAT(a.err(), Catch::Contains("no restarts left"));
+}
+
+TEST_CASE("an agent killed with SIGKILL: the survivors re-form a round without a restart", "[agent_killed]") {
+  Cluster cl(3);
+  std::vector<ChildProcess*> agents;
+  for (int h = 1; h <= 3; ++h) agents.push_back(&cl.crun(h, c10d("2:3", 1, "last_call_timeout=1"), {"--hang"}));
+  for (auto* p : agents) REQUIRE(err_has(*p, "round 0: node rank"));
+  agents[2]->signal(SIGKILL);
+  REQUIRE(agents[2]->wait_exit() == 128 + SIGKILL);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(err_has(*agents[i], "round 1: node rank " + std::to_string(i) + " of 2, restart 0"));
+    CHECK_THAT(agents[i]->err(), Catch::Contains("lost"));
+  }
+  for (int i = 0; i < 2; ++i) agents[i]->signal(SIGTERM);
+  for (int i = 0; i < 2; ++i) CHECK(agents[i]->wait_exit() == 128 + SIGTERM);
+}
+
+TEST_CASE("an agent killed below the minimum: the survivor exits after the join timeout", "[agent_killed]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 1, "join_timeout=3"), {"--hang"});
+  auto& b = cl.crun(2, c10d("2", 1, "join_timeout=3"), {"--hang"});
+  REQUIRE(err_has(a, "round 0: node rank"));
+  REQUIRE(err_has(b, "round 0: node rank"));
+  b.signal(SIGKILL);
+  REQUIRE(a.wait_exit(20s) == 4);  // documented: rendezvous (join) timeout
+  CHECK_THAT(a.err(), Catch::Contains("join timeout"));
+}
+
+TEST_CASE("a partitioned host is detected within the heartbeat timeout", "[partition]") {
+  Cluster cl(3);
+  const std::string conf = "last_call_timeout=1,heartbeat_timeout=2,keep_alive_interval=0.5";
+  std::vector<ChildProcess*> agents;
+  for (int h = 1; h <= 3; ++h) agents.push_back(&cl.crun(h, c10d("2:3", 1, conf), {"--hang"}));
+  for (auto* p : agents) REQUIRE(err_has(*p, "round 0: node rank"));
+  cl.link(3, false);
+  // The cut-off agent notices that its heartbeats no longer arrive, stops its workers and exits.
+  REQUIRE(agents[2]->wait_exit(20s) == 7);
+  CHECK_THAT(agents[2]->err(), Catch::Contains("lost the rendezvous store"));
+  // The others drop it and go on as a round of two.
+  for (int i = 0; i < 2; ++i) REQUIRE(err_has(*agents[i], "round 1: node rank " + std::to_string(i) + " of 2", 20s));
+  CHECK_THAT(agents[0]->err(), Catch::Contains("no heartbeat"));
+  for (int i = 0; i < 2; ++i) agents[i]->signal(SIGTERM);
+  for (int i = 0; i < 2; ++i) CHECK(agents[i]->wait_exit() == 128 + SIGTERM);
+}
+
+TEST_CASE("a late joiner scales the job up without using a restart", "[scale_up]") {
+  Cluster cl(3);
+  const auto flags = c10d("2:3", 1, "last_call_timeout=1");
+  auto& a = cl.crun(1, flags, {"--hang"});
+  auto& b = cl.crun(2, flags, {"--hang"});
+  REQUIRE(err_has(a, "round 0: node rank 0 of 2"));
+  REQUIRE(err_has(b, "round 0: node rank 1 of 2"));
+  auto& c = cl.crun(3, flags, {"--hang"});
+  REQUIRE(err_has(a, "scaling up"));
+  REQUIRE(err_has(a, "round 1: node rank 0 of 3, restart 0"));
+  REQUIRE(err_has(b, "round 1: node rank 1 of 3, restart 0"));
+  REQUIRE(err_has(c, "round 1: node rank 2 of 3, restart 0"));
+  for (auto* p : {&a, &b, &c}) p->signal(SIGTERM);
+  for (auto* p : {&a, &b, &c}) CHECK(p->wait_exit() == 128 + SIGTERM);
+}
+
+TEST_CASE("the death of the store's host ends the others with a clear error", "[store_host]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 1), {"--hang"});
+  auto& b = cl.crun(2, c10d("2", 1), {"--hang"});
+  REQUIRE(err_has(a, "round 0: node rank"));
+  REQUIRE(err_has(b, "round 0: node rank"));
+  a.signal(SIGKILL);
+  REQUIRE(b.wait_exit(15s) == 7);
+  CHECK_THAT(b.err(), Catch::Contains("lost the rendezvous store") && Catch::Contains("10.77.0.1:29400"));
+}
+
+TEST_CASE("a wrong token is rejected", "[token]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 1, "token=right,join_timeout=20"), {"--hang"});
+  REQUIRE(err_has(a, "hosting the rendezvous"));
+  auto& b = cl.crun(2, c10d("2", 1, "token=wrong"), {"--hang"});
+  REQUIRE(b.wait_exit(15s) == 6);
+  CHECK_THAT(b.err(), Catch::Contains("wrong or missing token"));
+  auto& c = cl.crun(2, c10d("2", 1), {"--hang"});  // no token at all
+  REQUIRE(c.wait_exit(15s) == 6);
+  a.signal(SIGTERM);
+  CHECK(a.wait_exit() == 128 + SIGTERM);
+}
+
+TEST_CASE("mismatched configuration is rejected naming both nodes", "[mismatch]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 2, "join_timeout=20"), {"--hang"});
+  REQUIRE(err_has(a, "hosting the rendezvous"));
+  auto& b = cl.crun(2, c10d("2", 1, "", 3), {"--hang"});
+  REQUIRE(b.wait_exit(15s) == 6);
+  CHECK_THAT(b.err(), Catch::Contains("10.77.0.2") && Catch::Contains("10.77.0.1") && Catch::Contains("nproc 1 vs 2") &&
+                          Catch::Contains("max-restarts 3 vs 0"));
+  a.signal(SIGTERM);
+  CHECK(a.wait_exit() == 128 + SIGTERM);
+}
+
+TEST_CASE("the static backend: fixed node ranks and coordinated restarts", "[static]") {
+  Cluster cl(2);
+  TempFile stamps;
+  auto flags = [](int rank) {
+    return std::vector<std::string>{"--nnodes", "2", "--nproc-per-node", "1", "--node-rank", std::to_string(rank),
+                                    "--master-addr", Cluster::addr(1), "--master-port", "29500", "--max-restarts", "1"};
+  };
+  // Node rank 1 starts first and waits for the host.
+  auto& b = cl.crun(2, flags(1), {"--stamp", stamps.path, "--fail-before-restart", "1", "--exit", "9"});
+  auto& a = cl.crun(1, flags(0), {"--stamp", stamps.path, "--print-env"});
+  REQUIRE(a.wait_exit() == 0);
+  REQUIRE(b.wait_exit() == 0);
+  std::string s = read_file(stamps.path);
+  CHECK(count(s, "start restart=1 rank=0 ") == 1);
+  CHECK(count(s, "start restart=1 rank=1 ") == 1);
+  CHECK_THAT(a.out(), Catch::Contains("GROUP_RANK=0") && Catch::Contains("MASTER_ADDR=10.77.0.1"));
+  CHECK_THAT(a.out(), !Catch::Contains("MASTER_PORT=29500"));  // the store holds it: workers get their own
+}
