@@ -420,7 +420,9 @@ std::unique_ptr<ProcessGroup> make_gloo_process_group(crun::Store& store, int ra
     throw InitError("gloo: rank " + std::to_string(rank) + " of world size " + std::to_string(size) + " is invalid");
   }
   gloo::transport::tcp::attr attr;
-  if (!options.hostname.empty()) {
+  if (!options.iface.empty()) {
+    attr.iface = options.iface;
+  } else if (!options.hostname.empty()) {
     attr.hostname = options.hostname;
   } else if (options.loopback) {
     attr.hostname = "127.0.0.1";
@@ -438,7 +440,7 @@ std::unique_ptr<ProcessGroup> make_gloo_process_group(crun::Store& store, int ra
     return std::make_unique<GlooProcessGroup>(std::move(ctx), options);
   } catch (const std::exception& e) {
     throw InitError("gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size) + " via " +
-                    attr.hostname + " failed: " + e.what());
+                    (attr.iface.empty() ? attr.hostname : "interface " + attr.iface) + " failed: " + e.what());
   }
 }
 

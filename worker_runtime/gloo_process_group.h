@@ -39,8 +39,11 @@ namespace crun::rt {
 struct GlooOptions {
   Millis timeout{300000};  // connect deadline and default per-operation deadline
   // Address the TCP device binds and advertises. Empty: 127.0.0.1 when `loopback`, else the
-  // host name (as torch's gloo does).
+  // host name (as torch's gloo does). The runtime fills it with the local address of its route to
+  // MASTER_ADDR: a host name can resolve to 127.0.0.1 (Debian's /etc/hosts, network namespaces),
+  // which peers on other hosts cannot reach.
   std::string hostname;
+  std::string iface;  // GLOO_SOCKET_IFNAME: bind to this interface instead (wins over hostname)
   bool loopback = false;
   enum class AllreduceAlgo { kAuto, kRingChunked, kRing, kGlooAllreduce } allreduce = AllreduceAlgo::kAuto;
   std::size_t segment_bytes = 4u << 20;  // gloo::allreduce() segment size; 0 = Gloo's default (1 MiB)

@@ -93,7 +93,11 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
   if (g.hostname.empty()) {
     if (const char* h = std::getenv("CRUN_GLOO_HOSTNAME")) g.hostname = h;
   }
+  if (g.iface.empty()) {
+    if (const char* i = std::getenv("GLOO_SOCKET_IFNAME"); i != nullptr && *i != '\0') g.iface = i;
+  }
   g.loopback = g.loopback || e.single_process || e.master_is_loopback();
+  if (g.hostname.empty() && !g.loopback) g.hostname = s.client->local_address();  // the route to MASTER_ADDR
   if (backend == "gloo") {
     s.pg = make_gloo_process_group(*s.store, e.rank, e.world_size, g);
   } else if (backend == "nccl") {
