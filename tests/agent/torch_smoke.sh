@@ -8,8 +8,8 @@ crun=$1
 dir=$2
 export PYTHON_EXEC=${PYTHON_EXEC:-/usr/bin/python3}
 if ! "$PYTHON_EXEC" -c "import torch.distributed" 2>/dev/null; then
-  echo "SKIP: $PYTHON_EXEC has no torch"
-  exit 77
+  echo "FAIL: $PYTHON_EXEC cannot import torch.distributed (scripts/install-deps.sh installs python3-torch)"
+  exit 1
 fi
 out=$("$crun" --standalone --nproc-per-node 2 "$dir/torch_smoke.py")
 echo "$out"
