@@ -206,6 +206,7 @@ void Agent::Impl::start_group(int restart_count) {
     for (int lr = 0; lr < config.nproc_per_node; ++lr) {
       const fs::path dir = attempt_dir(restart_count, lr);
       fs::create_directories(dir);
+      fs::remove(dir / "error.json");  // a membership round reuses attempt_<restart>: no stale root cause
       WorkerIdentity who;
       who.local_rank = lr;
       who.local_world_size = config.nproc_per_node;

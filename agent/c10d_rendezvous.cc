@@ -27,21 +27,41 @@ void say(const std::string& line) {
 struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io_ref, const AgentConfig& c, Listener l)
       : io(io_ref), config(c), multi(*c.multi_node), listener(std::move(l)) {
-    host = multi.is_host.value_or(is_local_host(multi.endpoint_host));
+    // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
+    const std::string local = local_address_of(multi.endpoint_host);
+    host = multi.is_host.value_or(!local.empty());
     options.token = multi.token;
     options.timeout = multi.read_timeout;
     options.connect_timeout = multi.rendezvous.join_timeout;
     options.cancel = cancel;
     if (host) {
       StoreServerOptions so;
-      so.host = multi.endpoint_host;
+      so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
       so.port = multi.endpoint_port;
       so.token = multi.token;
       server = std::make_unique<StoreServer>(so);
       server->start();
-      coordinator = std::make_unique<RendezvousCoordinator>(StoreEndpoint{multi.endpoint_host, server->port()}, options,
-                                                            multi.rendezvous, [](const std::string& line) { say(line); });
+      coordinator = std::make_unique<RendezvousCoordinator>(
+          StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, multi.rendezvous,
+          [](const std::string& line) { say(line); }, make_record(),
+          [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); });
     }
+  }
+
+  // This node's identity and the configuration every node must share.
+  NodeRecord make_record() const {
+    NodeRecord self;
+    self.hostname = config.hostname;
+    self.node_id = make_node_id(config.hostname);
+    self.addr = multi.local_addr;
+    self.rank_hint = multi.rank_hint;
+    self.nproc = config.nproc_per_node;
+    self.role = config.role;
+    self.max_restarts = config.max_restarts;
+    self.min_nodes = multi.rendezvous.min_nodes;
+    self.max_nodes = multi.rendezvous.max_nodes;
+    self.program = multi.program;
+    return self;
   }
 
   // Posts `f` to the agent's loop unless the rendezvous was shut down.
@@ -57,7 +77,18 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   void join_once() {
     RoundResult result;
     try {
-      if (!participant) connect();
+      if (!participant) {
+        try {
+          connect();
+        } catch (const StoreConnectionError& e) {
+          result.error = "no rendezvous store answered at " + StoreEndpoint{multi.endpoint_host, multi.endpoint_port}.str() +
+                         " (is an agent hosting it? the endpoint must be one of its addresses, or pass is_host=1): " +
+                         e.what();
+          result.exit_code = kExitRendezvousTimeout;
+          post([result](Impl& self) { self.listener.on_round(result); });
+          return;
+        }
+      }
       std::uint16_t port = config.master_port.value_or(0);
       if (port == 0) port = pick_free_port(participant->self().addr);
       RoundAnswer a = participant->join(port);
@@ -90,17 +121,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void connect() {
-    NodeRecord self;
-    self.hostname = config.hostname;
-    self.node_id = make_node_id(config.hostname);
-    self.addr = multi.local_addr;
-    self.rank_hint = multi.rank_hint;
-    self.nproc = config.nproc_per_node;
-    self.role = config.role;
-    self.max_restarts = config.max_restarts;
-    self.min_nodes = multi.rendezvous.min_nodes;
-    self.max_nodes = multi.rendezvous.max_nodes;
-    self.program = multi.program;
+    NodeRecord self = make_record();
     ParticipantEvents ev;
     std::weak_ptr<Impl> weak = weak_from_this();
     ev.on_control = [weak](const ControlEvent& e) {
@@ -117,6 +138,17 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     std::lock_guard lock(mu);
     participant = std::move(p);
     node = participant->self().node_id;
+    if (cancel->cancelled()) participant->abort();  // stop_joining() ran while we were connecting
+  }
+
+  // An outcome that cannot be delivered leaves nobody to decide the job: the store is lost.
+  void publish(int round, const RoundOutcome& o) {
+    try {
+      if (participant) participant->report(round, o);
+    } catch (const std::exception& e) {
+      std::string why = std::string("cannot publish this node's outcome: ") + e.what();
+      post([why](Impl& self) { self.listener.on_store_lost(why); });
+    }
   }
 
   void stop_joining() {
@@ -160,21 +192,13 @@ void C10dRendezvous::publish_failure(int rendezvous_round, int exit_code, std::i
   o.exit_code = exit_code;
   o.wall_time_us = wall_time_us;
   o.report = report;
-  try {
-    if (impl_->participant) impl_->participant->report(rendezvous_round, o);
-  } catch (const std::exception& e) {
-    say(std::string("cannot publish the failure to the rendezvous: ") + e.what());
-  }
+  impl_->publish(rendezvous_round, o);
 }
 
 void C10dRendezvous::publish_success(int rendezvous_round) {
   RoundOutcome o;
   o.succeeded = true;
-  try {
-    if (impl_->participant) impl_->participant->report(rendezvous_round, o);
-  } catch (const std::exception& e) {
-    say(std::string("cannot publish success to the rendezvous: ") + e.what());
-  }
+  impl_->publish(rendezvous_round, o);
 }
 
 void C10dRendezvous::shutdown() {

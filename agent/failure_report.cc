@@ -77,7 +77,7 @@ std::string read_error_file_message(const std::string& path) {
     if (m.is_object() && m.contains("message") && m["message"].is_string()) {
       return m["message"].get<std::string>();
     }
-    return m.dump();
+    return m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // stderr need not be UTF-8
   } catch (const std::exception&) {
     return {};
   }

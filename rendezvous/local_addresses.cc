@@ -34,19 +34,26 @@ std::vector<std::string> local_addresses() {
   return out;
 }
 
-bool is_local_host(const std::string& host) {
+std::string local_address_of(const std::string& host) {
   std::vector<std::string> mine = local_addresses();
   auto has = [&](const std::string& a) { return std::find(mine.begin(), mine.end(), a) != mine.end(); };
   in6_addr buf;
-  if (inet_pton(AF_INET, host.c_str(), &buf) == 1 || inet_pton(AF_INET6, host.c_str(), &buf) == 1) return has(host);
+  if (inet_pton(AF_INET, host.c_str(), &buf) == 1 || inet_pton(AF_INET6, host.c_str(), &buf) == 1) {
+    return has(host) ? host : std::string();
+  }
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  bool local = false;
-  for (addrinfo* ai = res; ai != nullptr && !local; ai = ai->ai_next) local = has(numeric(ai->ai_addr));
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return {};
+  std::string found;
+  for (addrinfo* ai = res; ai != nullptr && found.empty(); ai = ai->ai_next) {
+    std::string a = numeric(ai->ai_addr);
+    if (has(a)) found = a;
+  }
   freeaddrinfo(res);
-  return local;
+  return found;
 }
+
+bool is_local_host(const std::string& host) { return !local_address_of(host).empty(); }
 
 }  // namespace crun

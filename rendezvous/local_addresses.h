@@ -17,5 +17,8 @@ namespace crun {
 
 std::vector<std::string> local_addresses();
 bool is_local_host(const std::string& host);
+// The numeric local address `host` stands for (itself for an IP literal, the first of its
+// resolved addresses that is local for a name), or "" when it is not this host.
+std::string local_address_of(const std::string& host);
 
 }  // namespace crun

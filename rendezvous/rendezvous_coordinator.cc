@@ -21,8 +21,10 @@ std::string seconds(Clock::duration d) {
 }  // namespace
 
 struct RendezvousCoordinator::Impl {
-  Impl(StoreEndpoint ep, StoreClientOptions opt, RendezvousConfig c, std::function<void(const std::string&)> l)
-      : keys(c.run_id), cfg(std::move(c)), log(std::move(l)), store(ep, opt) {
+  Impl(StoreEndpoint ep, StoreClientOptions opt, RendezvousConfig c, std::function<void(const std::string&)> l,
+       std::optional<NodeRecord> ref, std::function<void(const std::string&)> failed_cb)
+      : keys(c.run_id), cfg(std::move(c)), log(std::move(l)), on_failed(std::move(failed_cb)), store(ep, opt),
+        reference(std::move(ref)) {
     watch = store.watch(
         keys.base, [this](const StoreEvent& e) { push(e); },
         [this](const std::string& why) {
@@ -63,10 +65,7 @@ struct RendezvousCoordinator::Impl {
           std::unique_lock lock(mu);
           cv.wait_until(lock, next_deadline(), [&] { return stopping || !events.empty() || !lost.empty(); });
           if (stopping) return;
-          if (!lost.empty()) {
-            log("rendezvous coordinator: lost its store: " + lost);
-            return;
-          }
+          if (!lost.empty()) throw StoreConnectionError("its watch connection broke: " + lost);
           batch.swap(events);
         }
         for (auto& e : batch) handle(e);
@@ -75,9 +74,12 @@ struct RendezvousCoordinator::Impl {
       }
     } catch (const std::exception& e) {
       log(std::string("rendezvous coordinator stopped: ") + e.what());
-      std::lock_guard lock(mu);
-      failed = true;
-      cv.notify_all();
+      {
+        std::lock_guard lock(mu);
+        failed = true;
+        cv.notify_all();
+      }
+      if (on_failed) on_failed(std::string("the rendezvous coordinator stopped: ") + e.what());
     }
   }
 
@@ -118,7 +120,7 @@ struct RendezvousCoordinator::Impl {
         int r = std::stoi(std::string(rest.substr(0, slash)));
         on_report(r, std::string(rest.substr(slash + 1)), RoundOutcome::from_json(e.value), now);
       }
-    } catch (const std::exception& ex) {
+    } catch (const std::invalid_argument& ex) {  // a peer's malformed record; store errors go up to run()
       log("rendezvous: ignored a malformed record at '" + e.key + "': " + ex.what());
     }
   }
@@ -155,8 +157,7 @@ struct RendezvousCoordinator::Impl {
     last_seen[rec.node_id] = now;
     waiting[rec.node_id] = rec;
     if (phase == Phase::kRunning) {
-      bool participant = std::find(participants.begin(), participants.end(), rec.node_id) != participants.end();
-      if (participant) {
+      if (in_round.count(rec.node_id) != 0) {
         begin_reform(false, "node " + describe(rec.node_id) + " rejoined", {}, {}, {});
       } else if (static_cast<int>(participants.size()) < cfg.max_nodes) {
         begin_reform(false, "node " + describe(rec.node_id) + " joined: scaling up", {}, {}, {});
@@ -170,7 +171,7 @@ struct RendezvousCoordinator::Impl {
 
   void on_report(int r, const std::string& node, const RoundOutcome& outcome, Clock::time_point now) {
     if (phase != Phase::kRunning || r != round) return;
-    if (std::find(participants.begin(), participants.end(), node) == participants.end()) return;
+    if (in_round.count(node) == 0) return;
     if (outcome.succeeded) {
       succeeded.insert(node);
       if (succeeded.size() == participants.size()) {
@@ -194,7 +195,7 @@ struct RendezvousCoordinator::Impl {
     last_seen.erase(node);
     waiting.erase(node);
     expected.erase(node);
-    bool participant = std::find(participants.begin(), participants.end(), node) != participants.end();
+    bool participant = in_round.count(node) != 0;
     if (participant && phase != Phase::kClosed) log("rendezvous: lost node " + describe(node) + ": " + why);
     if (phase == Phase::kRunning && participant) {
       begin_reform(false, "node " + describe(node) + " lost: " + why, {}, {}, node);
@@ -222,6 +223,7 @@ struct RendezvousCoordinator::Impl {
       it = last_seen.count(*it) != 0 ? std::next(it) : expected.erase(it);
     }
     participants.clear();
+    in_round.clear();
     succeeded.clear();
     last_call_deadline.reset();
   }
@@ -268,8 +270,9 @@ struct RendezvousCoordinator::Impl {
       participants.push_back(order[i]->node_id);
       last_rank[order[i]->node_id] = i;
     }
-    for (auto& id : participants) waiting.erase(id);
     store.multi_set(answer_keys, answer_values);
+    for (auto& id : participants) waiting.erase(id);
+    in_round = std::set<std::string>(participants.begin(), participants.end());
     phase = Phase::kRunning;
     expected.clear();
     succeeded.clear();
@@ -350,6 +353,7 @@ struct RendezvousCoordinator::Impl {
   RendezvousKeys keys;
   RendezvousConfig cfg;
   std::function<void(const std::string&)> log;
+  std::function<void(const std::string&)> on_failed;
   TcpStore store;
   std::unique_ptr<StoreWatch> watch;
   std::thread thread;
@@ -377,6 +381,7 @@ struct RendezvousCoordinator::Impl {
   std::set<std::string> alive;
   std::optional<NodeRecord> reference;
   std::set<std::string> succeeded;
+  std::set<std::string> in_round;  // participants, for O(log n) membership tests
   std::optional<Clock::time_point> last_call_deadline;
   std::optional<Clock::time_point> progress_due;
   Clock::time_point last_progress{};
@@ -385,8 +390,10 @@ struct RendezvousCoordinator::Impl {
 };
 
 RendezvousCoordinator::RendezvousCoordinator(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
-                                             std::function<void(const std::string&)> log)
-    : impl_(std::make_unique<Impl>(std::move(store), std::move(options), std::move(config), std::move(log))) {}
+                                             std::function<void(const std::string&)> log, std::optional<NodeRecord> reference,
+                                             std::function<void(const std::string&)> on_failed)
+    : impl_(std::make_unique<Impl>(std::move(store), std::move(options), std::move(config), std::move(log),
+                                   std::move(reference), std::move(on_failed))) {}
 
 RendezvousCoordinator::~RendezvousCoordinator() = default;
 

@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "rendezvous/rendezvous_records.h"
@@ -30,8 +31,12 @@ namespace crun {
 
 class RendezvousCoordinator {
  public:
+  // `reference`: the hosting agent's own record; every node's configuration must match it (when
+  // absent, the first node to join sets it). `on_failed` runs once, on the coordinator's thread,
+  // if the coordinator cannot go on (its store connection broke): the host should end the job.
   RendezvousCoordinator(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
-                        std::function<void(const std::string&)> log);
+                        std::function<void(const std::string&)> log, std::optional<NodeRecord> reference = std::nullopt,
+                        std::function<void(const std::string&)> on_failed = {});
   ~RendezvousCoordinator();
   RendezvousCoordinator(const RendezvousCoordinator&) = delete;
   RendezvousCoordinator& operator=(const RendezvousCoordinator&) = delete;

@@ -124,6 +124,9 @@ RoundAnswer RendezvousParticipant::join(std::uint16_t free_port) {
   }
   ++m.self.seq;
   m.self.free_port = free_port;
+  // Alive again first: after an eviction (no heartbeat in time) the coordinator deleted our
+  // ephemeral key, and it counts heartbeats only from nodes that are alive.
+  m.store.set_ephemeral(m.keys.alive(m.self.node_id), m.self.hostname);
   m.store.set(m.keys.join(m.self.node_id), m.self.to_json());
   try {
     return RoundAnswer::from_json(m.store.get(m.keys.answer(m.self.node_id, m.self.seq), m.cfg.join_timeout));

@@ -7,6 +7,9 @@ namespace crun {
 
 using nlohmann::json;
 
+// Records may carry worker output, which need not be UTF-8: invalid bytes become U+FFFD instead
+// of an exception (dump(...replace)).
+
 namespace {
 json parse(const std::string& text, const char* what) {
   try {
@@ -35,7 +38,7 @@ std::string NodeRecord::to_json() const {
               {"rank_hint", rank_hint}, {"seq", seq}, {"nproc", nproc}, {"role", role},
               {"max_restarts", max_restarts}, {"min_nodes", min_nodes}, {"max_nodes", max_nodes},
               {"program", program}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 NodeRecord NodeRecord::from_json(const std::string& text) {
@@ -75,7 +78,7 @@ std::string NodeRecord::mismatch(const NodeRecord& o) const {
 std::string RoundAnswer::to_json() const {
   return json{{"error", error}, {"closed", closed}, {"round", round}, {"restart_count", restart_count},
               {"node_rank", node_rank}, {"nnodes", nnodes}, {"master_addr", master_addr}, {"master_port", master_port}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 RoundAnswer RoundAnswer::from_json(const std::string& text) {
@@ -93,7 +96,7 @@ RoundAnswer RoundAnswer::from_json(const std::string& text) {
 }
 
 std::string RoundOutcome::to_json() const {
-  return json{{"succeeded", succeeded}, {"exit_code", exit_code}, {"wall_time_us", wall_time_us}, {"report", report}}.dump();
+  return json{{"succeeded", succeeded}, {"exit_code", exit_code}, {"wall_time_us", wall_time_us}, {"report", report}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 RoundOutcome RoundOutcome::from_json(const std::string& text) {
@@ -110,7 +113,7 @@ std::string ControlEvent::to_json() const {
   return json{{"kind", kind == Kind::kStop ? "stop" : "closed"}, {"round", round}, {"restart_count", restart_count},
               {"failure", failure}, {"exit_code", exit_code}, {"detail", detail}, {"origin_node", origin_node},
               {"report", report}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 ControlEvent ControlEvent::from_json(const std::string& text) {

@@ -24,8 +24,9 @@ int poll_timeout_ms(Clock::time_point deadline) {
   return left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left + 1);
 }
 
-// One non-blocking connect attempt bounded by `deadline`; returns the fd or -1 with `reason`.
-int try_connect(const addrinfo* ai, Clock::time_point deadline, std::string& reason) {
+// One non-blocking connect attempt bounded by `deadline` (and cut short by `cancel`); returns the
+// fd or -1 with `reason`.
+int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCancel* cancel, std::string& reason) {
   int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
   if (fd < 0) {
     reason = std::strerror(errno);
@@ -37,9 +38,14 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, std::string& rea
     return -1;
   }
   pollfd p{fd, POLLOUT, 0};
-  int r = ::poll(&p, 1, poll_timeout_ms(deadline));
+  int r = 0;
+  for (;;) {  // in slices of at most 100 ms, so that a cancel is honoured promptly
+    int left = poll_timeout_ms(deadline);
+    r = ::poll(&p, 1, cancel != nullptr && (left < 0 || left > 100) ? 100 : left);
+    if (r != 0 || left <= 100 || (cancel != nullptr && cancel->cancelled())) break;
+  }
   if (r <= 0) {
-    reason = r == 0 ? "connect timed out" : std::strerror(errno);
+    reason = r == 0 ? (cancel != nullptr && cancel->cancelled() ? "cancelled" : "connect timed out") : std::strerror(errno);
     ::close(fd);
     return -1;
   }
@@ -80,7 +86,7 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
     if (gai != 0) {
       reason = std::string("cannot resolve host: ") + ::gai_strerror(gai);
     } else {
-      for (addrinfo* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) fd_ = try_connect(ai, deadline, reason);
+      for (addrinfo* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) fd_ = try_connect(ai, deadline, options.cancel.get(), reason);
       ::freeaddrinfo(list);
     }
     if (fd_ >= 0) break;

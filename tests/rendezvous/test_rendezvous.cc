@@ -114,17 +114,24 @@ TEST_CASE("rank hints order the nodes", "[rendezvous]") {
 }
 
 TEST_CASE("between min and max nodes a round waits for the last call", "[rendezvous]") {
-  Job job(config(2, 3));
+  auto cfg = config(2, 3);
+  cfg.last_call_timeout = 1500ms;  // longer than the 1 s progress throttle, so the line is due in time
+  Job job(cfg);
   Node a(job, "a1"), b(job, "b2");
   auto t0 = std::chrono::steady_clock::now();
   auto fa = a.join_async(), fb = b.join_async();
   RoundAnswer ra = get(fa);
   get(fb);
-  CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);
+  CHECK(std::chrono::steady_clock::now() - t0 >= 1500ms);
   CHECK(ra.nnodes == 2);
   // Progress lines told the waiting nodes where the round stood.
   bool saw_last_call = false;
-  while (auto p = a.progress.pop(100ms)) saw_last_call |= p->find("2/2..3 nodes, last call in") != std::string::npos;
+  std::string seen;
+  while (auto p = a.progress.pop(100ms)) {
+    seen += *p + "\n";
+    saw_last_call |= p->find("2/2..3 nodes, last call in") != std::string::npos;
+  }
+  INFO(seen);
   CHECK(saw_last_call);
 }
 
@@ -322,4 +329,69 @@ TEST_CASE("host detection uses interface addresses", "[rendezvous]") {
   REQUIRE_FALSE(mine.empty());
   for (auto& a : mine) CHECK(is_local_host(a));
   CHECK_FALSE(is_local_host("192.0.2.77"));  // TEST-NET-1: never assigned to a host
+  CHECK(local_address_of("localhost") == "127.0.0.1");  // a name maps to the address to bind
+  CHECK(local_address_of("192.0.2.77").empty());
+}
+
+TEST_CASE("records carry worker output that is not UTF-8", "[rendezvous]") {
+  RoundOutcome o;
+  o.exit_code = 1;
+  o.report = std::string("stderr: \xff\xfe latin-1 \xe9 and a cut multibyte \xe2\x82");
+  RoundOutcome back = RoundOutcome::from_json(o.to_json());  // never throws on such bytes
+  CHECK(back.exit_code == 1);
+  CHECK_THAT(back.report, Catch::Contains("latin-1") && Catch::Contains("\xef\xbf\xbd"));  // U+FFFD
+}
+
+TEST_CASE("the host's configuration is the reference, not the first joiner's", "[rendezvous]") {
+  ServerFixture fixture;
+  auto cfg = config(2, 2);
+  NodeRecord host_record;
+  host_record.node_id = "host:1:0";
+  host_record.hostname = "host";
+  host_record.nproc = 2;
+  host_record.min_nodes = host_record.max_nodes = 2;
+  host_record.program = "train";
+  EventQueue<std::string> log;
+  RendezvousCoordinator coordinator(fixture.endpoint(), {}, cfg, [&](const std::string& l) { log.push(l); }, host_record);
+  auto make = [&](const std::string& name, int nproc) {
+    NodeRecord r = host_record;
+    r.node_id = make_node_id(name);
+    r.hostname = name;
+    r.addr = "10.9.0." + std::to_string(name.back() - '0');
+    r.nproc = nproc;
+    return std::make_unique<RendezvousParticipant>(fixture.endpoint(), StoreClientOptions{}, cfg, r, ParticipantEvents{});
+  };
+  auto stale = make("z9", 8);  // a stale command joins first
+  auto rz = std::async(std::launch::async, [&] { return stale->join(1); });
+  REQUIRE(rz.wait_for(10s) == std::future_status::ready);
+  CHECK_THAT(rz.get().error, Catch::Contains("nproc 8 vs 2") && Catch::Contains("host"));
+  auto a = make("a1", 2), b = make("b2", 2);
+  auto fa = std::async(std::launch::async, [&] { return a->join(1); });
+  auto fb = std::async(std::launch::async, [&] { return b->join(2); });
+  REQUIRE(fa.wait_for(10s) == std::future_status::ready);
+  REQUIRE(fb.wait_for(10s) == std::future_status::ready);
+  CHECK(fa.get().error.empty());
+  CHECK(fb.get().nnodes == 2);
+}
+
+TEST_CASE("an evicted node that rejoins is counted alive again", "[rendezvous]") {
+  auto cfg = config(2, 2);
+  cfg.heartbeat_timeout = 600ms;
+  Job job(cfg);
+  Node a(job, "a1", 0), b(job, "b2", 1);
+  auto fa = a.join_async(), fb = b.join_async();
+  get(fa);
+  get(fb);
+  // Evict b as a missed heartbeat would: its ephemeral alive key disappears.
+  TcpStore admin(job.fixture.endpoint());
+  admin.remove(RendezvousKeys(cfg.run_id).alive(b.participant->self().node_id));
+  REQUIRE(a.control.pop());
+  REQUIRE(b.control.pop());
+  fa = a.join_async();
+  fb = b.join_async();
+  RoundAnswer ra = get(fa);
+  get(fb);
+  CHECK(ra.round == 1);
+  // Its heartbeats count again: no further eviction over several heartbeat timeouts.
+  CHECK_FALSE(a.control.pop(2s).has_value());
 }
