@@ -626,6 +626,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static inline std::uint64_t next_serial_ = 0;  // server thread only
 };
 
+void run_with_adaptive_polling(asio::io_context& io, std::chrono::microseconds spin) {
+  for (;;) {
+    if (io.stopped()) return;
+    if (io.poll() > 0) {
+      auto until = std::chrono::steady_clock::now() + spin;
+      while (std::chrono::steady_clock::now() < until && !io.stopped()) {
+        if (io.poll() > 0) until = std::chrono::steady_clock::now() + spin;
+      }
+    }
+    if (io.stopped() || io.run_one() == 0) return;
+  }
+}
+
 void StoreServer::Impl::open() {
   boost::system::error_code ec;
   auto address = asio::ip::make_address(opt.host, ec);
@@ -685,7 +698,7 @@ StoreServer::~StoreServer() { stop(); }
 
 void StoreServer::start() {
   if (!impl_->owned_io || impl_->thread.joinable()) return;
-  impl_->thread = std::thread([this] { impl_->owned_io->run(); });
+  impl_->thread = std::thread([this] { run_with_adaptive_polling(*impl_->owned_io, std::chrono::microseconds(200)); });
 }
 
 void StoreServer::stop() {

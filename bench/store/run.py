@@ -2,6 +2,9 @@
 
   /usr/bin/python3 bench/store/run.py --build build [--repeat 5]
 
+First it prints this machine's ceiling for the same traffic: a bare epoll echo server (one
+thread, like the store's event loop) with 1 and 16 blocking clients and no protocol at all.
+
 crun: `crun store-server` in its own process, `store_bench` clients (C++).
 torch: a TCPStore server in its own Python process, clients from Python threads (the anchor's
 client is Python: that is how PyTorch users drive it).
@@ -29,6 +32,7 @@ def main():
     a = ap.parse_args()
     crun_bin = os.path.join(a.build, "launcher", "crun")
     bench_bin = os.path.join(a.build, "bench", "store", "store_bench")
+    echo_bin = os.path.join(a.build, "bench", "store", "echo_ceiling")
 
     crun_srv = subprocess.Popen([crun_bin, "store-server", "--host", "127.0.0.1", "--port", "0"],
                                 stdout=subprocess.PIPE, text=True)
@@ -40,6 +44,11 @@ def main():
     cases = [(op, 1, 0) for op in ("set", "get", "add")]
     cases += [(op, 16, 0) for op in ("set", "get", "add")]
     cases += [(op, 1, 1000) for op in ("set", "get", "add")]
+    print(f"load average: {os.getloadavg()[0]:.2f}")
+    for clients in (1, 16):  # the machine's ceiling for this traffic, with no protocol at all
+        ops = a.ops if clients == 1 else a.ops // 4
+        runs = [ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(ops)]) for _ in range(a.repeat)]
+        print(f"bare epoll echo ceiling, {clients:>2} client(s): {statistics.median(runs):>9.0f} round trips/s")
     print(f"{'op':<5} {'clients':>7} {'pipeline':>8} {'crun ops/s':>12} {'TCPStore ops/s':>15} {'ratio':>7}")
     try:
         for op, clients, depth in cases:
