@@ -1,6 +1,7 @@
 #include "worker_runtime/runtime.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -51,7 +52,18 @@ ProcessGroup& Runtime::pg() { return *impl_->pg; }
 ProcessGroup& Runtime::cpu_pg() { return impl_->cpu_pg ? *impl_->cpu_pg : *impl_->pg; }
 crun::Store& Runtime::store() { return *impl_->store; }
 
+namespace {
+// Gloo's TCP transport writes with writev(), which raises SIGPIPE when a peer has died; a worker
+// must get an error it can report, not be killed by the signal (Python ignores SIGPIPE, so torch
+// workers never see it). A handler the program installed itself is left alone.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+}  // namespace
+
 std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
+  ignore_sigpipe_unless_handled();
   std::unique_ptr<Runtime> rt(new Runtime());
   Impl& s = *rt->impl_;
   s.env = WorkerEnv::from_environment(options.allow_single_process);
