@@ -11,23 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace {
-long long now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-void stamp(const char* path, const char* line) {
-  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) return;
-  (void)!::write(fd, line, std::strlen(line));
-  ::close(fd);
-}
-int env_int(const char* key) {
-  const char* v = std::getenv(key);
-  return v ? std::atoi(v) : 0;
-}
-}  // namespace
+#include "bench/bench_stamp.h"
+
+using crun::bench::env_int;
+using crun::bench::now_ns;
+using crun::bench::stamp;
+
 
 int main() {
   const long long start = now_ns();
