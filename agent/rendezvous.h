@@ -3,10 +3,8 @@
 // Contract
 //   next_round() is called before each (re)start of the worker group and returns this node's
 //   place in the world for that round. The single-node implementation answers at once; the
-//   multi-node (c10d) one will block on, or be driven by, the store. shutdown() marks the job
-//   finished (no more rounds). publish_failure() hands the round's failure report (JSON) to the
-//   other agents: the single-node implementation has nobody to tell and keeps the last one; the
-//   multi-node one stores it under the round's prefix.
+//   multi-node run does not use this seam: it is event-driven (C10dRendezvous, c10d_rendezvous.h).
+//   shutdown() marks the job finished (no more rounds).
 //
 // Threading
 //   Called on the agent's event-loop thread only.
@@ -33,9 +31,6 @@ class Rendezvous {
   virtual ~Rendezvous() = default;
   virtual RoundInfo next_round(int restart_count) = 0;
   virtual void shutdown() = 0;
-  virtual void publish_failure(const std::string& report_json) = 0;
-  // "host:port" of the store the agents share ("" when none).
-  virtual std::string store_endpoint() const = 0;
 };
 
 }  // namespace crun

@@ -72,8 +72,5 @@ void StandaloneRendezvous::shutdown() {
   if (store_) store_->stop();
 }
 
-std::string StandaloneRendezvous::store_endpoint() const {
-  return store_ ? store_->endpoint() : std::string();
-}
 
 }  // namespace crun

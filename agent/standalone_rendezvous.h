@@ -32,16 +32,12 @@ class StandaloneRendezvous final : public Rendezvous {
 
   RoundInfo next_round(int restart_count) override;
   void shutdown() override;
-  void publish_failure(const std::string& report_json) override { last_failure_ = report_json; }
-  std::string store_endpoint() const override;
-  const std::string& last_failure() const { return last_failure_; }
 
  private:
   int nproc_;
   std::string master_addr_;
   std::optional<std::uint16_t> master_port_;
   std::unique_ptr<StoreServer> store_;
-  std::string last_failure_;
 };
 
 // A TCP port on `addr` that nobody listens on right now (bind port 0, read it, close).
