@@ -9,13 +9,16 @@
 #include <csignal>
 #include <cctype>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "agent/signal_names.h"
 #include "agent/worker_process.h"
+#include "launcher/job_environment.h"
 #include "launcher/multi_node_options.h"
+#include "launcher/slurm_tasks.h"
 
 #ifndef CRUN_VERSION
 #define CRUN_VERSION "0.0.0"
@@ -137,9 +140,37 @@ std::string random_run_id() {
   return id;
 }
 
+std::string join_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
 bool is_regular_file(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool bool_text(const std::string& name, const std::string& text) {
+  const std::string t = trim(text);
+  if (t == "1" || t == "true" || t == "True" || t == "TRUE" || t == "yes" || t == "on") return true;
+  if (t.empty() || t == "0" || t == "false" || t == "False" || t == "FALSE" || t == "no" || t == "off") return false;
+  usage(name + ": expected true or false, got '" + text + "'");
+}
+
+// One launch setting as the user sees it: torchrun's flag, its PET_* variable, the default.
+struct SettingSpec {
+  const char* key;    // torchrun's name with '_': also JobEnvironment's key
+  const char* flags;  // CLI11 names
+  const char* help;
+  std::string fallback;
+  bool is_flag = false;
+};
+
+std::string pet_name(const std::string& key) {
+  std::string pet = "PET_";
+  for (char c : key) pet.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  return pet;
 }
 
 }  // namespace
@@ -151,73 +182,62 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   app.footer(
       "Usage: crun [options] program [args...]   (a .py program runs as `python3 -u`, PYTHON_EXEC\n"
       "overrides the interpreter; -m runs a module; --no-python execs the program)\n"
+      "Every option defaults from PET_<NAME> (PET_NNODES, ...). Under Slurm (srun crun ...) and on\n"
+      "platforms that set MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE per node, the job's shape comes from\n"
+      "those variables. Precedence: flags > PET_* > Slurm/platform variables > defaults\n"
+      "(--print-config shows each value and its source).\n"
       "Exit status: 0 all workers succeeded; the root-cause worker's code (128+N for signal N)\n"
-      "when restarts are exhausted; 128+N when crun got signal N; 2 bad usage; 3 agent error.");
+      "when restarts are exhausted; 128+N when crun got signal N (SIGUSR1: preempted, 138); 2 bad\n"
+      "usage; 3 agent error; 4 rendezvous timeout; 5 rendezvous closed; 6 rejected; 7 store lost.");
 
-  std::string nnodes = "1:1";
-  std::string nproc = "1";
-  std::string rdzv_backend = "static";
-  std::string rdzv_endpoint;
-  std::string rdzv_id = "none";
-  std::string rdzv_conf;
-  bool standalone = false;
-  int max_restarts = 0;
-  double monitor_interval = 0.1;
-  std::string start_method = "spawn";
-  std::string role = "default";
-  bool module = false;
-  bool no_python = false;
-  bool run_path = false;
-  std::string log_dir;
-  std::string redirects = "0";
-  std::string tee = "0";
-  std::string local_ranks_filter;
-  int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string local_addr;
-  std::string logs_specs;
-  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
-  double stop_timeout = 30.0;
+  const std::vector<SettingSpec> specs = {
+      {"nnodes", "--nnodes", "number of nodes, N or MIN:MAX", "1:1"},
+      {"nproc_per_node", "--nproc-per-node,--nproc_per_node", "workers per node: N, cpu, gpu or auto", "1"},
+      {"rdzv_backend", "--rdzv-backend,--rdzv_backend", "c10d or static", "static"},
+      {"rdzv_endpoint", "--rdzv-endpoint,--rdzv_endpoint", "HOST[:PORT] of the rendezvous store", ""},
+      {"rdzv_id", "--rdzv-id,--rdzv_id", "the job's run id", "none"},
+      {"rdzv_conf", "--rdzv-conf,--rdzv_conf", "KEY=VALUE,... rendezvous settings", ""},
+      {"standalone", "--standalone", "single node, embedded store on a free loopback port", "0", true},
+      {"max_restarts", "--max-restarts,--max_restarts", "restarts of the whole group before giving up", "0"},
+      {"monitor_interval", "--monitor-interval,--monitor_interval", "accepted for compatibility (crun reacts to events)", "0.1"},
+      {"start_method", "--start-method,--start_method", "accepted for compatibility", "spawn"},
+      {"role", "--role", "the workers' role name", "default"},
+      {"module", "-m,--module", "run the program as a Python module", "0", true},
+      {"no_python", "--no-python,--no_python", "exec the program directly", "0", true},
+      {"run_path", "--run-path,--run_path", "accepted for compatibility", "0", true},
+      {"log_dir", "--log-dir,--log_dir", "where attempt logs and error files go", ""},
+      {"redirects", "-r,--redirects", "streams to files only: 0-3 or LOCAL_RANK:0-3,...", "0"},
+      {"tee", "-t,--tee", "streams to files and console: 0-3 or LOCAL_RANK:0-3,...", "0"},
+      {"local_ranks_filter", "--local-ranks-filter,--local_ranks_filter", "local ranks shown on the console", ""},
+      {"node_rank", "--node-rank,--node_rank", "this node's rank (static), or a rank hint (c10d)", "0"},
+      {"master_addr", "--master-addr,--master_addr", "static: the store's host", "127.0.0.1"},
+      {"master_port", "--master-port,--master_port", "static: the store's port", "29500"},
+      {"local_addr", "--local-addr,--local_addr", "the address other nodes reach this one at", ""},
+      {"logs_specs", "--logs-specs,--logs_specs", "accepted for compatibility", ""},
+      {"signals_to_handle", "--signals-to-handle,--signals_to_handle",
+       "signals forwarded to the workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 always are)",
+       "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
+      {"stop_timeout", "--stop-timeout,--stop_timeout", "seconds between the stop signal and SIGKILL (default 30)", "30"},
+  };
+  std::map<std::string, std::string> raw;
+  std::map<std::string, bool> raw_flag;
+  std::map<std::string, CLI::Option*> opts;
+  for (const auto& spec : specs) {
+    if (spec.is_flag) {
+      opts[spec.key] = app.add_flag(spec.flags, raw_flag[spec.key], spec.help);
+    } else {
+      opts[spec.key] = app.add_option(spec.flags, raw[spec.key], spec.help);
+    }
+  }
   bool version = false;
-
-  app.add_option("--nnodes", nnodes, "number of nodes, N or MIN:MAX")->envname("PET_NNODES");
-  app.add_option("--nproc-per-node,--nproc_per_node", nproc, "workers per node: N, cpu, gpu or auto")
-      ->envname("PET_NPROC_PER_NODE");
-  app.add_option("--rdzv-backend,--rdzv_backend", rdzv_backend)->envname("PET_RDZV_BACKEND");
-  app.add_option("--rdzv-endpoint,--rdzv_endpoint", rdzv_endpoint)->envname("PET_RDZV_ENDPOINT");
-  app.add_option("--rdzv-id,--rdzv_id", rdzv_id)->envname("PET_RDZV_ID");
-  app.add_option("--rdzv-conf,--rdzv_conf", rdzv_conf)->envname("PET_RDZV_CONF");
-  app.add_flag("--standalone", standalone, "single node, embedded store on a free loopback port")
-      ->envname("PET_STANDALONE");
-  app.add_option("--max-restarts,--max_restarts", max_restarts)->envname("PET_MAX_RESTARTS");
-  app.add_option("--monitor-interval,--monitor_interval", monitor_interval,
-                 "accepted for compatibility (crun reacts to events)")
-      ->envname("PET_MONITOR_INTERVAL");
-  app.add_option("--start-method,--start_method", start_method, "accepted for compatibility")
-      ->envname("PET_START_METHOD");
-  app.add_option("--role", role)->envname("PET_ROLE");
-  app.add_flag("-m,--module", module, "run the program as a Python module")->envname("PET_MODULE");
-  app.add_flag("--no-python,--no_python", no_python, "exec the program directly")
-      ->envname("PET_NO_PYTHON");
-  app.add_flag("--run-path,--run_path", run_path)->envname("PET_RUN_PATH");
-  app.add_option("--log-dir,--log_dir", log_dir)->envname("PET_LOG_DIR");
-  app.add_option("-r,--redirects", redirects)->envname("PET_REDIRECTS");
-  app.add_option("-t,--tee", tee)->envname("PET_TEE");
-  app.add_option("--local-ranks-filter,--local_ranks_filter", local_ranks_filter)
-      ->envname("PET_LOCAL_RANKS_FILTER");
-  auto* node_rank_opt = app.add_option("--node-rank,--node_rank", node_rank)->envname("PET_NODE_RANK");
-  auto* master_addr_opt = app.add_option("--master-addr,--master_addr", master_addr)->envname("PET_MASTER_ADDR");
-  auto* master_port_opt =
-      app.add_option("--master-port,--master_port", master_port)->envname("PET_MASTER_PORT");
-  app.add_option("--local-addr,--local_addr", local_addr)->envname("PET_LOCAL_ADDR");
-  app.add_option("--logs-specs,--logs_specs", logs_specs)->envname("PET_LOGS_SPECS");
-  app.add_option("--signals-to-handle,--signals_to_handle", signals_to_handle,
-                 "signals forwarded to the workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT always are)")
-      ->envname("PET_SIGNALS_TO_HANDLE");
-  app.add_option("--stop-timeout,--stop_timeout", stop_timeout,
-                 "seconds between SIGTERM and SIGKILL when stopping workers (default 30)");
+  bool print_config = false;
+  bool slurm_tasks = false;
   app.add_flag("--version", version, "print crun's version and exit");
+  app.add_flag("--print-config,--print_config", print_config,
+               "print every launch setting and where it came from, then exit");
+  app.add_flag("--slurm-tasks,--slurm_tasks", slurm_tasks,
+               "one Slurm task per worker (srun -n N crun --slurm-tasks prog): exec the program with "
+               "its rank from SLURM_PROCID; no agent");
 
   LaunchOptions out;
   try {
@@ -237,11 +257,84 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     return out;
   }
 
+  // Each setting: the flag, else PET_*, else what Slurm or the platform says, else the default.
+  JobEnvironment job;
+  if (!slurm_tasks) {
+    try {
+      job = detect_job_environment();
+    } catch (const std::invalid_argument& e) {
+      usage(e.what());
+    }
+  }
+  std::map<std::string, SourcedValue> setting;
+  for (const auto& spec : specs) {
+    const std::string key = spec.key;
+    const std::string flag_name = split(split(spec.flags, ',').back(), ',').front();
+    SourcedValue v{spec.fallback, "default"};
+    if (opts[key]->count() > 0) {
+      v = {spec.is_flag ? "1" : raw[key], flag_name};
+    } else if (auto pet = env_value(pet_name(key).c_str())) {
+      v = {*pet, pet_name(key)};
+      if (spec.is_flag) v.value = bool_text(pet_name(key), *pet) ? "1" : "0";
+    } else if (auto it = job.defaults.find(key); it != job.defaults.end()) {
+      v = it->second;
+    }
+    setting[key] = v;
+  }
+  auto value = [&](const char* key) -> const std::string& { return setting.at(key).value; };
+  auto given = [&](const char* key) { return setting.at(key).source != "default"; };
+  auto int_value = [&](const char* key, const std::string& flag) {
+    const auto v = to_long(value(key));
+    if (!v || *v < INT32_MIN || *v > INT32_MAX) {
+      usage(flag + ": expected an integer, got '" + value(key) + "' (from " + setting.at(key).source + ")");
+    }
+    return static_cast<int>(*v);
+  };
+  auto double_value = [&](const char* key, const std::string& flag) {
+    const std::string t = trim(value(key));
+    char* end = nullptr;
+    const double d = std::strtod(t.c_str(), &end);
+    if (t.empty() || end != t.c_str() + t.size()) {
+      usage(flag + ": expected a number, got '" + value(key) + "' (from " + setting.at(key).source + ")");
+    }
+    return d;
+  };
+
   std::vector<std::string> program = app.remaining();
   if (!program.empty() && program.front() == "--") program.erase(program.begin());
   if (program.empty()) usage("missing the program to run: crun [options] program [args...]");
   if (program.front().size() > 1 && program.front()[0] == '-') {
     usage("unknown option " + program.front());
+  }
+
+  const std::string nnodes = value("nnodes");
+  const std::string nproc = value("nproc_per_node");
+  const std::string rdzv_backend = value("rdzv_backend");
+  std::string rdzv_endpoint = value("rdzv_endpoint");
+  const std::string rdzv_id = value("rdzv_id");
+  const std::string rdzv_conf = value("rdzv_conf");
+  const bool standalone = value("standalone") == "1";
+  const int max_restarts = int_value("max_restarts", "--max-restarts");
+  const double monitor_interval = double_value("monitor_interval", "--monitor-interval");
+  const std::string start_method = value("start_method");
+  const std::string role = value("role");
+  const bool module = value("module") == "1";
+  const bool no_python = value("no_python") == "1";
+  const std::string log_dir = value("log_dir");
+  const std::string redirects = value("redirects");
+  const std::string tee = value("tee");
+  const std::string local_ranks_filter = value("local_ranks_filter");
+  const int node_rank = int_value("node_rank", "--node-rank");
+  const std::string master_addr = value("master_addr");
+  const int master_port = int_value("master_port", "--master-port");
+  const std::string local_addr = value("local_addr");
+  const std::string signals_to_handle = value("signals_to_handle");
+  const double stop_timeout = double_value("stop_timeout", "--stop-timeout");
+
+  if (slurm_tasks) {
+    for (const char* key : {"nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "standalone", "max_restarts", "node_rank"}) {
+      if (given(key)) usage("--slurm-tasks: " + setting.at(key).source + " does not apply (srun starts every worker; there is no agent)");
+    }
   }
 
   // Values.
@@ -265,11 +358,27 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     usage("--start-method: expected spawn, fork or forkserver, got '" + start_method + "'");
   }
   if (!(stop_timeout >= 0) || stop_timeout > 1e6) usage("--stop-timeout: expected seconds >= 0");
-  if (master_port_opt->count() > 0 && (master_port < 0 || master_port > 65535)) {
+  if (given("master_port") && (master_port < 0 || master_port > 65535)) {
     usage("--master-port: expected 0-65535, got " + std::to_string(master_port));
   }
   if (role.empty()) usage("--role: must not be empty");
   if (module && no_python) usage("--no-python and --module cannot be used together");
+
+  // Slurm names the rendezvous host by its node name; reach it by an address Slurm knows.
+  std::optional<bool> slurm_host;
+  if (setting.at("rdzv_endpoint").source.find("SLURM") != std::string::npos && !job.first_node.empty()) {
+    try {
+      const std::string addr = resolve_slurm_node(job.first_node);
+      if (addr != job.first_node) {
+        rdzv_endpoint = addr + rdzv_endpoint.substr(job.first_node.size());
+        setting["rdzv_endpoint"].source += ", " + job.first_node + "'s NodeAddr from scontrol";
+        setting["rdzv_endpoint"].value = rdzv_endpoint;
+      }
+    } catch (const std::runtime_error& e) {
+      usage(e.what());
+    }
+    if (setting.at("node_rank").source == "SLURM_NODEID") slurm_host = node_rank == 0;
+  }
 
   RendezvousFlags rf;
   rf.standalone = standalone;
@@ -279,9 +388,14 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   rf.endpoint = trim(rdzv_endpoint);
   rf.run_id = rdzv_id;
   rf.conf = rdzv_conf;
-  if (node_rank_opt->count() > 0) rf.node_rank = node_rank;
-  if (master_addr_opt->count() > 0) rf.master_addr = master_addr;
-  if (master_port_opt->count() > 0) rf.master_port = master_port;
+  // A node rank from Slurm or the platform describes their multi-node job; when flags or PET_*
+  // make the run single-node, it does not apply.
+  const bool derived_rank = given("node_rank") && setting.at("node_rank").source.find("--") != 0 &&
+                            setting.at("node_rank").source.rfind("PET_", 0) != 0;
+  if (given("node_rank") && !(derived_rank && max_nodes == 1)) rf.node_rank = node_rank;
+  if (given("master_addr")) rf.master_addr = master_addr;
+  if (given("master_port")) rf.master_port = master_port;
+  rf.is_host = slurm_host;
   rf.local_addr = local_addr;
   rf.program = program;
 
@@ -293,7 +407,7 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   c.role = role;
   c.run_id = (standalone && rdzv_id == "none") ? random_run_id() : rdzv_id;
   c.master_addr = master_addr.empty() ? "127.0.0.1" : master_addr;
-  if (master_port_opt->count() > 0 && master_port > 0 && !(c.multi_node && rdzv_backend == "static")) {
+  if (given("master_port") && master_port > 0 && !(c.multi_node && rdzv_backend == "static")) {
     c.master_port = static_cast<std::uint16_t>(master_port);
   }
   c.redirects = parse_std("--redirects", redirects, nproc_value);
@@ -308,9 +422,10 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     }
   }
   c.log_dir = log_dir;
-  // SIGTERM, SIGINT, SIGHUP and SIGQUIT are always handled; --signals-to-handle adds more.
-  std::set<int> seen{SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-  c.handled_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+  // SIGTERM, SIGINT, SIGHUP and SIGQUIT (torchrun's four) and SIGUSR1/SIGUSR2 (Slurm's
+  // preemption notices: `--signal=USR1@60`) are always handled; --signals-to-handle adds more.
+  std::set<int> seen{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  c.handled_signals = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
   for (const auto& name : split(signals_to_handle, ',')) {
     if (trim(name).empty()) continue;
     const auto s = signal_number(trim(name));
@@ -346,6 +461,39 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     c.worker_argv.insert(c.worker_argv.end(), program.begin(), program.end());
   }
   out.standalone = standalone;
+  out.slurm_tasks = slurm_tasks;
+  if (slurm_tasks) {
+    try {
+      out.task_env = slurm_task_environment(given("master_addr") ? std::optional<std::string>(master_addr) : std::nullopt,
+                                            given("master_port") ? std::optional<int>(master_port) : std::nullopt, role);
+    } catch (const std::invalid_argument& e) {
+      usage(e.what());
+    }
+  }
+  out.note = job.note;
+  if (print_config) {
+    std::string text;
+    auto line = [&](const std::string& name, const std::string& v, const std::string& source) {
+      text += name + " = " + v + "  (" + source + ")\n";
+    };
+    line("mode", slurm_tasks ? "slurm-tasks" : c.multi_node ? "multi-node" : "single-node",
+         slurm_tasks ? "--slurm-tasks" : job.kind.empty() ? "flags" : job.kind + " environment");
+    for (const auto& spec : specs) {
+      const auto& v = setting.at(spec.key);
+      line(spec.key, v.value, v.source);
+    }
+    if (c.multi_node) {
+      const auto& m = *c.multi_node;
+      line("store_endpoint", m.endpoint_host + ":" + std::to_string(m.endpoint_port),
+           rdzv_backend == "static" ? "master_addr:master_port" : "rdzv_endpoint");
+      line("store_host", m.is_host ? (*m.is_host ? "this node" : "another node") : "this node if the endpoint is one of its addresses",
+           slurm_host ? "SLURM_NODEID" : m.is_host ? "rdzv_conf/node_rank" : "address match");
+    }
+    line("run_id", c.run_id, c.run_id == rdzv_id ? setting.at("rdzv_id").source : "fresh (standalone)");
+    line("program", join_words(c.worker_argv), "command line");
+    for (const auto& [k, v] : out.task_env) line("task " + k, v, "Slurm task");
+    out.exit_now = text;
+  }
   (void)min_nodes;
   return out;
 }

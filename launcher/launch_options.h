@@ -6,7 +6,9 @@
 //     --version. Parsing stops at the program; everything after it is the program's.
 //   - Validates everything before anything starts: a bad value, an unknown flag, a missing
 //     program or interpreter raises LaunchUsageError whose message is one line naming the flag.
-//   - A run of more than one node raises LaunchUsageError("... not supported yet").
+//   - Each setting comes from its flag, else PET_<NAME>, else the Slurm or platform environment
+//     (launcher/job_environment.h), else torchrun's default; --print-config lists every value
+//     with its source (exit_now).
 //   - `--help` / `--version` set `exit_now` with the text to print (exit 0).
 //
 // Threading
@@ -18,6 +20,7 @@
 #include <string>
 
 #include "agent/agent_config.h"
+#include "launcher/slurm_tasks.h"
 
 namespace crun {
 
@@ -29,7 +32,10 @@ class LaunchUsageError : public std::runtime_error {
 struct LaunchOptions {
   AgentConfig agent;
   bool standalone = false;
-  std::optional<std::string> exit_now;  // --help/--version: print this, exit 0
+  bool slurm_tasks = false;             // --slurm-tasks: exec worker_argv as this Slurm task
+  EnvironmentList task_env;             // --slurm-tasks: the worker's environment
+  std::string note;                     // a line to print before launching ("" = none)
+  std::optional<std::string> exit_now;  // --help/--version/--print-config: print this, exit 0
 };
 
 LaunchOptions parse_launch_options(int argc, char** argv);

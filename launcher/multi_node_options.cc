@@ -105,6 +105,7 @@ std::optional<MultiNodeConfig> make_multi_node(const RendezvousFlags& f, int max
   m.local_addr = f.local_addr;
   m.program = program_fingerprint(f.program);
   if (const char* t = std::getenv("CRUN_RDZV_TOKEN")) m.token = t;
+  m.is_host = f.is_host;
   apply_conf(f.conf, m);
 
   if (c10d) {

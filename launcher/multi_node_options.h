@@ -36,6 +36,7 @@ struct RendezvousFlags {
   std::string master_addr;
   std::optional<int> master_port;   // given explicitly
   std::string local_addr;
+  std::optional<bool> is_host;      // Slurm: node 0 hosts the store (rdzv_conf is_host wins)
   std::vector<std::string> program;  // as the user wrote it
 };
 

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,10 +24,18 @@ LaunchOptions parse(std::vector<std::string> args) {
   return parse_launch_options(static_cast<int>(argv.size()), argv.data());
 }
 
+// Sets a variable for one scope and restores what was there before.
 struct ScopedEnv {
-  ScopedEnv(const char* key, const char* value) : key_(key) { ::setenv(key, value, 1); }
-  ~ScopedEnv() { ::unsetenv(key_); }
+  ScopedEnv(const char* key, const char* value) : key_(key) {
+    if (const char* old = std::getenv(key)) old_ = old;
+    ::setenv(key, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(key_, old_->c_str(), 1);
+    else ::unsetenv(key_);
+  }
   const char* key_;
+  std::optional<std::string> old_;
 };
 
 }  // namespace
@@ -81,8 +91,8 @@ TEST_CASE("redirects, tee and local ranks filter per local rank", "[launch_optio
 }
 
 TEST_CASE("signals: the four defaults plus --signals-to-handle", "[launch_options]") {
-  const auto o = parse({"--signals-to-handle", "SIGUSR1,SIGTERM", "--no-python", "/bin/true"});
-  REQUIRE(o.agent.handled_signals == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1});
+  const auto o = parse({"--signals-to-handle", "SIGUSR1,SIGTERM,SIGALRM", "--no-python", "/bin/true"});
+  REQUIRE(o.agent.handled_signals == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM});
 }
 
 TEST_CASE("run id: --rdzv-id, or a fresh one per standalone job", "[launch_options]") {
@@ -154,4 +164,119 @@ TEST_CASE("multi-node flags become the agent's rendezvous configuration", "[laun
 
   CHECK_FALSE(parse({"--standalone", "--nproc-per-node", "2", "/bin/true"}).agent.multi_node);
   CHECK_FALSE(parse({"/bin/true"}).agent.multi_node);
+}
+
+TEST_CASE("Slurm: an srun step of agents derives the multi-node job; flags and PET_* win", "[launch_options][slurm]") {
+  ScopedEnv job("SLURM_JOB_ID", "4242");
+  ScopedEnv step("SLURM_STEP_ID", "3");
+  ScopedEnv nodes("SLURM_STEP_NUM_NODES", "4");
+  ScopedEnv tasks("SLURM_STEP_NUM_TASKS", "4");
+  ScopedEnv list("SLURM_STEP_NODELIST", "localhost,h[2-4]");
+  ScopedEnv node("SLURM_NODEID", "2");
+  ScopedEnv gpus("SLURM_GPUS_ON_NODE", "3");
+  auto o = parse({"/bin/true"});
+  REQUIRE(o.agent.multi_node);
+  const auto& m = *o.agent.multi_node;
+  CHECK(m.rendezvous.min_nodes == 4);
+  CHECK(m.rendezvous.max_nodes == 4);
+  CHECK(m.endpoint_host == "localhost");  // the first host resolves, so it is used as it is
+  CHECK(m.endpoint_port >= 20000);
+  CHECK(m.endpoint_port < 30000);
+  CHECK(m.rank_hint == 2);
+  CHECK(m.is_host == std::optional<bool>(false));  // node 0 hosts, whatever the addresses say
+  CHECK(m.rendezvous.run_id == "4242.3");
+  CHECK(o.agent.nproc_per_node == 3);
+  {
+    ScopedEnv pet("PET_NPROC_PER_NODE", "2");
+    CHECK(parse({"/bin/true"}).agent.nproc_per_node == 2);                               // PET_* > Slurm
+    CHECK(parse({"--nproc-per-node", "1", "/bin/true"}).agent.nproc_per_node == 1);      // flag > PET_*
+  }
+  const auto explicit_endpoint = parse({"--rdzv-endpoint", "127.0.0.1:29999", "/bin/true"});
+  CHECK(explicit_endpoint.agent.multi_node->endpoint_port == 29999);
+  CHECK_FALSE(explicit_endpoint.agent.multi_node->is_host.has_value());  // address match decides
+  const auto printed = *parse({"--print-config", "/bin/true"}).exit_now;
+  CHECK_THAT(printed, Catch::Contains("nnodes = 4  (SLURM_STEP_NUM_NODES)"));
+  CHECK_THAT(printed, Catch::Contains("node_rank = 2  (SLURM_NODEID)"));
+  CHECK_THAT(printed, Catch::Contains("nproc_per_node = 3  (SLURM_GPUS_ON_NODE)"));
+  CHECK_THAT(printed, Catch::Contains("rdzv_backend = c10d  (Slurm step)"));
+  CHECK_THAT(printed, Catch::Contains("max_restarts = 0  (default)"));
+  {
+    ScopedEnv many("SLURM_STEP_NUM_TASKS", "8");  // srun -n 8 crun ...: one agent per node only
+    CHECK_THROWS_WITH(parse({"/bin/true"}), Catch::Contains("--slurm-tasks"));
+  }
+  {
+    ScopedEnv bad("SLURM_NODEID", "x");
+    CHECK_THROWS_WITH(parse({"/bin/true"}), Catch::Contains("SLURM_NODEID"));
+  }
+}
+
+TEST_CASE("Slurm: the batch script itself runs one node", "[launch_options][slurm]") {
+  ScopedEnv job("SLURM_JOB_ID", "77");
+  ScopedEnv nodes("SLURM_JOB_NUM_NODES", "2");
+  const auto o = parse({"/bin/true"});
+  CHECK_FALSE(o.agent.multi_node);
+  CHECK(o.agent.run_id == "77.batch");
+  CHECK_THAT(o.note, Catch::Contains("srun --ntasks-per-node=1"));
+}
+
+TEST_CASE("platform MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE form a static multi-node job", "[launch_options][platform]") {
+  ScopedEnv addr("MASTER_ADDR", "10.9.8.7");
+  ScopedEnv port("MASTER_PORT", "23456");
+  ScopedEnv rank("RANK", "1");
+  ScopedEnv world("WORLD_SIZE", "3");
+  auto o = parse({"--nproc-per-node", "2", "/bin/true"});
+  REQUIRE(o.agent.multi_node);
+  CHECK(o.agent.multi_node->endpoint_host == "10.9.8.7");
+  CHECK(o.agent.multi_node->endpoint_port == 23456);
+  CHECK(o.agent.multi_node->rank_hint == 1);
+  CHECK(o.agent.multi_node->is_host == std::optional<bool>(false));
+  CHECK(o.agent.multi_node->rendezvous.max_nodes == 3);
+  {
+    ScopedEnv pet("PET_NNODES", "1");  // PET_* > platform
+    CHECK_FALSE(parse({"/bin/true"}).agent.multi_node);
+  }
+  CHECK_FALSE(parse({"--nnodes", "1", "/bin/true"}).agent.multi_node);  // flags > platform
+  {
+    ScopedEnv inside("TORCHELASTIC_RUN_ID", "x");  // a worker's own environment is not a platform's
+    CHECK_FALSE(parse({"/bin/true"}).agent.multi_node);
+  }
+  {
+    ScopedEnv bad("RANK", "3");
+    CHECK_THROWS_WITH(parse({"/bin/true"}), Catch::Contains("RANK=3 is not below WORLD_SIZE=3"));
+  }
+  CHECK_THAT(*parse({"--print-config", "/bin/true"}).exit_now, Catch::Contains("node_rank = 1  (RANK (platform))"));
+}
+
+TEST_CASE("--slurm-tasks: the worker environment from the task's SLURM_* variables", "[launch_options][slurm]") {
+  ScopedEnv job("SLURM_JOB_ID", "4242");
+  ScopedEnv step("SLURM_STEP_ID", "0");
+  ScopedEnv procid("SLURM_PROCID", "5");
+  ScopedEnv localid("SLURM_LOCALID", "1");
+  ScopedEnv nodeid("SLURM_NODEID", "1");
+  ScopedEnv ntasks("SLURM_STEP_NUM_TASKS", "7");
+  ScopedEnv nnodes("SLURM_STEP_NUM_NODES", "2");
+  ScopedEnv per_node("SLURM_STEP_TASKS_PER_NODE", "4,3");
+  ScopedEnv list("SLURM_STEP_NODELIST", "localhost,other");
+  ScopedEnv restarts("SLURM_RESTART_COUNT", "2");
+  auto o = parse({"--slurm-tasks", "/bin/true", "x"});
+  REQUIRE(o.slurm_tasks);
+  std::map<std::string, std::string> env(o.task_env.begin(), o.task_env.end());
+  CHECK(env["RANK"] == "5");
+  CHECK(env["LOCAL_RANK"] == "1");
+  CHECK(env["WORLD_SIZE"] == "7");
+  CHECK(env["LOCAL_WORLD_SIZE"] == "3");
+  CHECK(env["GROUP_RANK"] == "1");
+  CHECK(env["MASTER_ADDR"] == "localhost");
+  CHECK(std::stoi(env["MASTER_PORT"]) >= 20000);
+  CHECK(env["TORCHELASTIC_RESTART_COUNT"] == "2");
+  CHECK(env["TORCHELASTIC_RUN_ID"] == "4242.0");
+  CHECK(o.agent.worker_argv == std::vector<std::string>{"/bin/true", "x"});
+  const auto again = parse({"--slurm-tasks", "/bin/true"}).task_env;
+  std::map<std::string, std::string> same(again.begin(), again.end());
+  CHECK(same["MASTER_PORT"] == env["MASTER_PORT"]);
+  CHECK_THROWS_WITH(parse({"--slurm-tasks", "--nproc-per-node", "2", "/bin/true"}), Catch::Contains("does not apply"));
+  {
+    ScopedEnv gone("SLURM_PROCID", "");
+    CHECK_THROWS_WITH(parse({"--slurm-tasks", "/bin/true"}), Catch::Contains("SLURM_PROCID is not set"));
+  }
 }

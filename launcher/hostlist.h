@@ -1,0 +1,32 @@
+// Slurm hostlist expressions, expanded without scontrol.
+//
+// Contract
+//   expand_hostlist("gpu[01-04,07],cpu3") -> gpu01 gpu02 gpu03 gpu04 gpu07 cpu3, in the order
+//   `scontrol show hostnames` prints them:
+//     - hosts are separated by commas or whitespace outside brackets; empty items are skipped;
+//     - a bracket holds comma-separated numbers and LO-HI ranges; a range keeps the width of
+//       LO ("x[009-011]" -> x009 x010 x011, "p[8-11]" -> p8 ... p11);
+//     - several brackets in one host form a product, the leftmost varying slowest
+//       ("a[0-1].b[2-3]" -> a0.b2 a0.b3 a1.b2 a1.b3); text after the last bracket is a suffix;
+//     - duplicates are kept.
+//   A malformed expression (unbalanced or empty bracket, a non-number, HI < LO, more than
+//   kMaxHosts hosts) throws std::invalid_argument whose message names the offending part.
+//
+//   expand_tasks_per_node("2(x3),1") -> 2 2 2 1 (SLURM_TASKS_PER_NODE's format).
+//
+// Threading
+//   Pure functions.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace crun {
+
+inline constexpr std::size_t kMaxHosts = 1u << 20;
+
+std::vector<std::string> expand_hostlist(const std::string& expression);
+std::vector<int> expand_tasks_per_node(const std::string& expression);
+
+}  // namespace crun
