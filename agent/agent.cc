@@ -146,7 +146,13 @@ int Agent::Impl::run() {
 void Agent::Impl::wait_signal() {
   signals.async_wait([this](const boost::system::error_code& ec, int signo) {
     if (ec) return;
-    say("crun: received " + signal_name(signo) + ", forwarding it to the workers and stopping\n");
+    if (signo == SIGUSR1 || signo == SIGUSR2) {
+      say("crun: received " + signal_name(signo) + " (preemption notice): forwarded to the workers, which have " +
+          std::to_string(config.stop_timeout.count() / 1000.0).substr(0, 5) +
+          " s (--stop-timeout) to checkpoint and exit; no restart follows\n");
+    } else {
+      say("crun: received " + signal_name(signo) + ", forwarding it to the workers and stopping\n");
+    }
     perform(machine.on_signal(signo, AgentClock::now()));
     if (!exit_code) wait_signal();
   });

@@ -185,13 +185,22 @@ TEST_CASE("SIGTERM and --signals-to-handle are forwarded; crun exits 128+signal"
     CHECK(count(p.out(), "got SIGTERM") == 2);
     CHECK(count(p.err(), "worker failed") == 0);  // a stop, not a failure, and no restart
   }
-  SECTION("SIGUSR1 for Slurm preemption") {
-    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--signals-to-handle", "SIGUSR1"},
-                            {"--trap", "SIGUSR1", "--hang"}));
+  SECTION("SIGUSR1 (Slurm's preemption notice) is handled by default: forwarded, no restart") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--max-restarts", "3"}, {"--trap", "SIGUSR1", "--hang"}));
     REQUIRE(p.wait_for_stdout("ready rank=", 2));
     p.signal(SIGUSR1);
     REQUIRE(p.wait_exit() == 128 + SIGUSR1);
     CHECK(count(p.out(), "got SIGUSR1") == 2);
+    CHECK(count(p.out(), "ready rank=") == 2);  // the group was not restarted
+    CHECK(p.err().find("preemption notice") != std::string::npos);
+  }
+  SECTION("a worker that does not act on SIGUSR1 is SIGKILLed after --stop-timeout") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "1", "--stop-timeout", "0.3"}, {"--ignore", "SIGUSR1", "--hang"}));
+    REQUIRE(p.wait_for_stdout("ready rank=", 1));
+    p.signal(SIGUSR1);
+    REQUIRE(p.wait_exit() == 128 + SIGUSR1);
+    CHECK(p.err().find("sending SIGKILL") != std::string::npos);
+    CHECK(count(p.err(), "worker failed") == 0);
   }
   SECTION("SIGINT stays handled when --signals-to-handle names others") {
     ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--signals-to-handle", "SIGUSR1"},

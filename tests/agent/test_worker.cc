@@ -7,6 +7,7 @@
 //   --bind-master          rank 0 listens on MASTER_ADDR:MASTER_PORT (exit 5 if it cannot)
 //   --trap SIG             on SIG: print "rank <r> got <SIG>" and exit 0
 //   --ignore-term          ignore SIGTERM
+//   --ignore SIG           ignore SIG
 //   --only-rank R          the failure actions below apply only to LOCAL_RANK R
 //   --fail-before-restart K  ... and only while TORCHELASTIC_RESTART_COUNT < K
 //   --error-file MSG       failure action: write torch's @record JSON with MSG to TORCHELASTIC_ERROR_FILE
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
       sa.sa_handler = on_trap;
       ::sigaction(signum(s), &sa, nullptr);
     } else if (a == "--ignore-term") ::signal(SIGTERM, SIG_IGN);
+    else if (a == "--ignore") ::signal(signum(next()), SIG_IGN);
     else if (a == "--only-rank") only_rank = std::atoi(next().c_str());
     else if (a == "--fail-before-restart") fail_before = std::atoi(next().c_str());
     else if (a == "--error-file") { has_error_file = true; error_msg = next(); }
