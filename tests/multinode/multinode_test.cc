@@ -53,8 +53,13 @@ class Cluster {
     return crun_program(host, flags, CRUN_TEST_WORKER, worker_args);
   }
   ChildProcess& crun_program(int host, const std::vector<std::string>& flags, const std::string& program,
-                             const std::vector<std::string>& args) {
-    std::vector<std::string> argv{CRUN_IP_BIN, "netns", "exec", name_ + "-h" + std::to_string(host), CRUN_BIN};
+                             const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv{CRUN_IP_BIN, "netns", "exec", name_ + "-h" + std::to_string(host)};
+    if (!env.empty()) {
+      argv.push_back("/usr/bin/env");
+      argv.insert(argv.end(), env.begin(), env.end());
+    }
+    argv.push_back(CRUN_BIN);
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.push_back(program);
     argv.insert(argv.end(), args.begin(), args.end());
@@ -263,6 +268,46 @@ TEST_CASE("the static backend: fixed node ranks and coordinated restarts", "[sta
   CHECK(count(s, "start restart=1 rank=1 ") == 1);
   CHECK_THAT(a.out(), Catch::Contains("GROUP_RANK=0") && Catch::Contains("MASTER_ADDR=10.77.0.1"));
   CHECK_THAT(a.out(), !Catch::Contains("MASTER_PORT=29500"));  // the store holds it: workers get their own
+}
+
+TEST_CASE("a platform's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE alone form the multi-node job", "[platform]") {
+  Cluster cl(2);
+  auto platform = [](int node_rank) {
+    return std::vector<std::string>{"MASTER_ADDR=" + Cluster::addr(1), "MASTER_PORT=23456", "RANK=" + std::to_string(node_rank),
+                                    "WORLD_SIZE=2"};
+  };
+  // Only --nproc-per-node on the command line, as a PyTorchJob-style platform would run it.
+  auto& b = cl.crun_program(2, {"--nproc-per-node", "2"}, CRUN_TEST_WORKER, {"--print-env"}, platform(1));
+  auto& a = cl.crun_program(1, {"--nproc-per-node", "2"}, CRUN_TEST_WORKER, {"--print-env"}, platform(0));
+  REQUIRE(a.wait_exit() == 0);
+  REQUIRE(b.wait_exit() == 0);
+  const std::string all = a.out() + b.out();
+  std::set<std::string> ranks;
+  for (auto& line : lines(all))
+    if (line.find(" RANK=") != std::string::npos) ranks.insert(line.substr(line.find(" RANK=") + 6));
+  CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
+  CHECK(count(a.out(), "GROUP_RANK=0") == 2);  // the platform's RANK is the node rank
+  CHECK(count(b.out(), "GROUP_RANK=1") == 2);
+  CHECK(count(all, "WORLD_SIZE=4") >= 4);
+  CHECK(count(all, "MASTER_ADDR=10.77.0.1") == 4);
+}
+
+TEST_CASE("Kubeflow-style PET_* variables alone configure an elastic c10d job", "[pet]") {
+  Cluster cl(2);
+  TempFile stamps;
+  const std::vector<std::string> pet{"PET_NNODES=1:2", "PET_NPROC_PER_NODE=2", "PET_RDZV_BACKEND=c10d",
+                                     "PET_RDZV_ENDPOINT=" + Cluster::addr(1) + ":29400", "PET_RDZV_ID=kf",
+                                     "PET_MAX_RESTARTS=1", "PET_RDZV_CONF=last_call_timeout=30"};
+  auto& a = cl.crun_program(1, {}, CRUN_TEST_WORKER, {"--stamp", stamps.path, "--print-env"}, pet);
+  auto& b = cl.crun_program(2, {}, CRUN_TEST_WORKER,
+                            {"--stamp", stamps.path, "--only-rank", "1", "--fail-before-restart", "1", "--exit", "3"}, pet);
+  REQUIRE(a.wait_exit() == 0);
+  REQUIRE(b.wait_exit() == 0);
+  const std::string s = read_file(stamps.path);
+  CHECK(count(s, "start restart=0 ") == 4);  // 2 nodes x 2 workers (min 1, max 2: both joined)
+  CHECK(count(s, "start restart=1 ") == 4);  // PET_MAX_RESTARTS=1 used once, on every node
+  CHECK(count(a.out(), "TORCHELASTIC_RUN_ID=kf") >= 2);
+  CHECK(count(a.out(), "TORCHELASTIC_MAX_RESTARTS=1") >= 2);
 }
 
 TEST_CASE("train_mlp resumes bit-identically across two hosts after a failure", "[train_mlp]") {
