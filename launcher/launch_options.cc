@@ -266,6 +266,16 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
       usage(e.what());
     }
   }
+  // --standalone describes the job's shape itself: the scheduler's or platform's shape is not used.
+  const bool standalone_asked = opts["standalone"]->count() > 0 ||
+                                (env_value("PET_STANDALONE") && bool_text("PET_STANDALONE", *env_value("PET_STANDALONE")));
+  if (standalone_asked) {
+    for (const char* key : {"nnodes", "rdzv_backend", "rdzv_endpoint", "node_rank", "master_addr", "master_port"}) {
+      job.defaults.erase(key);
+    }
+    job.first_node.clear();
+    job.note.clear();
+  }
   std::map<std::string, SourcedValue> setting;
   for (const auto& spec : specs) {
     const std::string key = spec.key;

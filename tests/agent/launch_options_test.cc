@@ -191,6 +191,9 @@ TEST_CASE("Slurm: an srun step of agents derives the multi-node job; flags and P
     CHECK(parse({"/bin/true"}).agent.nproc_per_node == 2);                               // PET_* > Slurm
     CHECK(parse({"--nproc-per-node", "1", "/bin/true"}).agent.nproc_per_node == 1);      // flag > PET_*
   }
+  const auto standalone = parse({"--standalone", "/bin/true"});  // one node, whatever the step spans
+  CHECK_FALSE(standalone.agent.multi_node);
+  CHECK(standalone.agent.nproc_per_node == 3);
   const auto explicit_endpoint = parse({"--rdzv-endpoint", "127.0.0.1:29999", "/bin/true"});
   CHECK(explicit_endpoint.agent.multi_node->endpoint_port == 29999);
   CHECK_FALSE(explicit_endpoint.agent.multi_node->is_host.has_value());  // address match decides
