@@ -8,6 +8,14 @@
 #
 # Ports come from a base derived from DIR so two boxes on one machine do not collide. Needs root
 # and Debian's slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh).
+#
+# Tuned for tests (Slurm 22.05's defaults would make them wait on timers):
+#   - cred_expire=5 (the minimum): a requeued job's BeginTime is requeue + cred_expire + 1, i.e.
+#     6 s instead of 121 s.
+#   - batch_sched_delay=0, sched_interval=1: a submitted job starts within about a second, and a
+#     requeued one right after its BeginTime (the default full pass runs every 60 s).
+#   - Each node has two "GPUs" (gres/gpu over empty files in DIR/dev), so --gpus-per-node=2 sets
+#     SLURM_GPUS_ON_NODE as on a GPU cluster; nothing uses them as devices.
 set -euo pipefail
 die() { echo "slurm-box: $*" >&2; exit 2; }
 [ $# -eq 2 ] || die "usage: $0 start|stop DIR"
@@ -45,7 +53,9 @@ ClusterName=crunbox
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$base
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge/munge.socket
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=5
+SchedulerParameters=batch_sched_delay=0,sched_interval=1
+GresTypes=gpu
 CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
@@ -70,10 +80,13 @@ MessageTimeout=10
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
-NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 1)) CPUs=2 State=UNKNOWN
-NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 2)) CPUs=2 State=UNKNOWN
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 1)) CPUs=2 Gres=gpu:2 State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((base + 2)) CPUs=2 Gres=gpu:2 State=UNKNOWN
 PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
+    mkdir -p "$dir/dev"
+    touch "$dir/dev/nvidia0" "$dir/dev/nvidia1"
+    echo "Name=gpu File=$dir/dev/nvidia[0-1]" > "$dir/gres.conf"
     export SLURM_CONF="$dir/slurm.conf"
     slurmctld -i -f "$SLURM_CONF"
     slurmd -N n1 -f "$SLURM_CONF"
@@ -83,7 +96,7 @@ CONF
       [ "$idle" -ge 2 ] && break
       sleep 0.1
     done
-    [ "${idle:-0}" -ge 2 ] || { sinfo -N 2>&1 >&2 || true; tail -5 "$dir"/*.log >&2; stop_pids; die "nodes did not become idle"; }
+    [ "${idle:-0}" -ge 2 ] || { sinfo -N 2>&1 >&2 || true; tail -n 5 "$dir"/*.log >&2 || true; stop_pids; die "nodes did not become idle"; }
     echo "export SLURM_CONF=$dir/slurm.conf"
     ;;
   stop)
