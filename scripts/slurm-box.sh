@@ -4,7 +4,8 @@
 #
 #   slurm-box.sh start DIR    writes DIR/slurm.conf, starts the daemons, waits until both nodes
 #                             are idle (bounded), prints "export SLURM_CONF=DIR/slurm.conf"
-#   slurm-box.sh stop DIR     stops every daemon it started (by pid) and removes DIR
+#   slurm-box.sh stop DIR     cancels the jobs still on the box, stops every daemon it started (by
+#                             pid) and removes DIR
 #
 # Ports come from a base derived from DIR so two boxes on one machine do not collide. Needs root
 # and Debian's slurmctld, slurmd, slurm-client and munge (scripts/install-deps.sh).
@@ -21,16 +22,22 @@ die() { echo "slurm-box: $*" >&2; exit 2; }
 [ $# -eq 2 ] || die "usage: $0 start|stop DIR"
 cmd=$1 dir=$2
 
-stop_pids() {
+# The pid files' processes, if they are still this box's daemons (their command lines name DIR;
+# a stale pid file must not make us kill an unrelated process that reuses the pid).
+box_pids() {
   for f in "$dir"/*.pid; do
     [ -f "$f" ] || continue
     pid=$(cat "$f" 2>/dev/null || true)
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+    case "$pid" in '' | *[!0-9]*) continue ;; esac
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/" && echo "$pid"
   done
-  for f in "$dir"/*.pid; do
-    [ -f "$f" ] || continue
-    pid=$(cat "$f" 2>/dev/null || true)
-    [ -n "$pid" ] || continue
+  return 0
+}
+
+stop_pids() {
+  pids=$(box_pids)
+  for pid in $pids; do kill "$pid" 2>/dev/null || true; done
+  for pid in $pids; do
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done  # bounded: 5 s
     kill -9 "$pid" 2>/dev/null || true
   done
@@ -41,7 +48,9 @@ case "$cmd" in
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     host=$(hostname -s)
-    base=$(( 20000 + $(printf '%s' "$dir" | cksum | cut -d' ' -f1) % 20000 ))
+    # 30000-32699: below Linux's ephemeral ports (32768-) and outside 20000-29999, where crun derives
+    # its rendezvous and MASTER_PORT from the job id.
+    base=$(( 30000 + $(printf '%s' "$dir" | cksum | cut -d' ' -f1) % 2700 ))
     mkdir -p "$dir/state" "$dir/spool/n1" "$dir/spool/n2" "$dir/munge"
     chmod 700 "$dir/munge"
     dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
@@ -101,6 +110,22 @@ CONF
     ;;
   stop)
     [ -d "$dir" ] || exit 0
+    dir=$(cd "$dir" && pwd)
+    # Jobs still on the box first: slurmstepd and the jobs' processes outlive slurmd, so cancel
+    # them through Slurm while it runs and wait (bounded: 15 s, polling, since Slurm has no event
+    # for it) until none is left.
+    if [ -f "$dir/slurm.conf" ] && [ -n "$(box_pids)" ]; then
+      export SLURM_CONF="$dir/slurm.conf"
+      jobs=$(squeue -h -o %i 2>/dev/null || true)
+      if [ -n "$jobs" ]; then
+        # shellcheck disable=SC2086  # one job id per word
+        scancel $jobs 2>/dev/null || true
+        for _ in $(seq 150); do
+          [ -z "$(squeue -h -o %i 2>/dev/null || true)" ] && break
+          sleep 0.1
+        done
+      fi
+    fi
     stop_pids
     rm -rf "$dir"
     ;;
