@@ -16,7 +16,8 @@
 #   - batch_sched_delay=0, sched_interval=1: a submitted job starts within about a second, and a
 #     requeued one right after its BeginTime (the default full pass runs every 60 s).
 #   - Each node has two "GPUs" (gres/gpu over empty files in DIR/dev), so --gpus-per-node=2 sets
-#     SLURM_GPUS_ON_NODE as on a GPU cluster; nothing uses them as devices.
+#     SLURM_GPUS_ON_NODE as on a GPU cluster; nothing uses them as devices (slurmd logs that they
+#     are not device files, and sets no CUDA_VISIBLE_DEVICES).
 set -euo pipefail
 die() { echo "slurm-box: $*" >&2; exit 2; }
 [ $# -eq 2 ] || die "usage: $0 start|stop DIR"

@@ -50,7 +50,10 @@ for t in 0 1; do
 done
 log "batch script: job variables only; srun tasks: the step's too (env.batch, env.task.* in $WORK)"
 
-# One agent per node: a two-node c10d rendezvous at n1's NodeAddr, node rank = SLURM_NODEID.
+# One agent per node: a two-node c10d rendezvous at n1's NodeAddr, node rank = SLURM_NODEID. The
+# box's node names do not resolve, so crun must ask Slurm for the address (scontrol's NodeAddr).
+! getent hosts n1 >/dev/null || fail "n1 resolves on this machine ($(getent hosts n1)): the NodeAddr path is not exercised"
+
 conf() { sed -n "s/^$2 = \(.*\)$/\1/p" "$1"; }
 endpoint=""
 for t in 0 1; do
