@@ -95,8 +95,9 @@ TEST_CASE("environment contract for nproc 1-4", "[e2e][env]") {
         CHECK(e["TORCHELASTIC_MAX_RESTARTS"] == "3");
         CHECK(e["TORCHELASTIC_RUN_ID"] == "job42");
         CHECK(e["TORCHELASTIC_USE_AGENT_STORE"] == "False");
-        CHECK(e["OMP_NUM_THREADS"] == "1");
+        CHECK(e["OMP_NUM_THREADS"] == (n > 1 ? "1" : "<unset>"));  // torchrun: only for nproc > 1
         CHECK(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+        CHECK(e["NCCL_ASYNC_ERROR_HANDLING"] == "1");
         CHECK(e["TORCHELASTIC_ERROR_FILE"].find("attempt_0/" + rs + "/error.json") != std::string::npos);
         error_files.insert(e["TORCHELASTIC_ERROR_FILE"]);
       }

@@ -115,6 +115,29 @@ TEST_CASE("worker environment: torchrun's contract", "[units]") {
   REQUIRE(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/e.json");
   REQUIRE(env["OMP_NUM_THREADS"] == "8");  // kept: the user set it
   REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  REQUIRE(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");  // torch 1.13's name, as its torchrun sets
+}
+
+TEST_CASE("worker environment: OMP_NUM_THREADS and NCCL error handling as torchrun sets them", "[units]") {
+  RoundInfo round;
+  round.world_size = 2;
+  WorkerIdentity who;
+  SECTION("several workers per node: OMP_NUM_THREADS=1") {
+    who.local_world_size = 2;
+    auto env = as_map(worker_environment({"PATH=/bin"}, round, who));
+    REQUIRE(env["OMP_NUM_THREADS"] == "1");
+  }
+  SECTION("one worker per node: OMP_NUM_THREADS stays unset (torch uses every core)") {
+    who.local_world_size = 1;
+    auto env = as_map(worker_environment({"PATH=/bin"}, round, who));
+    REQUIRE(env.count("OMP_NUM_THREADS") == 0);
+  }
+  SECTION("the user's NCCL settings are kept, under either name") {
+    who.local_world_size = 2;
+    auto env = as_map(worker_environment({"NCCL_ASYNC_ERROR_HANDLING=0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=2"}, round, who));
+    REQUIRE(env["NCCL_ASYNC_ERROR_HANDLING"] == "0");
+    REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2");
+  }
 }
 
 TEST_CASE("failure report: torch @record error file, text and json", "[units]") {
