@@ -83,4 +83,24 @@ std::string read_error_file_message(const std::string& path) {
   }
 }
 
+std::string copy_error_file_to_parent(const std::string& worker_file, const std::string& parent_file,
+                                      int error_code) {
+  std::ifstream in(worker_file);
+  if (!in) return "the worker wrote no error file";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return std::string("the worker's error file is not JSON (") + e.what() + ")";
+  }
+  if (error_code != 0 && j.is_object() && j.contains("message") && j["message"].is_object()) {
+    j["message"]["errorCode"] = error_code;  // the worker could not know it when a signal killed it
+  }
+  std::ofstream out(parent_file, std::ios::trunc);
+  out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out.close();
+  if (!out) return "cannot write " + parent_file;
+  return {};
+}
+
 }  // namespace crun

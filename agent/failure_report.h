@@ -6,6 +6,10 @@
 //   - to_json() carries the same fields (written to --log-dir as failure_report.json).
 //   - read_error_file_message() understands torch's @record JSON ({"message": {"message": ...,
 //     "extraInfo": {...}}} or {"message": "..."}); returns "" when the file is absent or unreadable.
+//   - copy_error_file_to_parent() does what torchrun's @record main does when the job fails: the
+//     root cause's error file replaces the launcher's own TORCHELASTIC_ERROR_FILE, with
+//     message.errorCode set to the worker's exit code (torchrun's: -N when killed by signal N)
+//     when the message has torch's object form. Returns "" when written, else why not.
 //
 // Threading
 //   Pure value type and functions; safe from any thread.
@@ -37,5 +41,8 @@ struct FailureReport {
 };
 
 std::string read_error_file_message(const std::string& path);
+
+std::string copy_error_file_to_parent(const std::string& worker_file, const std::string& parent_file,
+                                      int error_code);
 
 }  // namespace crun

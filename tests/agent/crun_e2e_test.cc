@@ -177,6 +177,32 @@ TEST_CASE("root cause: the first failure, with its stderr tail and error file", 
   CHECK(json.find("RuntimeError: boom on rank 2") != std::string::npos);
 }
 
+TEST_CASE("the final root cause's error file becomes crun's own TORCHELASTIC_ERROR_FILE (as torchrun)", "[e2e][exitcode]") {
+  TempDir tmp;
+  const std::string parent = (tmp.path / "launcher_error.json").string();
+  SECTION("the root cause wrote one: copied once restarts are exhausted, errorCode set") {
+    // Rank 1 fails in restart 0 (restarting: nothing copied yet) and in restart 1 (copied).
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--max-restarts", "1"},
+                            {"--only-rank", "1", "--error-file", "RuntimeError: attempt", "--exit", "3"}),
+                   {"TORCHELASTIC_ERROR_FILE=" + parent});
+    REQUIRE(p.wait_exit() == 3);
+    INFO(p.err());
+    CHECK(count(p.err(), "copied the root cause's error file to " + parent) == 1);
+    const std::string json = slurp(parent);
+    INFO(json);
+    CHECK(json.find(R"("message":"RuntimeError: attempt")") != std::string::npos);
+    CHECK(json.find(R"("errorCode":3)") != std::string::npos);
+    CHECK(json.find(R"("py_callstack":"Traceback...")") != std::string::npos);
+  }
+  SECTION("the root cause wrote none: the launcher's file is left alone") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2"}, {"--only-rank", "1", "--exit", "3"}),
+                   {"TORCHELASTIC_ERROR_FILE=" + parent});
+    REQUIRE(p.wait_exit() == 3);
+    CHECK_FALSE(fs::exists(parent));
+    CHECK(p.err().find("(TORCHELASTIC_ERROR_FILE) left as it is: the worker wrote no error file") != std::string::npos);
+  }
+}
+
 TEST_CASE("SIGTERM and --signals-to-handle are forwarded; crun exits 128+signal", "[e2e][signals]") {
   SECTION("SIGTERM") {
     ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--max-restarts", "3"}, {"--trap", "SIGTERM", "--hang"}));
