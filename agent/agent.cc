@@ -294,6 +294,7 @@ FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
   report.time = e.wall_time;
   report.error_file = (attempt_dir(e.round, e.local_rank) / "error.json").string();
   report.error_message = read_error_file_message(report.error_file);
+  report.error_traceback = read_error_file_traceback(report.error_file);
   if (group) {
     const auto& tail = group->stderr_tail(e.local_rank);
     report.stderr_tail.assign(tail.begin(), tail.end());

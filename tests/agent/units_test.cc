@@ -168,3 +168,40 @@ TEST_CASE("failure report: torch @record error file, text and json", "[units]") 
   REQUIRE(j.find("\"exit_code\": 139") != std::string::npos);
   REQUIRE(j.find("\"signal\": \"SIGSEGV\"") != std::string::npos);
 }
+
+TEST_CASE("failure report: the error file's traceback, unless stderr already shows it", "[units]") {
+  char path[] = "/tmp/crun-error-XXXXXX";
+  const int fd = ::mkstemp(path);
+  const std::string json = R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack":)"
+                           R"( "Traceback (most recent call last):\n  File \"t.py\", line 3, in main\n)"
+                           R"(    raise RuntimeError(\"boom\")\nRuntimeError: boom\n", "timestamp": "1"}}})";
+  REQUIRE(::write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size()));
+  ::close(fd);
+  FailureReport r;
+  r.error_message = read_error_file_message(path);
+  r.error_traceback = read_error_file_traceback(path);
+  ::unlink(path);
+  REQUIRE(read_error_file_traceback("/nonexistent/file").empty());
+  SECTION("the worker caught the exception (nothing on stderr): the report shows the traceback") {
+    const std::string text = r.format_text();
+    REQUIRE(text.find("crun:   traceback from the error file:\ncrun:   | Traceback (most recent call last):\n") !=
+            std::string::npos);
+    REQUIRE(text.find("crun:   |     raise RuntimeError(\"boom\")\ncrun:   | RuntimeError: boom\n") != std::string::npos);
+    REQUIRE(r.to_json().find("\"error_traceback\": \"Traceback") != std::string::npos);
+  }
+  SECTION("Python printed it: only the stderr tail shows it") {
+    r.stderr_tail = {"Traceback (most recent call last):", "    raise RuntimeError(\"boom\")", "RuntimeError: boom"};
+    const std::string text = r.format_text();
+    REQUIRE(text.find("traceback from the error file") == std::string::npos);
+    REQUIRE(text.find("| RuntimeError: boom") != std::string::npos);
+  }
+  SECTION("a deep traceback: its last 40 lines") {
+    r.error_traceback.clear();
+    for (int i = 0; i < 100; ++i) r.error_traceback += "frame " + std::to_string(i) + "\n";
+    const std::string text = r.format_text();
+    REQUIRE(text.find("traceback from the error file (last 40 of 100 lines):") != std::string::npos);
+    REQUIRE(text.find("| frame 59\n") == std::string::npos);
+    REQUIRE(text.find("| frame 60\n") != std::string::npos);
+    REQUIRE(text.find("| frame 99\n") != std::string::npos);
+  }
+}
