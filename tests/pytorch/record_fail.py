@@ -3,7 +3,6 @@
 # rank 1 as the root cause with that message. The script exits 3 (not Python's 1) so that the
 # launchers' exit codes show whose code they pass on. Rank 0 idles until the launcher stops it.
 import os
-import sys
 import threading
 
 import torch
@@ -28,4 +27,6 @@ if __name__ == "__main__":
     try:
         main()
     except RuntimeError:
-        sys.exit(3)
+        # os._exit, not sys.exit: torch 1.13 sometimes aborts (SIGABRT, "terminate called without
+        # an active exception") when the interpreter tears down a live gloo group.
+        os._exit(3)
