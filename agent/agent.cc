@@ -73,6 +73,7 @@ struct Agent::Impl {
   std::vector<std::string> base_env;
   fs::path run_dir;
   bool remove_run_dir = false;
+  std::string parent_error_file;  // crun's own TORCHELASTIC_ERROR_FILE: gets the final root cause
   RoundInfo current_round;
   std::optional<int> exit_code;
   std::uint64_t timer_generation = 0;  // a stale expiry (armed for an earlier stop) is ignored
@@ -130,6 +131,7 @@ int Agent::Impl::run() {
     return kExitAgentError;
   }
   base_env = current_environment();
+  if (const char* f = std::getenv("TORCHELASTIC_ERROR_FILE")) parent_error_file = f;
   wait_signal();
   perform(machine.start(AgentClock::now()));
   if (!exit_code) io.run();
@@ -264,6 +266,15 @@ void Agent::Impl::start_group(int restart_count) {
 void Agent::Impl::report_failure(const action::ReportFailure& r) {
   FailureReport report = build_report(r.root_cause, r.restarting);
   say(report.format_text());
+  if (!r.restarting && !parent_error_file.empty()) {
+    // Like torchrun under a scheduler that set TORCHELASTIC_ERROR_FILE for the launcher: the
+    // final root cause's error file (if the worker wrote one) becomes the launcher's.
+    const auto& e = r.root_cause;
+    const std::string why = copy_error_file_to_parent(report.error_file, parent_error_file,
+                                                      e.term_signal != 0 ? -e.term_signal : e.exit_code);
+    say(why.empty() ? "crun: copied the root cause's error file to " + parent_error_file + "\n"
+                    : "crun: " + parent_error_file + " (TORCHELASTIC_ERROR_FILE) left as it is: " + why + "\n");
+  }
   if (!remove_run_dir) {
     const fs::path path = run_dir / "failure_report.json";
     const std::string json = report.to_json();
@@ -289,6 +300,7 @@ FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
   report.time = e.wall_time;
   report.error_file = (attempt_dir(e.round, e.local_rank) / "error.json").string();
   report.error_message = read_error_file_message(report.error_file);
+  report.error_traceback = read_error_file_traceback(report.error_file);
   if (group) {
     const auto& tail = group->stderr_tail(e.local_rank);
     report.stderr_tail.assign(tail.begin(), tail.end());

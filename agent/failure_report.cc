@@ -23,6 +23,29 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
   return out;
 }
 
+constexpr std::size_t kTracebackLines = 40;
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const auto nl = text.find('\n', start);
+    const auto end = nl == std::string::npos ? text.size() : nl;
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  while (!out.empty() && out.back().find_first_not_of(" \t\r") == std::string::npos) out.pop_back();
+  return out;
+}
+
+// The worker's stderr already shows the traceback when its last line is in the tail.
+bool tail_shows(const std::vector<std::string>& tail, const std::string& line) {
+  for (const auto& t : tail) {
+    if (t == line) return true;
+  }
+  return false;
+}
+
 std::string how_it_ended(const FailureReport& r) {
   if (r.term_signal != 0) return "killed by " + signal_name(r.term_signal);
   return "exit code " + std::to_string(r.exit_code);
@@ -37,6 +60,14 @@ std::string FailureReport::format_text() const {
      << ", at " << iso_time(time) << ", attempt " << restart_count << "; "
      << (restarting ? "restarting the group" : "no restarts left") << "\n";
   if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
+  const auto traceback = split_lines(error_traceback);
+  if (!traceback.empty() && !tail_shows(stderr_tail, traceback.back())) {
+    const std::size_t skip = traceback.size() > kTracebackLines ? traceback.size() - kTracebackLines : 0;
+    os << "crun:   traceback from the error file";
+    if (skip > 0) os << " (last " << kTracebackLines << " of " << traceback.size() << " lines)";
+    os << ":\n";
+    for (std::size_t i = skip; i < traceback.size(); ++i) os << "crun:   | " << traceback[i] << "\n";
+  }
   if (!stderr_tail.empty()) {
     os << "crun:   last " << stderr_tail.size() << " stderr line(s) of rank " << rank << ":\n";
     for (const auto& line : stderr_tail) os << "crun:   | " << line << "\n";
@@ -62,6 +93,7 @@ std::string FailureReport::to_json() const {
   j["time"] = iso_time(time);
   j["error_file"] = error_file;
   j["error_message"] = error_message;
+  j["error_traceback"] = error_traceback;
   j["stderr_tail"] = stderr_tail;
   return j.dump(2) + "\n";
 }
@@ -81,6 +113,39 @@ std::string read_error_file_message(const std::string& path) {
   } catch (const std::exception&) {
     return {};
   }
+}
+
+std::string read_error_file_traceback(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  try {
+    const auto j = nlohmann::json::parse(in);
+    const auto ptr = nlohmann::json::json_pointer("/message/extraInfo/py_callstack");
+    if (!j.contains(ptr) || !j.at(ptr).is_string()) return {};
+    return j.at(ptr).get<std::string>();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::string copy_error_file_to_parent(const std::string& worker_file, const std::string& parent_file,
+                                      int error_code) {
+  std::ifstream in(worker_file);
+  if (!in) return "the worker wrote no error file";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return std::string("the worker's error file is not JSON (") + e.what() + ")";
+  }
+  if (error_code != 0 && j.is_object() && j.contains("message") && j["message"].is_object()) {
+    j["message"]["errorCode"] = error_code;  // the worker could not know it when a signal killed it
+  }
+  std::ofstream out(parent_file, std::ios::trunc);
+  out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out.close();
+  if (!out) return "cannot write " + parent_file;
+  return {};
 }
 
 }  // namespace crun

@@ -2,10 +2,16 @@
 //
 // Contract
 //   - format_text() is short: one header line naming rank, local rank, host, pid, exit code or
-//     signal name, and time, then the error-file message (if any) and the last stderr lines.
+//     signal name, and time, then the error-file message (if any), the error file's traceback
+//     (its last 40 lines; left out when the stderr tail already ends the same way, i.e. Python
+//     printed it) and the last stderr lines.
 //   - to_json() carries the same fields (written to --log-dir as failure_report.json).
 //   - read_error_file_message() understands torch's @record JSON ({"message": {"message": ...,
 //     "extraInfo": {...}}} or {"message": "..."}); returns "" when the file is absent or unreadable.
+//   - copy_error_file_to_parent() does what torchrun's @record main does when the job fails: the
+//     root cause's error file replaces the launcher's own TORCHELASTIC_ERROR_FILE, with
+//     message.errorCode set to the worker's exit code (torchrun's: -N when killed by signal N)
+//     when the message has torch's object form. Returns "" when written, else why not.
 //
 // Threading
 //   Pure value type and functions; safe from any thread.
@@ -30,6 +36,7 @@ struct FailureReport {
   std::chrono::system_clock::time_point time{};
   std::string error_file;
   std::string error_message;  // from the worker's error file, if it wrote one
+  std::string error_traceback;  // the error file's py_callstack (torch's @record), if any
   std::vector<std::string> stderr_tail;
 
   std::string format_text() const;
@@ -37,5 +44,10 @@ struct FailureReport {
 };
 
 std::string read_error_file_message(const std::string& path);
+// message.extraInfo.py_callstack of torch's @record JSON; "" when absent.
+std::string read_error_file_traceback(const std::string& path);
+
+std::string copy_error_file_to_parent(const std::string& worker_file, const std::string& parent_file,
+                                      int error_code);
 
 }  // namespace crun

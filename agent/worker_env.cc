@@ -22,10 +22,12 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   };
   bool has_omp = false;
   bool has_nccl = false;
+  bool has_legacy_nccl = false;
   for (const auto& kv : base) {
     const auto key = key_of(kv);
     has_omp = has_omp || key == "OMP_NUM_THREADS";
     has_nccl = has_nccl || key == "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+    has_legacy_nccl = has_legacy_nccl || key == "NCCL_ASYNC_ERROR_HANDLING";
   }
 
   std::vector<std::pair<std::string_view, std::string>> updates;
@@ -47,8 +49,13 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   set("TORCHELASTIC_RUN_ID", who.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set("TORCHELASTIC_ERROR_FILE", who.error_file);
-  if (!has_omp) set("OMP_NUM_THREADS", "1");
+  // torchrun sets OMP_NUM_THREADS=1 only when several workers share the node: one worker keeps
+  // torch's default (all cores).
+  if (!has_omp && who.local_world_size > 1) set("OMP_NUM_THREADS", "1");
+  // torch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING; torch 1.x-2.1 (and its torchrun) only
+  // NCCL_ASYNC_ERROR_HANDLING. Both, so that every torch version aborts on NCCL errors.
   if (!has_nccl) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  if (!has_legacy_nccl) set("NCCL_ASYNC_ERROR_HANDLING", "1");
 
   std::vector<std::string> env;
   env.reserve(base.size() + updates.size());

@@ -5,8 +5,10 @@
 //   LOCAL_RANK RANK GROUP_RANK GROUP_WORLD_SIZE ROLE_NAME ROLE_RANK ROLE_WORLD_SIZE
 //   LOCAL_WORLD_SIZE WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
 //   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=False
-//   TORCHELASTIC_ERROR_FILE, and OMP_NUM_THREADS=1 / TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless
-//   `base` already has them. Later entries never duplicate a key.
+//   TORCHELASTIC_ERROR_FILE, and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) /
+//   NCCL_ASYNC_ERROR_HANDLING=1 (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` already
+//   has them; OMP_NUM_THREADS=1 unless `base` has it or local_world_size is 1 (as torchrun).
+//   Later entries never duplicate a key.
 //
 // Threading
 //   Pure function.

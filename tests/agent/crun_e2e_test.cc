@@ -95,8 +95,9 @@ TEST_CASE("environment contract for nproc 1-4", "[e2e][env]") {
         CHECK(e["TORCHELASTIC_MAX_RESTARTS"] == "3");
         CHECK(e["TORCHELASTIC_RUN_ID"] == "job42");
         CHECK(e["TORCHELASTIC_USE_AGENT_STORE"] == "False");
-        CHECK(e["OMP_NUM_THREADS"] == "1");
+        CHECK(e["OMP_NUM_THREADS"] == (n > 1 ? "1" : "<unset>"));  // torchrun: only for nproc > 1
         CHECK(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+        CHECK(e["NCCL_ASYNC_ERROR_HANDLING"] == "1");
         CHECK(e["TORCHELASTIC_ERROR_FILE"].find("attempt_0/" + rs + "/error.json") != std::string::npos);
         error_files.insert(e["TORCHELASTIC_ERROR_FILE"]);
       }
@@ -174,6 +175,32 @@ TEST_CASE("root cause: the first failure, with its stderr tail and error file", 
   const std::string json = slurp(report);
   CHECK(json.find("\"rank\": 2") != std::string::npos);
   CHECK(json.find("RuntimeError: boom on rank 2") != std::string::npos);
+}
+
+TEST_CASE("the final root cause's error file becomes crun's own TORCHELASTIC_ERROR_FILE (as torchrun)", "[e2e][exitcode]") {
+  TempDir tmp;
+  const std::string parent = (tmp.path / "launcher_error.json").string();
+  SECTION("the root cause wrote one: copied once restarts are exhausted, errorCode set") {
+    // Rank 1 fails in restart 0 (restarting: nothing copied yet) and in restart 1 (copied).
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--max-restarts", "1"},
+                            {"--only-rank", "1", "--error-file", "RuntimeError: attempt", "--exit", "3"}),
+                   {"TORCHELASTIC_ERROR_FILE=" + parent});
+    REQUIRE(p.wait_exit() == 3);
+    INFO(p.err());
+    CHECK(count(p.err(), "copied the root cause's error file to " + parent) == 1);
+    const std::string json = slurp(parent);
+    INFO(json);
+    CHECK(json.find(R"("message":"RuntimeError: attempt")") != std::string::npos);
+    CHECK(json.find(R"("errorCode":3)") != std::string::npos);
+    CHECK(json.find(R"("py_callstack":"Traceback...")") != std::string::npos);
+  }
+  SECTION("the root cause wrote none: the launcher's file is left alone") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2"}, {"--only-rank", "1", "--exit", "3"}),
+                   {"TORCHELASTIC_ERROR_FILE=" + parent});
+    REQUIRE(p.wait_exit() == 3);
+    CHECK_FALSE(fs::exists(parent));
+    CHECK(p.err().find("(TORCHELASTIC_ERROR_FILE) left as it is: the worker wrote no error file") != std::string::npos);
+  }
 }
 
 TEST_CASE("SIGTERM and --signals-to-handle are forwarded; crun exits 128+signal", "[e2e][signals]") {

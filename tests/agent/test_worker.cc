@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
                           "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
                           "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
                           "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-                          "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING"};
+                          "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                          "NCCL_ASYNC_ERROR_HANDLING"};
     for (const char* k : keys) {
       const char* v = std::getenv(k);
       std::printf("ENV rank=%d %s=%s\n", g_rank, k, v ? v : "<unset>");

@@ -115,6 +115,29 @@ TEST_CASE("worker environment: torchrun's contract", "[units]") {
   REQUIRE(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/e.json");
   REQUIRE(env["OMP_NUM_THREADS"] == "8");  // kept: the user set it
   REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  REQUIRE(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");  // torch 1.13's name, as its torchrun sets
+}
+
+TEST_CASE("worker environment: OMP_NUM_THREADS and NCCL error handling as torchrun sets them", "[units]") {
+  RoundInfo round;
+  round.world_size = 2;
+  WorkerIdentity who;
+  SECTION("several workers per node: OMP_NUM_THREADS=1") {
+    who.local_world_size = 2;
+    auto env = as_map(worker_environment({"PATH=/bin"}, round, who));
+    REQUIRE(env["OMP_NUM_THREADS"] == "1");
+  }
+  SECTION("one worker per node: OMP_NUM_THREADS stays unset (torch uses every core)") {
+    who.local_world_size = 1;
+    auto env = as_map(worker_environment({"PATH=/bin"}, round, who));
+    REQUIRE(env.count("OMP_NUM_THREADS") == 0);
+  }
+  SECTION("the user's NCCL settings are kept, under either name") {
+    who.local_world_size = 2;
+    auto env = as_map(worker_environment({"NCCL_ASYNC_ERROR_HANDLING=0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=2"}, round, who));
+    REQUIRE(env["NCCL_ASYNC_ERROR_HANDLING"] == "0");
+    REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2");
+  }
 }
 
 TEST_CASE("failure report: torch @record error file, text and json", "[units]") {
@@ -144,4 +167,41 @@ TEST_CASE("failure report: torch @record error file, text and json", "[units]") 
   const std::string j = r.to_json();
   REQUIRE(j.find("\"exit_code\": 139") != std::string::npos);
   REQUIRE(j.find("\"signal\": \"SIGSEGV\"") != std::string::npos);
+}
+
+TEST_CASE("failure report: the error file's traceback, unless stderr already shows it", "[units]") {
+  char path[] = "/tmp/crun-error-XXXXXX";
+  const int fd = ::mkstemp(path);
+  const std::string json = R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack":)"
+                           R"( "Traceback (most recent call last):\n  File \"t.py\", line 3, in main\n)"
+                           R"(    raise RuntimeError(\"boom\")\nRuntimeError: boom\n", "timestamp": "1"}}})";
+  REQUIRE(::write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size()));
+  ::close(fd);
+  FailureReport r;
+  r.error_message = read_error_file_message(path);
+  r.error_traceback = read_error_file_traceback(path);
+  ::unlink(path);
+  REQUIRE(read_error_file_traceback("/nonexistent/file").empty());
+  SECTION("the worker caught the exception (nothing on stderr): the report shows the traceback") {
+    const std::string text = r.format_text();
+    REQUIRE(text.find("crun:   traceback from the error file:\ncrun:   | Traceback (most recent call last):\n") !=
+            std::string::npos);
+    REQUIRE(text.find("crun:   |     raise RuntimeError(\"boom\")\ncrun:   | RuntimeError: boom\n") != std::string::npos);
+    REQUIRE(r.to_json().find("\"error_traceback\": \"Traceback") != std::string::npos);
+  }
+  SECTION("Python printed it: only the stderr tail shows it") {
+    r.stderr_tail = {"Traceback (most recent call last):", "    raise RuntimeError(\"boom\")", "RuntimeError: boom"};
+    const std::string text = r.format_text();
+    REQUIRE(text.find("traceback from the error file") == std::string::npos);
+    REQUIRE(text.find("| RuntimeError: boom") != std::string::npos);
+  }
+  SECTION("a deep traceback: its last 40 lines") {
+    r.error_traceback.clear();
+    for (int i = 0; i < 100; ++i) r.error_traceback += "frame " + std::to_string(i) + "\n";
+    const std::string text = r.format_text();
+    REQUIRE(text.find("traceback from the error file (last 40 of 100 lines):") != std::string::npos);
+    REQUIRE(text.find("| frame 59\n") == std::string::npos);
+    REQUIRE(text.find("| frame 60\n") != std::string::npos);
+    REQUIRE(text.find("| frame 99\n") != std::string::npos);
+  }
 }
