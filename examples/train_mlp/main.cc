@@ -135,7 +135,9 @@ int main(int argc, char** argv) {
 #endif
     std::vector<std::span<float>> grad_spans;
     for (auto& g : model.grads) grad_spans.emplace_back(g);
-    GradBucketer bucketer(pg, grad_spans);
+    // One bucket per layer: the output layer's gradients (ready first in backward) all-reduce
+    // while the hidden layer's backward still runs. (The default 25 MB would be one bucket.)
+    GradBucketer bucketer(pg, grad_spans, (model.params[2].size() + model.params[3].size()) * sizeof(float));
     DistributedSampler sampler(train.size(), world, rank, true, a.seed);
     const std::uint64_t batches = sampler.num_samples() / static_cast<std::size_t>(a.batch_size);
     const bool first_attempt = rt->env().restart_count == 0;
