@@ -152,7 +152,9 @@ class P2PWork final : public Work {
 class GlooProcessGroup final : public ProcessGroup {
  public:
   GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Context> ctx, std::unique_ptr<TcpMesh> mesh, GlooOptions options)
-      : ctx_(std::move(ctx)), mesh_(std::move(mesh)), options_(std::move(options)) {}
+      : ctx_(std::move(ctx)), mesh_(std::move(mesh)), options_(std::move(options)) {
+    scratch_.chunk_bytes = options_.mesh_scratch_bytes / static_cast<std::size_t>(std::max(1, size() - 1));
+  }
   ~GlooProcessGroup() override { queue_.reset(); }
 
   int rank() const override { return ctx_->rank; }
@@ -165,12 +167,14 @@ class GlooProcessGroup final : public ProcessGroup {
     const bool ring_wanted = options_.allreduce == Algo::kRingChunked || options_.allreduce == Algo::kRing;
     const bool ring = ring_wanted && type != DType::kBFloat16 && (timeout.count() <= 0 || timeout == options_.timeout) &&
                       count <= INT_MAX;
-    // The direct exchange sends (size - 1) x bytes per rank: as much as a ring for 2 ranks (so
-    // always, then), size/2 times more beyond (so only small buffers). The inputs of this
-    // choice are the same on every rank, so every rank takes the same path.
+    // Small: one exchange of whole buffers over the mesh ((size - 1) x bytes sent per rank).
+    // Bigger, 2 ranks: the mesh's reduce-scatter + all-gather (a ring's bytes, half the
+    // reductions). Bigger, more ranks: Gloo's ring. The inputs of this choice are the same on
+    // every rank, so every rank takes the same path.
     const std::size_t traffic = count * dtype_size(type) * static_cast<std::size_t>(size() - 1);
     const bool direct = options_.allreduce == Algo::kDirect ||
-                        (options_.allreduce == Algo::kAuto && (size() == 2 || traffic <= options_.direct_max_bytes));
+                        (options_.allreduce == Algo::kAuto && traffic <= options_.direct_max_bytes);
+    const bool sliced = options_.allreduce == Algo::kSliced || (options_.allreduce == Algo::kAuto && !direct && size() == 2);
     const Millis t = deadline(timeout);
     const uint32_t tag = next_tag();
     return queue_->submit(describe("all_reduce", count, type) + " " + reduce_op_name(op), [=, this] {
@@ -179,7 +183,9 @@ class GlooProcessGroup final : public ProcessGroup {
       if (size() == 1) {
         // nothing to combine
       } else if (direct) {
-        mesh_all_reduce(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_, chunk_bytes());
+        mesh_all_reduce(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
+      } else if (sliced) {
+        mesh_all_reduce_sliced(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
       } else if (ring) {
         dispatch(type, [&]<typename T>() {
           if constexpr (!std::is_same_v<T, std::uint16_t>) run_ring<T>(static_cast<T*>(data), count, type, op);
@@ -310,8 +316,7 @@ class GlooProcessGroup final : public ProcessGroup {
     const Millis t = deadline(timeout);
     return queue_->submit(describe("reduce_scatter", count, type) + " " + reduce_op_name(op), [=, this] {
       check_reduction(type);
-      mesh_reduce_scatter(*mesh_, input, output, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_,
-                          chunk_bytes());
+      mesh_reduce_scatter(*mesh_, input, output, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
       if (op == ReduceOp::kAvg && size() > 1) divide(output, count, type, size());
     });
   }
@@ -410,15 +415,13 @@ class GlooProcessGroup final : public ProcessGroup {
     return f;
   }
 
-  // The mesh collectives receive in rounds of at most this much per peer, so that their scratch
-  // (kept between calls: fresh pages cost ~4 ms per MiB to fault in on this VM) stays ~8 MiB.
-  std::size_t chunk_bytes() const {
-    return std::max<std::size_t>(256u << 10, (8u << 20) / static_cast<std::size_t>(std::max(1, size() - 1)));
-  }
 
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::unique_ptr<TcpMesh> mesh_;
-  std::vector<std::uint8_t> scratch_;  // mesh collectives' receive slots (queue thread only)
+  // The mesh collectives' receive slots, kept between calls (fresh pages cost ~4 ms per MiB to
+  // fault in on this VM); rounds of at most chunk_bytes per peer keep them near
+  // options_.mesh_scratch_bytes.
+  MeshScratch scratch_;
   GlooOptions options_;
   uint32_t tag_ = 1;
   std::unique_ptr<OpQueue> queue_ = std::make_unique<OpQueue>(/*inline_only=*/ctx_->size == 1);

@@ -9,25 +9,28 @@
 //     per pair of ranks, on the same address, read by the thread that runs the operation.
 //   - all_reduce path (AllreduceAlgo::kAuto, the default), chosen from measurements on this 2-core
 //     VM, Debian Gloo 0.5, loopback (docs/benchmarks.md, section worker_runtime):
-//       * the direct exchange over the mesh (mesh_collectives.h: every rank sends its buffer to
-//         every peer and reduces in rank order) for 2 ranks at every size (it moves the same
-//         bytes as a ring, in 8 MiB rounds), and for more ranks while (size-1) x bytes is at most
-//         `direct_max_bytes` (1 MiB): 4 KiB in ~0.03-0.05 ms against ~4 ms through Gloo 0.5
-//         (its TCP loop thread spins on a pair lock it cannot take, while the collective's
-//         thread holds it; two ranks' spinners fill both cores until the next scheduler tick).
-//       * above that, the unbound-buffer gloo::allreduce() ring with 4 MiB segments (64 MiB:
-//         0.75-1.5 GB/s). Gloo's AllreduceRingChunked was slower when built per call (two
-//         full-size inbox mallocs whose pages fault in, ~4 ms per MiB on this VM, plus buffer
-//         registration with both neighbours), and no faster when cached per (dtype, op, count);
-//         mixing that bound-buffer family with the unbound collectives on one context stalled
-//         later calls (after a ring all_reduce, a gloo::allreduce() of 1.2 MB took ~0.9 s instead
-//         of ~2 ms, 3 ranks). kRingChunked / kRing force the cached ring, kGlooAllreduce Gloo's
-//         unbound ring, kDirect the mesh, for the benchmark.
-//     Deadline: the call's `timeout`, else the group's. (The cached ring's deadline is the
-//     group's timeout, fixed when pairs are created; an explicit timeout or bfloat16 falls back to
-//     gloo::allreduce() there.)
-//   - reduce_scatter and barrier are single exchanges over the mesh (reduce_scatter moves
-//     (N-1)/N of the input per rank); the other collectives are Gloo's.
+//       * (size-1) x bytes <= `direct_max_bytes` (1 MiB): one exchange of whole buffers over the
+//         mesh (mesh_all_reduce). 4 KiB takes ~0.03-0.06 ms, against ~4 ms through Gloo 0.5,
+//         whose TCP loop thread spins on a pair lock it cannot take while the collective's
+//         thread holds it: two ranks' spinners fill both cores until the next scheduler tick.
+//       * bigger, 2 ranks: the mesh's reduce-scatter + all-gather (mesh_all_reduce_sliced: a
+//         ring's bytes, each rank reduces half): 64 MiB 1.5-1.7 GB/s against 1.2-1.3 through
+//         gloo::allreduce() in the same minutes.
+//       * bigger, more ranks: the unbound-buffer gloo::allreduce() ring, 4 MiB segments. Gloo's
+//         AllreduceRingChunked was slower when built per call (two full-size inbox mallocs
+//         whose pages fault in, ~4 ms per MiB on this VM, plus buffer registration with both
+//         neighbours), and no faster when cached per (dtype, op, count); mixing that
+//         bound-buffer family with the unbound collectives on one context stalled later calls
+//         (after a ring all_reduce, a gloo::allreduce() of 1.2 MB took ~0.9 s instead of ~2 ms,
+//         3 ranks).
+//       kDirect / kSliced force a mesh path, kGlooAllreduce Gloo's unbound ring, kRingChunked /
+//       kRing the cached bound-buffer ring (benchmark only).
+//     Every path reduces in an order fixed by the world size and the count, so results are
+//     deterministic. Deadline: the call's `timeout`, else the group's. (The cached ring's
+//     deadline is the group's timeout, fixed when pairs are created; an explicit timeout or
+//     bfloat16 falls back to gloo::allreduce() there.)
+//   - reduce_scatter (mesh_reduce_scatter: each rank receives only its slice, (N-1)/N of the
+//     input) and barrier run over the mesh too; the other collectives are Gloo's.
 //   - dtypes: float32, float64, int32, int64, float16 (gloo::float16), bfloat16 (reductions
 //     computed in float and rounded to nearest even), uint8 (data movement only).
 //
@@ -54,10 +57,13 @@ struct GlooOptions {
   std::string hostname;
   std::string iface;  // GLOO_SOCKET_IFNAME: bind to this interface instead (wins over hostname)
   bool loopback = false;
-  enum class AllreduceAlgo { kAuto, kRingChunked, kRing, kGlooAllreduce, kDirect } allreduce = AllreduceAlgo::kAuto;
+  enum class AllreduceAlgo { kAuto, kRingChunked, kRing, kGlooAllreduce, kDirect, kSliced } allreduce = AllreduceAlgo::kAuto;
   std::size_t segment_bytes = 4u << 20;  // gloo::allreduce() segment size; 0 = Gloo's default (1 MiB)
-  // kAuto: the direct exchange over the mesh when (size - 1) x bytes is at most this.
+  // kAuto: the single exchange over the mesh when (size - 1) x bytes is at most this.
   std::size_t direct_max_bytes = 1u << 20;
+  // The mesh collectives move at most this / (size - 1) bytes per peer per round (its receive
+  // slots, kept for the group's life, stay about this big). Every rank must use the same value.
+  std::size_t mesh_scratch_bytes = 8u << 20;
 };
 
 std::unique_ptr<ProcessGroup> make_gloo_process_group(crun::Store& store, int rank, int size,

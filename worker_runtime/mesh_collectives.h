@@ -1,19 +1,24 @@
-// Collectives over a TcpMesh (internal), each one a single exchange: every rank sends one
-// message to every peer and receives one from each, then reduces locally. One round trip, no
-// pipeline: latency-optimal, which is what small buffers need.
+// Collectives over a TcpMesh (internal), built from exchanges in which every rank sends one
+// message to every peer and receives one from each, at once.
 //
 // Contract
-//   - mesh_all_reduce: every rank sends its whole buffer to every peer and reduces the N
-//     contributions in rank order, ((x0 op x1) op x2) ..., so every rank computes the same bits
-//     (deterministic for a fixed world size). Traffic per rank: (N-1) x bytes each way, the same
-//     as a ring for 2 ranks, N/2 times a ring's beyond; the process group sends only small
-//     buffers this way when N > 2.
+//   - mesh_all_reduce: one exchange. Every rank sends its whole buffer to every peer and reduces
+//     the N contributions in rank order, ((x0 op x1) op x2) ..., so every rank computes the same
+//     bits. One round trip: the latency-optimal choice for small buffers; per rank it sends
+//     (N-1) x bytes.
+//   - mesh_all_reduce_sliced: a reduce-scatter then an all-gather. The buffer is cut into N
+//     slices; rank r receives slice r from every peer, reduces it in rank order, and sends the
+//     result to every peer. Two round trips; per rank it sends 2(N-1)/N x bytes (the same bytes
+//     as a ring: for 2 ranks, this is the ring) and reduces only its slice.
 //   - mesh_reduce_scatter: `input` holds N slices of `count` elements; rank r sends slice p to
 //     peer p, receives slice r from every peer and writes their reduction (in rank order) to
-//     `output`. Traffic per rank: (N-1)/N of the input each way, the minimum for any algorithm.
+//     `output`. Per rank it sends (N-1)/N of the input, the minimum for any algorithm.
 //   - mesh_barrier: returns once every rank has entered it (one empty message each way per peer).
-//   - `reduce(c, a, b, n)` computes c[i] = a[i] op b[i]; c may be a or b. `scratch` is reused
-//     between calls to avoid an allocation per call. Errors are TcpMesh's MeshError.
+//   - Exchanges carry at most `chunk_bytes` per peer (several rounds for big buffers), so
+//     `scratch` stays at most about N x chunk_bytes; it is reused between calls (fresh pages are
+//     expensive to fault in). Every rank must pass the same chunk_bytes.
+//   - `reduce(c, a, b, n)` computes c[i] = a[i] op b[i]; c may be a or b. Errors are TcpMesh's
+//     MeshError.
 //
 // Threading
 //   As TcpMesh: one thread at a time per mesh (and per scratch buffer).
@@ -32,12 +37,19 @@ namespace crun::rt {
 using ReduceFn = std::function<void(void*, const void*, const void*, std::size_t)>;
 using Deadline = std::chrono::steady_clock::time_point;
 
+struct MeshScratch {
+  std::vector<std::uint8_t> bytes;
+  std::size_t chunk_bytes = 8u << 20;
+};
+
 void mesh_all_reduce(TcpMesh& mesh, void* data, std::size_t count, std::size_t elem_size, const ReduceFn& reduce,
-                     Deadline deadline, std::vector<std::uint8_t>& scratch, std::size_t chunk_bytes);
+                     Deadline deadline, MeshScratch& scratch);
+
+void mesh_all_reduce_sliced(TcpMesh& mesh, void* data, std::size_t count, std::size_t elem_size,
+                            const ReduceFn& reduce, Deadline deadline, MeshScratch& scratch);
 
 void mesh_reduce_scatter(TcpMesh& mesh, const void* input, void* output, std::size_t count, std::size_t elem_size,
-                         const ReduceFn& reduce, Deadline deadline, std::vector<std::uint8_t>& scratch,
-                         std::size_t chunk_bytes);
+                         const ReduceFn& reduce, Deadline deadline, MeshScratch& scratch);
 
 void mesh_barrier(TcpMesh& mesh, Deadline deadline);
 

@@ -1,5 +1,5 @@
 // One rank of the all_reduce benchmark (started by run_bench.py with the torchrun environment).
-// Usage: bench_allreduce_worker <algo: auto|direct|ring_chunked|ring|gloo_allreduce> <bytes>...
+// Usage: bench_allreduce_worker <algo: auto|direct|sliced|ring_chunked|ring|gloo_allreduce> <bytes>...
 // For each size: 2 warm-up rounds, then `iters` timed all_reduce(sum, float32) calls, each
 // preceded by a barrier; rank 0 prints "size=<bytes> median_s=<t> busbw_gbs=<x>".
 #include <algorithm>
@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
                      : algo == "gloo_allreduce" ? GlooOptions::AllreduceAlgo::kGlooAllreduce
                      : algo == "ring_chunked"   ? GlooOptions::AllreduceAlgo::kRingChunked
                      : algo == "direct"         ? GlooOptions::AllreduceAlgo::kDirect
+                     : algo == "sliced"         ? GlooOptions::AllreduceAlgo::kSliced
                                                 : GlooOptions::AllreduceAlgo::kAuto;
   if (const char* seg = std::getenv("CRUN_BENCH_SEGMENT_BYTES")) o.gloo.segment_bytes = std::stoull(seg);
   if (const char* d = std::getenv("CRUN_BENCH_DIRECT_MAX_BYTES")) o.gloo.direct_max_bytes = std::stoull(d);
