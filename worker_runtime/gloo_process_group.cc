@@ -308,9 +308,9 @@ class GlooProcessGroup final : public ProcessGroup {
     });
   }
 
-  // One exchange over the mesh: each rank receives only its slice from every peer, (N-1)/N of
-  // the input each way. (Gloo 0.5's only reduce-scatter, ReduceScatterHalvingDoubling, is a
-  // bound-buffer algorithm; see the header on mixing those with the unbound collectives.)
+  // Over the mesh: each rank receives only its slice from every peer, (N-1)/N of the input each
+  // way. (Gloo 0.5's only reduce-scatter, ReduceScatterHalvingDoubling, is a bound-buffer
+  // algorithm; see the header on mixing those with the unbound collectives.)
   WorkPtr reduce_scatter(const void* input, void* output, std::size_t count, DType type, ReduceOp op,
                          Millis timeout) override {
     const Millis t = deadline(timeout);
@@ -414,7 +414,6 @@ class GlooProcessGroup final : public ProcessGroup {
     });
     return f;
   }
-
 
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::unique_ptr<TcpMesh> mesh_;
