@@ -5,7 +5,9 @@
    crun::runtime (default path) vs torch.distributed gloo. Each run times max(5, min(50, 256 MiB /
    size)) calls per size and reports their median; the sweep is repeated --repeat times (crun and
    torch alternating) and the table shows the median of those medians, and the ratio.
-2. crun's all_reduce paths forced one by one at 64 MiB (median of --repeat runs), to show the choice.
+2. crun's all_reduce paths forced one by one at 64 MiB (median of --repeat runs), to show the choice;
+   crun's reduce_scatter beside its all_reduce of the same input (torch 1.13's gloo has no
+   reduce_scatter).
 3. Training throughput with 1 and 2 ranks: train_mlp, and the same model trained by torch DDP
    (gloo, 1 thread per rank) as the anchor; --repeat runs of each, interleaved, median samples/s
    (training loop only, samples of all ranks), scaling = 2 ranks / 1 rank.
@@ -152,6 +154,13 @@ def main():
         env = {"CRUN_BENCH_SEGMENT_BYTES": seg} if seg else {}
         vals = [parse(run_ranks([worker, algo, str(s64)], 2, env=env))[s64][1] for _ in range(a.repeat)]
         print("  %-15s %-15s %.3f" % (algo, "segment=" + seg if seg else "", med(vals)), flush=True)
+
+    print("\nreduce_scatter vs all_reduce of the same float32 input, 2 ranks (ms, median of %d):" % a.repeat)
+    for size in (1 << 20, 64 << 20):
+        rs = [parse(run_ranks([worker, "reduce_scatter", str(size)], 2))[size][0] for _ in range(a.repeat)]
+        ar = [parse(run_ranks([worker, "auto", str(size)], 2))[size][0] for _ in range(a.repeat)]
+        print("  %-8s reduce_scatter %9.3f   all_reduce %9.3f" % (human(size), med(rs) * 1e3, med(ar) * 1e3),
+              flush=True)
 
     if a.skip_train:
         return
