@@ -50,8 +50,8 @@ void install_preempt_handler() {
 
 struct Args {
   int epochs = 5;
-  // Defaults: per-step compute large enough that one all_reduce per step (~0.5 ms on this VM's
-  // loopback) does not dominate, so 2 ranks scale; >= 99% test accuracy in ~2 s with 2 ranks.
+  // Defaults: ~6.5 ms of compute per step on this VM against ~0.1 ms for the step's all_reduce of
+  // the 88 KB of gradients, so 2 ranks scale; >= 99% test accuracy in ~1.5 s with 2 ranks.
   int batch_size = 256;  // per rank
   float lr = 0.05f;
   float momentum = 0.9f;
