@@ -14,7 +14,7 @@
 
 Usage: /usr/bin/python3 bench/runtime/run_bench.py [--build build] [--repeat 5] [--sizes ...]
 """
-import argparse, os, re, socket, statistics, subprocess, sys, time
+import argparse, os, re, resource, socket, statistics, subprocess, sys, time
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
 # name, train_mlp flags (the torch anchor gets the same hidden/batch/epochs)
@@ -105,6 +105,16 @@ def torch_train_worker(hidden, batch, epochs, train_size=20000, dim=32, classes=
     dist.destroy_process_group()
 
 
+def busy_cpu_seconds():
+    v = list(map(int, open("/proc/stat").readline().split()[1:]))
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def human(b):
     return "%d KiB" % (b >> 10) if b < (1 << 20) else "%d MiB" % (b >> 20)
 
@@ -172,17 +182,20 @@ def main():
         hidden, batch, epochs = flags.get("--hidden", "512"), flags.get("--batch-size", "256"), flags.get("--epochs", "5")
         cmds = {"crun": [train] + extra, "torch": ["/usr/bin/python3", me, "--torch-train-worker", hidden, batch, epochs]}
         rates = {(k, w): [] for k in cmds for w in (1, 2)}
+        busy0, ours0, t0 = busy_cpu_seconds(), children_cpu_seconds(), time.time()
         for _ in range(a.repeat):
             for k, cmd in cmds.items():
                 for w in (1, 2):
                     out = run_ranks(cmd, w)
                     rates[(k, w)].append(float(re.search(r"samples_per_sec=([\d.]+)", out).group(1)))
+        other = (busy_cpu_seconds() - busy0 - (children_cpu_seconds() - ours0)) / (time.time() - t0)
         m = {key: med(v) for key, v in rates.items()}
         print("%-34s %9.0f %9.0f %7.2fx %9.0f %9.0f %7.2fx" %
               (name, m[("crun", 1)], m[("crun", 2)], m[("crun", 2)] / m[("crun", 1)], m[("torch", 1)],
                m[("torch", 2)], m[("torch", 2)] / m[("torch", 1)]), flush=True)
         print("  crun 2-rank runs: %s" % " ".join("%.0f" % v for v in rates[("crun", 2)]))
         print("  crun 1-rank runs: %s" % " ".join("%.0f" % v for v in rates[("crun", 1)]))
+        print("  other processes used %.2f cores on average during these runs" % other, flush=True)
     print("# load average at the end %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 
 
