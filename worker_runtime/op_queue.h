@@ -17,9 +17,10 @@
 // Threading
 //   submit() from any thread. Operations never overlap and always run in submission order. A
 //   thread in wait() whose operation has not started runs the pending operations itself, up to
-//   and including its own, instead of sleeping until the queue's thread has run them: the
-//   common "launch, then wait at once" costs no thread hand-off. The queue's thread is woken at
-//   submit so that an operation nobody waits for yet still progresses in the background.
+//   and including its own, instead of sleeping until the queue's thread has run them, so
+//   "launch, then wait at once" usually costs no hand-off (the queue's thread may still get
+//   there first). The queue's thread is woken at submit so that an operation nobody waits for
+//   yet still progresses in the background.
 #pragma once
 
 #include <functional>
