@@ -12,7 +12,8 @@
 //   - wait_all() (before the optimizer step) waits for every bucket, writes the averaged values
 //     back into the gradient buffers and resets for the next step. Every gradient must have been
 //     marked ready (std::logic_error otherwise); collective failures surface as CollectiveError.
-//   - Averaging is deterministic for a fixed world size (Gloo's ring reduces in a fixed order).
+//   - Averaging is deterministic for a fixed world size (every all_reduce path reduces in an
+//     order fixed by the world size and the bucket's length).
 //
 // Threading
 //   One thread (the training thread) calls mark_ready/wait_all.

@@ -5,7 +5,6 @@
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
-#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/gather.h>
 #include <gloo/math.h>
@@ -27,12 +26,15 @@
 #include <vector>
 
 #include "worker_runtime/gloo_store_adapter.h"
+#include "worker_runtime/mesh_collectives.h"
 #include "worker_runtime/op_queue.h"
+#include "worker_runtime/tcp_mesh.h"
 
 namespace crun::rt {
 namespace {
 
 using Func = std::function<void(void*, const void*, const void*, std::size_t)>;
+using Clock = std::chrono::steady_clock;
 
 // bfloat16 stored as uint16_t; each element computed in float and rounded back.
 template <typename F>
@@ -149,8 +151,10 @@ class P2PWork final : public Work {
 
 class GlooProcessGroup final : public ProcessGroup {
  public:
-  GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Context> ctx, GlooOptions options)
-      : ctx_(std::move(ctx)), options_(std::move(options)) {}
+  GlooProcessGroup(std::shared_ptr<gloo::rendezvous::Context> ctx, std::unique_ptr<TcpMesh> mesh, GlooOptions options)
+      : ctx_(std::move(ctx)), mesh_(std::move(mesh)), options_(std::move(options)) {
+    scratch_.chunk_bytes = options_.mesh_scratch_bytes / static_cast<std::size_t>(std::max(1, size() - 1));
+  }
   ~GlooProcessGroup() override { queue_.reset(); }
 
   int rank() const override { return ctx_->rank; }
@@ -163,16 +167,30 @@ class GlooProcessGroup final : public ProcessGroup {
     const bool ring_wanted = options_.allreduce == Algo::kRingChunked || options_.allreduce == Algo::kRing;
     const bool ring = ring_wanted && type != DType::kBFloat16 && (timeout.count() <= 0 || timeout == options_.timeout) &&
                       count <= INT_MAX;
+    // Small: one exchange of whole buffers over the mesh ((size - 1) x bytes sent per rank).
+    // Bigger, 2 ranks: the mesh's reduce-scatter + all-gather (a ring's bytes, half the
+    // reductions). Bigger, more ranks: Gloo's ring. The inputs of this choice are the same on
+    // every rank, so every rank takes the same path.
+    const std::size_t traffic = count * dtype_size(type) * static_cast<std::size_t>(size() - 1);
+    const bool direct = options_.allreduce == Algo::kDirect ||
+                        (options_.allreduce == Algo::kAuto && traffic <= options_.direct_max_bytes);
+    const bool sliced = options_.allreduce == Algo::kSliced || (options_.allreduce == Algo::kAuto && !direct && size() == 2);
     const Millis t = deadline(timeout);
     const uint32_t tag = next_tag();
     return queue_->submit(describe("all_reduce", count, type) + " " + reduce_op_name(op), [=, this] {
       check_reduction(type);
       if (count == 0) return;
-      if (ring) {
+      if (size() == 1) {
+        // nothing to combine
+      } else if (direct) {
+        mesh_all_reduce(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
+      } else if (sliced) {
+        mesh_all_reduce_sliced(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
+      } else if (ring) {
         dispatch(type, [&]<typename T>() {
           if constexpr (!std::is_same_v<T, std::uint16_t>) run_ring<T>(static_cast<T*>(data), count, type, op);
         });
-      } else if (size() > 1) {
+      } else {
         gloo::AllreduceOptions o(ctx_);
         dispatch(type, [&]<typename T>() { o.setOutput(static_cast<T*>(data), count); });
         o.setReduceFunction(func(type, op));
@@ -181,7 +199,7 @@ class GlooProcessGroup final : public ProcessGroup {
         if (options_.segment_bytes > 0) o.setMaxSegmentSize(options_.segment_bytes);
         gloo::allreduce(o);
       }
-      if (op == ReduceOp::kAvg) divide(data, count, type, size());
+      if (op == ReduceOp::kAvg && size() > 1) divide(data, count, type, size());
     });
   }
 
@@ -290,31 +308,22 @@ class GlooProcessGroup final : public ProcessGroup {
     });
   }
 
-  // Gloo 0.5 has no reduce-scatter in the unbound-buffer API; this is an all_reduce of the whole
-  // input (ring path) followed by taking this rank's slice: 2x the optimal traffic, same result.
+  // Over the mesh: each rank receives only its slice from every peer, (N-1)/N of the input each
+  // way. (Gloo 0.5's only reduce-scatter, ReduceScatterHalvingDoubling, is a bound-buffer
+  // algorithm; see the header on mixing those with the unbound collectives.)
   WorkPtr reduce_scatter(const void* input, void* output, std::size_t count, DType type, ReduceOp op,
                          Millis timeout) override {
-    const std::size_t bytes = count * dtype_size(type);
-    auto tmp = std::make_shared<std::vector<std::uint8_t>>(static_cast<const std::uint8_t*>(input),
-                                                           static_cast<const std::uint8_t*>(input) + bytes * size());
-    WorkPtr inner = all_reduce(tmp->data(), count * size(), type, op, timeout);
-    const int r = rank();
-    return queue_->submit(describe("reduce_scatter", count, type), [=] {
-      inner->wait();
-      if (bytes) std::memcpy(output, tmp->data() + r * bytes, bytes);
+    const Millis t = deadline(timeout);
+    return queue_->submit(describe("reduce_scatter", count, type) + " " + reduce_op_name(op), [=, this] {
+      check_reduction(type);
+      mesh_reduce_scatter(*mesh_, input, output, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
+      if (op == ReduceOp::kAvg && size() > 1) divide(output, count, type, size());
     });
   }
 
   WorkPtr barrier(Millis timeout) override {
     const Millis t = deadline(timeout);
-    const uint32_t tag = next_tag();
-    return queue_->submit("gloo barrier", [=, this] {
-      if (size() == 1) return;
-      gloo::BarrierOptions o(ctx_);
-      o.setTag(tag);
-      o.setTimeout(t);
-      gloo::barrier(o);
-    });
+    return queue_->submit("gloo barrier", [=, this] { mesh_barrier(*mesh_, Clock::now() + t); });
   }
 
   // send/recv are posted at once from the caller's thread (Gloo pairs are thread-safe) and
@@ -407,9 +416,14 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::unique_ptr<TcpMesh> mesh_;
+  // The mesh collectives' receive slots, kept between calls (fresh pages cost ~4 ms per MiB to
+  // fault in on this VM); rounds of at most chunk_bytes per peer keep them near
+  // options_.mesh_scratch_bytes.
+  MeshScratch scratch_;
   GlooOptions options_;
   uint32_t tag_ = 1;
-  std::unique_ptr<OpQueue> queue_ = std::make_unique<OpQueue>();
+  std::unique_ptr<OpQueue> queue_ = std::make_unique<OpQueue>(/*inline_only=*/ctx_->size == 1);
 };
 
 }  // namespace
@@ -437,7 +451,8 @@ std::unique_ptr<ProcessGroup> make_gloo_process_group(crun::Store& store, int ra
     ctx->setTimeout(options.timeout);
     GlooStoreAdapter adapter(store, options.timeout);
     ctx->connectFullMesh(adapter, dev);
-    return std::make_unique<GlooProcessGroup>(std::move(ctx), options);
+    auto mesh = TcpMesh::connect(store, "crun_mesh/", rank, size, attr.hostname, attr.iface, options.timeout);
+    return std::make_unique<GlooProcessGroup>(std::move(ctx), std::move(mesh), options);
   } catch (const std::exception& e) {
     throw InitError("gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size) + " via " +
                     (attr.iface.empty() ? attr.hostname : "interface " + attr.iface) + " failed: " + e.what());

@@ -5,27 +5,39 @@
 //     rank publishes its address under the store's keys; use a store prefix fresh for each
 //     restart) and returns when all pairs are connected, or throws InitError by
 //     `options.timeout`. The store is used only during this call.
-//   - all_reduce path (AllreduceAlgo::kAuto, the default) is the unbound-buffer
-//     gloo::allreduce() entry point with 4 MiB segments, chosen from measurements on this 2-core
+//   - Besides Gloo's context, the group connects a TcpMesh (tcp_mesh.h): one more TCP connection
+//     per pair of ranks, on the same address, read by the thread that runs the operation.
+//   - all_reduce path (AllreduceAlgo::kAuto, the default), chosen from measurements on this 2-core
 //     VM, Debian Gloo 0.5, loopback (docs/benchmarks.md, section worker_runtime):
-//       * 64 MiB: gloo::allreduce() 0.75-0.80 GB/s (1 MiB default segments: 0.67-0.70);
-//         Gloo's AllreduceRingChunked 0.16-0.2 GB/s when built per call (two full-size inbox
-//         mallocs whose pages fault in, plus buffer registration with both neighbours), and
-//         0.6-0.65 GB/s even when cached per (dtype, op, count) with data copied in and out.
-//       * Mixing the two families on one context is pathological: after a ring all_reduce, the
-//         next gloo::allreduce() of 1.2 MB took ~0.9 s instead of ~2 ms (3 ranks). So one path
-//         serves every call, and it must be the one that also takes per-operation deadlines and
-//         custom reductions (bfloat16).
-//       The 0.07 GB/s for gloo::allreduce() (64 KiB MTU on lo) did not reproduce with
-//       this Gloo build. kRingChunked / kRing force the cached ring, for the benchmark only.
-//     Deadline: the call's `timeout`, else the group's. (The ring's deadline is the group's
-//     timeout, fixed when pairs are created; an explicit timeout or bfloat16 falls back to
-//     gloo::allreduce() there.)
+//       * (size-1) x bytes <= `direct_max_bytes` (1 MiB): one exchange of whole buffers over the
+//         mesh (mesh_all_reduce). 4 KiB takes ~0.03-0.06 ms, against ~4 ms through Gloo 0.5,
+//         whose TCP loop thread spins on a pair lock it cannot take while the collective's
+//         thread holds it: two ranks' spinners fill both cores until the next scheduler tick.
+//       * bigger, 2 ranks: the mesh's reduce-scatter + all-gather (mesh_all_reduce_sliced: a
+//         ring's bytes, each rank reduces half): 64 MiB 1.5-1.7 GB/s against 1.2-1.3 through
+//         gloo::allreduce() in the same minutes.
+//       * bigger, more ranks: the unbound-buffer gloo::allreduce() ring, 4 MiB segments. Gloo's
+//         AllreduceRingChunked was slower when built per call (two full-size inbox mallocs
+//         whose pages fault in, ~4 ms per MiB on this VM, plus buffer registration with both
+//         neighbours), and no faster when cached per (dtype, op, count); mixing that
+//         bound-buffer family with the unbound collectives on one context stalled later calls
+//         (after a ring all_reduce, a gloo::allreduce() of 1.2 MB took ~0.9 s instead of ~2 ms,
+//         3 ranks).
+//       kDirect / kSliced force a mesh path, kGlooAllreduce Gloo's unbound ring, kRingChunked /
+//       kRing the cached bound-buffer ring (benchmark only).
+//     Every path reduces in an order fixed by the world size and the count, so results are
+//     deterministic. Deadline: the call's `timeout`, else the group's. (The cached ring's
+//     deadline is the group's timeout, fixed when pairs are created; an explicit timeout or
+//     bfloat16 falls back to gloo::allreduce() there.)
+//   - reduce_scatter (mesh_reduce_scatter: each rank receives only its slice, (N-1)/N of the
+//     input) and barrier run over the mesh too; the other collectives are Gloo's.
 //   - dtypes: float32, float64, int32, int64, float16 (gloo::float16), bfloat16 (reductions
 //     computed in float and rounded to nearest even), uint8 (data movement only).
 //
 // Threading
-//   As ProcessGroup: one caller thread; operations run in order on the group's worker thread.
+//   As ProcessGroup: one caller thread; operations run one at a time, in order, on the group's
+//   queue thread or on the thread waiting for them (op_queue.h); with world size 1 at once, on
+//   the caller's thread.
 #pragma once
 
 #include <memory>
@@ -45,8 +57,13 @@ struct GlooOptions {
   std::string hostname;
   std::string iface;  // GLOO_SOCKET_IFNAME: bind to this interface instead (wins over hostname)
   bool loopback = false;
-  enum class AllreduceAlgo { kAuto, kRingChunked, kRing, kGlooAllreduce } allreduce = AllreduceAlgo::kAuto;
+  enum class AllreduceAlgo { kAuto, kRingChunked, kRing, kGlooAllreduce, kDirect, kSliced } allreduce = AllreduceAlgo::kAuto;
   std::size_t segment_bytes = 4u << 20;  // gloo::allreduce() segment size; 0 = Gloo's default (1 MiB)
+  // kAuto: the single exchange over the mesh when (size - 1) x bytes is at most this.
+  std::size_t direct_max_bytes = 1u << 20;
+  // The mesh collectives move at most this / (size - 1) bytes per peer per round (its receive
+  // slots, kept for the group's life, stay about this big). Every rank must use the same value.
+  std::size_t mesh_scratch_bytes = 8u << 20;
 };
 
 std::unique_ptr<ProcessGroup> make_gloo_process_group(crun::Store& store, int rank, int size,

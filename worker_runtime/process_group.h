@@ -18,8 +18,9 @@
 //
 // Threading
 //   Calls may come from one thread at a time (the training thread); operations run in issue
-//   order on the group's own thread (Gloo) or stream (NCCL). Work handles may be waited from any
-//   thread. Destroying the group waits for queued operations to finish or fail.
+//   order on the group's own thread or the thread that waits for them (Gloo), or on its stream
+//   (NCCL). Work handles may be waited from any thread. Destroying the group waits for queued
+//   operations to finish or fail.
 #pragma once
 
 #include <chrono>

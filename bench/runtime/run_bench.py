@@ -2,15 +2,24 @@
 """worker_runtime benchmarks, side by side in one run (run with /usr/bin/python3: it has torch).
 
 1. all_reduce bus bandwidth, 2 ranks on loopback, float32 sum, 4 KiB .. 256 MiB:
-   crun::runtime (default path) vs torch.distributed gloo, median of >= 5 each, ratio.
-   Also crun's Gloo paths forced one by one at 64 MiB, to show the choice.
-2. train_mlp samples/s with 1 and 2 ranks (scaling).
+   crun::runtime (default path) vs torch.distributed gloo. Each run times max(5, min(50, 256 MiB /
+   size)) calls per size and reports their median; the sweep is repeated --repeat times (crun and
+   torch alternating) and the table shows the median of those medians, and the ratio.
+2. crun's all_reduce paths forced one by one at 64 MiB (median of --repeat runs), to show the choice;
+   crun's reduce_scatter beside its all_reduce of the same input (torch 1.13's gloo has no
+   reduce_scatter).
+3. Training throughput with 1 and 2 ranks: train_mlp, and the same model trained by torch DDP
+   (gloo, 1 thread per rank) as the anchor; --repeat runs of each, interleaved, median samples/s
+   (training loop only, samples of all ranks), scaling = 2 ranks / 1 rank.
 
-Usage: /usr/bin/python3 bench/runtime/run_bench.py [--build build-runtime]
+Usage: /usr/bin/python3 bench/runtime/run_bench.py [--build build] [--repeat 5] [--sizes ...]
 """
-import argparse, os, re, socket, statistics, subprocess, sys, time
+import argparse, os, re, resource, socket, statistics, subprocess, sys, time
 
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+# name, train_mlp flags (the torch anchor gets the same hidden/batch/epochs)
+TRAIN_CONFIGS = [("defaults (hidden 512, batch 256)", []),
+                 ("hidden=128 batch=32", ["--hidden", "128", "--batch-size", "32"])]
 
 
 def free_port():
@@ -26,8 +35,8 @@ def run_ranks(cmd, world, timeout=600, env=None):
     procs = []
     for r in range(world):
         e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0",
-                   OMP_NUM_THREADS="1", **(env or {}))
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0",
+                 OMP_NUM_THREADS="1", **(env or {}))
         procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
     for p, o in zip(procs, outs):
@@ -63,50 +72,131 @@ def torch_worker(sizes):
     dist.destroy_process_group()
 
 
+def torch_train_worker(hidden, batch, epochs, train_size=20000, dim=32, classes=10):
+    """train_mlp's model and loop in torch: DDP (gloo), SGD with momentum, per-rank shards."""
+    import torch, torch.distributed as dist, torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(train_size, dim, generator=g)
+    y = torch.randint(0, classes, (train_size,), generator=g)
+    model = DDP(nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, classes)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    per_rank = train_size // world
+    steps = per_rank // batch
+    samples = 0
+    t0 = time.perf_counter()
+    for epoch in range(epochs):
+        perm = torch.randperm(train_size, generator=torch.Generator().manual_seed(epoch))[rank::world]
+        for i in range(steps):
+            idx = perm[i * batch:(i + 1) * batch]
+            loss = loss_fn(model(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            samples += batch * world
+    secs = time.perf_counter() - t0
+    dist.barrier()
+    if rank == 0:
+        print("throughput: samples_per_sec=%.0f ranks=%d seconds=%.3f" % (samples / secs, world, secs), flush=True)
+    dist.destroy_process_group()
+
+
+def busy_cpu_seconds():
+    v = list(map(int, open("/proc/stat").readline().split()[1:]))
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def human(b):
     return "%d KiB" % (b >> 10) if b < (1 << 20) else "%d MiB" % (b >> 20)
 
 
+def med(v):
+    return statistics.median(v) if v else float("nan")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "..", "build-runtime"))
-    ap.add_argument("--torch-worker", action="store_true")
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--torch-worker", action="store_true")
+    ap.add_argument("--torch-train-worker", nargs=3, type=int, metavar=("HIDDEN", "BATCH", "EPOCHS"))
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
     if a.torch_worker:
         return torch_worker(sizes)
+    if a.torch_train_worker:
+        return torch_train_worker(*a.torch_train_worker)
+    me = os.path.abspath(__file__)
     worker = os.path.join(a.build, "bench", "runtime", "bench_allreduce_worker")
     train = os.path.join(a.build, "examples", "train_mlp", "train_mlp")
-    crun = parse(run_ranks([worker, "auto"] + [str(s) for s in sizes], 2))
-    torch = parse(run_ranks(["/usr/bin/python3", os.path.abspath(__file__), "--torch-worker",
-                             "--sizes", a.sizes], 2))
-    print("all_reduce float32 sum, 2 ranks, loopback; bus bandwidth GB/s (median)")
-    print("%-8s %12s %12s %8s" % ("size", "crun", "torch-gloo", "ratio"))
-    for s in sizes:
-        c, t = crun[s][1], torch[s][1]
-        print("%-8s %12.3f %12.3f %8.2f" % (human(s), c, t, c / t if t else float("nan")))
-    s64 = 64 << 20
-    print("\ncrun Gloo paths at 64 MiB (GB/s):")
-    for algo, seg in (("auto", None), ("ring_chunked", None), ("ring", None), ("gloo_allreduce", "1048576"),
-                      ("gloo_allreduce", "4194304")):
-        env = {"CRUN_BENCH_SEGMENT_BYTES": seg} if seg else {}
-        r = parse(run_ranks([worker, algo, str(s64)], 2, env=env))
-        print("  %-15s %-14s %.3f" % (algo, "segment=" + seg if seg else "", r[s64][1]))
+    rev = subprocess.run(["git", "-C", os.path.dirname(me), "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    print("# worker_runtime bench at %s, %d cores, load average %s, median of %d runs" %
+          (rev, os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3]), a.repeat), flush=True)
 
-    print("\ntrain_mlp samples/s (median of 3)")
-    configs = [("defaults (hidden 512, batch 256)", []),
-               ("hidden=128 batch=32", ["--hidden", "128", "--batch-size", "32"]),
-               ("hidden=1024 batch=256", ["--hidden", "1024", "--batch-size", "256", "--epochs", "2"])]
-    for name, extra in configs:
-        rates = {}
-        for world in (1, 2):
-            vals = []
-            for _ in range(3):
-                out = run_ranks([train] + extra, world)
-                vals.append(float(re.search(r"samples_per_sec=([\d.]+)", out).group(1)))
-            rates[world] = statistics.median(vals)
-        print("  %-34s 1 rank %9.0f   2 ranks %9.0f   scaling %.2fx" % (name, rates[1], rates[2], rates[2] / rates[1]))
+    crun, torch = {s: [] for s in sizes}, {s: [] for s in sizes}
+    for _ in range(a.repeat):
+        for s, v in parse(run_ranks([worker, "auto"] + [str(s) for s in sizes], 2)).items():
+            crun[s].append(v[1])
+        for s, v in parse(run_ranks(["/usr/bin/python3", me, "--torch-worker", "--sizes", a.sizes], 2)).items():
+            torch[s].append(v[1])
+    print("all_reduce float32 sum, 2 ranks, loopback; bus bandwidth GB/s and latency (median)")
+    print("%-8s %10s %10s %11s %11s %8s" % ("size", "crun GB/s", "torch GB/s", "crun ms", "torch ms", "ratio"))
+    for s in sizes:
+        c, t = med(crun[s]), med(torch[s])
+        print("%-8s %10.3f %10.3f %11.3f %11.3f %8.2f" % (human(s), c, t, s / c / 1e6, s / t / 1e6, c / t))
+
+    s64 = 64 << 20
+    print("\ncrun all_reduce paths at 64 MiB (GB/s, median of %d):" % a.repeat, flush=True)
+    for algo, seg in (("auto", None), ("sliced", None), ("direct", None), ("gloo_allreduce", "4194304"),
+                      ("ring_chunked", None), ("ring", None)):
+        env = {"CRUN_BENCH_SEGMENT_BYTES": seg} if seg else {}
+        vals = [parse(run_ranks([worker, algo, str(s64)], 2, env=env))[s64][1] for _ in range(a.repeat)]
+        print("  %-15s %-15s %.3f" % (algo, "segment=" + seg if seg else "", med(vals)), flush=True)
+
+    print("\nreduce_scatter vs all_reduce of the same float32 input, 2 ranks (ms, median of %d):" % a.repeat)
+    for size in (1 << 20, 64 << 20):
+        rs = [parse(run_ranks([worker, "reduce_scatter", str(size)], 2))[size][0] for _ in range(a.repeat)]
+        ar = [parse(run_ranks([worker, "auto", str(size)], 2))[size][0] for _ in range(a.repeat)]
+        print("  %-8s reduce_scatter %9.3f   all_reduce %9.3f" % (human(size), med(rs) * 1e3, med(ar) * 1e3),
+              flush=True)
+
+    if a.skip_train:
+        return
+    print("\ntraining samples/s, median of %d (1 and 2 ranks interleaved); scaling = 2 ranks / 1 rank" % a.repeat)
+    print("%-34s %9s %9s %8s %9s %9s %8s" % ("config", "crun 1r", "crun 2r", "scaling", "torch 1r", "torch 2r",
+                                              "scaling"))
+    for name, extra in TRAIN_CONFIGS:
+        flags = dict(zip(extra[::2], extra[1::2]))
+        hidden, batch, epochs = flags.get("--hidden", "512"), flags.get("--batch-size", "256"), flags.get("--epochs", "5")
+        cmds = {"crun": [train] + extra, "torch": ["/usr/bin/python3", me, "--torch-train-worker", hidden, batch, epochs]}
+        rates = {(k, w): [] for k in cmds for w in (1, 2)}
+        busy0, ours0, t0 = busy_cpu_seconds(), children_cpu_seconds(), time.time()
+        for _ in range(a.repeat):
+            for k, cmd in cmds.items():
+                for w in (1, 2):
+                    out = run_ranks(cmd, w)
+                    rates[(k, w)].append(float(re.search(r"samples_per_sec=([\d.]+)", out).group(1)))
+        other = (busy_cpu_seconds() - busy0 - (children_cpu_seconds() - ours0)) / (time.time() - t0)
+        m = {key: med(v) for key, v in rates.items()}
+        print("%-34s %9.0f %9.0f %7.2fx %9.0f %9.0f %7.2fx" %
+              (name, m[("crun", 1)], m[("crun", 2)], m[("crun", 2)] / m[("crun", 1)], m[("torch", 1)],
+               m[("torch", 2)], m[("torch", 2)] / m[("torch", 1)]), flush=True)
+        print("  crun 2-rank runs: %s" % " ".join("%.0f" % v for v in rates[("crun", 2)]))
+        print("  crun 1-rank runs: %s" % " ".join("%.0f" % v for v in rates[("crun", 1)]))
+        print("  other processes used %.2f cores on average during these runs" % other, flush=True)
+    print("# load average at the end %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 
 
 if __name__ == "__main__":

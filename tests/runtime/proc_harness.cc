@@ -39,7 +39,7 @@ std::string helper(const std::string& name) { return std::string(CRUN_TEST_BIN_D
 
 RunResult run_ranks(const std::vector<std::string>& argv, int world,
                     const std::vector<std::pair<std::string, std::string>>& extra_env,
-                    std::chrono::milliseconds timeout) {
+                    std::chrono::milliseconds timeout, const OutputHook& on_output) {
   const int port = free_port();
   RunResult res;
   res.ranks.resize(world);
@@ -94,6 +94,7 @@ RunResult run_ranks(const std::vector<std::string>& argv, int world,
       ssize_t got = ::read(pf[i].fd, buf, sizeof buf);
       if (got > 0) {
         res.ranks[who[i]].output.append(buf, static_cast<std::size_t>(got));
+        if (on_output) on_output(who[i], res.ranks[who[i]].output, pids);
       } else {
         ::close(pf[i].fd);
         fds[who[i]] = -1;

@@ -6,12 +6,18 @@
 //   LOCAL_WORLD_SIZE/MASTER_ADDR=127.0.0.1/MASTER_PORT=<free port>/TORCHELASTIC_RESTART_COUNT
 //   set (plus `extra_env`), collects each one's stdout+stderr, and returns when all exited. At
 //   the deadline every remaining child is SIGKILLed and `timed_out` is set.
+//   `on_output`, when given, is called after each piece of output a rank writes, with that rank,
+//   all its output so far and every child's pid (by rank): a test waits on a line this way, e.g.
+//   to signal the workers mid-run.
 //
 // Threading
 //   Call from one thread; it reaps only the children it started.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,9 +37,11 @@ struct RunResult {
 
 int free_port();
 
+using OutputHook = std::function<void(int rank, const std::string& output, const std::vector<pid_t>& pids)>;
+
 RunResult run_ranks(const std::vector<std::string>& argv, int world,
                     const std::vector<std::pair<std::string, std::string>>& extra_env = {},
-                    std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                    std::chrono::milliseconds timeout = std::chrono::seconds(60), const OutputHook& on_output = {});
 
 // Path of a helper binary built next to the test binary (CRUN_TEST_BIN_DIR).
 std::string helper(const std::string& name);

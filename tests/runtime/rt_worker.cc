@@ -160,11 +160,12 @@ void collectives(Runtime& rt) {
       pg.scatter(R == root ? in.data() : nullptr, out.data(), n, t, root)->wait();
       expect_buf(out, [&](std::size_t i) { return value(R, i) + 1; }, "scatter " + tn);
     }
-    {  // reduce_scatter (sum): slice r of everybody's input, summed
-      Buf in(t, n * W), out(t, n);
-      for (std::size_t i = 0; i < n * W; ++i) in.set(i, value(R, i));
-      pg.reduce_scatter(in.data(), out.data(), n, t, ReduceOp::kSum)->wait();
-      expect_buf(out, [&](std::size_t i) { return reference(ReduceOp::kSum, W, R * n + i, t); }, "reduce_scatter " + tn);
+    for (std::size_t m : {n, std::size_t{5003}}) {  // reduce_scatter (sum): slice r of everybody's input, summed
+      Buf in(t, m * W), out(t, m);
+      for (std::size_t i = 0; i < m * W; ++i) in.set(i, value(R, i));
+      pg.reduce_scatter(in.data(), out.data(), m, t, ReduceOp::kSum)->wait();
+      expect_buf(out, [&](std::size_t i) { return reference(ReduceOp::kSum, W, R * m + i, t); },
+                 "reduce_scatter " + tn + " count=" + std::to_string(m));
     }
     if (W > 1) {  // send/recv: rank 0 -> last -> rank 0
       const int last = W - 1;
@@ -310,6 +311,8 @@ int main(int argc, char** argv) {
   try {
     InitOptions o;
     o.timeout = Millis(30000);
+    // Small mesh rounds: every mesh collective runs in many rounds (see test_multiprocess.cc).
+    if (const char* m = std::getenv("CRUN_TEST_MESH_SCRATCH")) o.gloo.mesh_scratch_bytes = std::stoull(m);
     auto rt = Runtime::init(o);
     if (scenario == "collectives") collectives(*rt);
     else if (scenario == "peer_killed") peer_lost(*rt, false);

@@ -35,6 +35,11 @@ TEST_CASE("collectives, every op and dtype, world size 4", "[collectives][w4]") 
   expect_all_pass(run_ranks({helper("rt_worker"), "collectives"}, 4), "collectives");
 }
 
+TEST_CASE("collectives with the mesh moving 8 KiB per round, world sizes 2 and 3", "[collectives][mesh_rounds]") {
+  expect_all_pass(run_ranks({helper("rt_worker"), "collectives"}, 2, {{"CRUN_TEST_MESH_SCRATCH", "8192"}}), "collectives");
+  expect_all_pass(run_ranks({helper("rt_worker"), "collectives"}, 3, {{"CRUN_TEST_MESH_SCRATCH", "8192"}}), "collectives");
+}
+
 TEST_CASE("a killed peer makes the collective fail instead of hanging", "[peer_killed]") {
   auto res = run_ranks({helper("rt_worker"), "peer_killed"}, 2);
   INFO(res.summary());

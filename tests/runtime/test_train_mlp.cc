@@ -1,5 +1,7 @@
 // End-to-end tests of examples/train_mlp: accuracy with 2 ranks, deterministic weights, and
-// bit-identical resume after an injected failure under `crun --max-restarts 1`.
+// bit-identical resume after an injected failure under `crun --max-restarts 1`, and after a
+// preemption notice (SIGUSR1).
+#include <signal.h>
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
@@ -79,4 +81,45 @@ TEST_CASE("train_mlp resumes bit-identically after an injected failure under cru
   CHECK(f.sha == p.sha);
   std::filesystem::remove_all(plain_dir);
   std::filesystem::remove_all(fail_dir);
+}
+
+TEST_CASE("train_mlp checkpoints at an agreed step on SIGUSR1, exits 0, and resumes bit-identically",
+          "[train_preempt]") {
+  auto plain = run_ranks({CRUN_TRAIN_MLP}, 2, {}, std::chrono::seconds(120));
+  INFO(plain.summary());
+  REQUIRE_FALSE(plain.timed_out);
+  REQUIRE(plain.ranks[0].exit_code == 0);
+  const Final reference = parse_final(plain.ranks[0].output);
+  REQUIRE(reference.sha.size() == 64);
+
+  // The preemption notice reaches the workers once rank 0 reports its first epoch (of 5): mid-run.
+  // (crun forwards SIGUSR1 to every worker; here the test plays that part.)
+  const std::string dir = temp_dir();
+  bool signalled = false;
+  auto preempted = run_ranks({CRUN_TRAIN_MLP, "--checkpoint-dir", dir}, 2, {}, std::chrono::seconds(120),
+                             [&](int rank, const std::string& out, const std::vector<pid_t>& pids) {
+                               if (signalled || rank != 0 || out.find("epoch 0:") == std::string::npos) return;
+                               for (pid_t p : pids) ::kill(p, SIGUSR1);
+                               signalled = true;
+                             });
+  INFO(preempted.summary());
+  REQUIRE_FALSE(preempted.timed_out);
+  REQUIRE(signalled);
+  CHECK(preempted.ranks[0].exit_code == 0);
+  CHECK(preempted.ranks[1].exit_code == 0);
+  std::smatch m;
+  static const std::regex re(R"(preempted: checkpoint at step (\d+))");
+  REQUIRE(std::regex_search(preempted.ranks[0].output, m, re));
+  const std::string step = m[1];
+  CHECK(std::stoi(step) < 195);  // 5 epochs x 39 steps: it stopped early
+  CHECK(preempted.ranks[0].output.find("final:") == std::string::npos);
+  CHECK(preempted.ranks[1].output.find("preempted:") == std::string::npos);  // rank 0 reports
+
+  auto resumed = run_ranks({CRUN_TRAIN_MLP, "--checkpoint-dir", dir}, 2, {}, std::chrono::seconds(120));
+  INFO(resumed.summary());
+  REQUIRE_FALSE(resumed.timed_out);
+  REQUIRE(resumed.ranks[0].exit_code == 0);
+  CHECK(resumed.ranks[0].output.find("resumed from checkpoint at step " + step + " ") != std::string::npos);
+  CHECK(parse_final(resumed.ranks[0].output).sha == reference.sha);
+  std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,385 @@
+// TcpMesh. See tcp_mesh.h for the contract.
+#include "worker_runtime/tcp_mesh.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "worker_runtime/types.h"
+
+namespace crun::rt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::uint32_t kHelloMagic = 0x6372'6d31;  // "crm1"
+
+struct Hello {
+  std::uint32_t magic;
+  std::uint32_t rank;
+  std::uint32_t size;
+};
+
+// Every message: this header, then `length` payload bytes.
+struct Header {
+  std::uint64_t seq;
+  std::uint64_t length;
+};
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { reset(); }
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+int ms_left(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1 << 30));
+}
+
+// Waits for `events` on fd until the deadline; false when the deadline passed first.
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, ms_left(deadline));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) throw InitError("poll: " + errno_text(errno));
+  }
+}
+
+void write_all(int fd, const void* data, std::size_t n, Clock::time_point deadline, const std::string& who) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_fd(fd, POLLOUT, deadline)) throw InitError("timed out writing to " + who);
+    } else if (w < 0 && errno != EINTR) {
+      throw InitError("writing to " + who + ": " + errno_text(errno));
+    }
+  }
+}
+
+void read_all(int fd, void* data, std::size_t n, Clock::time_point deadline, const std::string& who) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<std::size_t>(r);
+    } else if (r == 0) {
+      throw InitError(who + " closed the connection");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_fd(fd, POLLIN, deadline)) throw InitError("timed out reading from " + who);
+    } else if (errno != EINTR) {
+      throw InitError("reading from " + who + ": " + errno_text(errno));
+    }
+  }
+}
+
+void set_options(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+struct Addr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+};
+
+std::vector<Addr> interface_addresses(const std::string& iface) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) throw InitError("getifaddrs: " + errno_text(errno));
+  std::vector<Addr> v4, v6;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || iface != i->ifa_name) continue;
+    Addr a;
+    if (i->ifa_addr->sa_family == AF_INET) {
+      a.len = sizeof(sockaddr_in);
+      std::memcpy(&a.ss, i->ifa_addr, a.len);
+      v4.push_back(a);
+    } else if (i->ifa_addr->sa_family == AF_INET6) {
+      a.len = sizeof(sockaddr_in6);
+      std::memcpy(&a.ss, i->ifa_addr, a.len);
+      v6.push_back(a);
+    }
+  }
+  ::freeifaddrs(list);
+  v4.insert(v4.end(), v6.begin(), v6.end());
+  if (v4.empty()) throw InitError("interface " + iface + " has no IP address");
+  return v4;
+}
+
+std::vector<Addr> resolve(const std::string& host, const char* port, int flags) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), port, &hints, &res); rc != 0) {
+    throw InitError("cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  }
+  std::vector<Addr> out;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    Addr x;
+    x.len = a->ai_addrlen;
+    std::memcpy(&x.ss, a->ai_addr, a->ai_addrlen);
+    out.push_back(x);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
+// Listens on the first candidate address that binds; returns the socket and "<address> <port>".
+Fd listen_on(const std::vector<Addr>& candidates, int backlog, std::string& published) {
+  std::string last_error = "no address";
+  for (const Addr& a : candidates) {
+    Fd fd(::socket(a.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (fd.get() < 0) {
+      last_error = errno_text(errno);
+      continue;
+    }
+    Addr any = a;
+    if (any.ss.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&any.ss)->sin_port = 0;
+    else reinterpret_cast<sockaddr_in6*>(&any.ss)->sin6_port = 0;
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&any.ss), any.len) != 0 || ::listen(fd.get(), backlog) != 0) {
+      last_error = errno_text(errno);
+      continue;
+    }
+    Addr bound;
+    bound.len = sizeof bound.ss;
+    ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound.ss), &bound.len);
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (::getnameinfo(reinterpret_cast<sockaddr*>(&bound.ss), bound.len, host, sizeof host, port, sizeof port,
+                      NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+      last_error = "getnameinfo failed";
+      continue;
+    }
+    published = std::string(host) + " " + port;
+    ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+    return fd;
+  }
+  throw InitError("cannot listen: " + last_error);
+}
+
+Fd connect_to(const std::string& endpoint, Clock::time_point deadline, const std::string& who) {
+  const auto space = endpoint.rfind(' ');
+  if (space == std::string::npos) throw InitError(who + " published a malformed address '" + endpoint + "'");
+  const std::string port = endpoint.substr(space + 1);
+  std::string last_error = "no address";
+  for (const Addr& a : resolve(endpoint.substr(0, space), port.c_str(), AI_NUMERICHOST | AI_NUMERICSERV)) {
+    Fd fd(::socket(a.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (fd.get() < 0) {
+      last_error = errno_text(errno);
+      continue;
+    }
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a.ss), a.len) != 0) {
+      if (errno != EINPROGRESS) {
+        last_error = errno_text(errno);
+        continue;
+      }
+      if (!wait_fd(fd.get(), POLLOUT, deadline)) throw InitError("timed out connecting to " + who);
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last_error = errno_text(err);
+        continue;
+      }
+    }
+    return fd;
+  }
+  throw InitError("cannot connect to " + who + " at " + endpoint + ": " + last_error);
+}
+
+std::string rank_name(int r) { return "rank " + std::to_string(r); }
+
+}  // namespace
+
+TcpMesh::TcpMesh(int rank, int size)
+    : rank_(rank), fds_(static_cast<std::size_t>(size), -1), seq_out_(fds_.size(), 0), seq_in_(fds_.size(), 0) {}
+
+TcpMesh::~TcpMesh() {
+  for (int fd : fds_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+std::unique_ptr<TcpMesh> TcpMesh::connect(crun::Store& store, const std::string& key_prefix, int rank, int size,
+                                          const std::string& host, const std::string& iface,
+                                          std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::unique_ptr<TcpMesh> mesh(new TcpMesh(rank, size));
+  if (size == 1) return mesh;
+  std::string published;
+  Fd listener = listen_on(!iface.empty() ? interface_addresses(iface) : resolve(host, nullptr, 0), size, published);
+  store.set(key_prefix + std::to_string(rank), published);
+
+  const Hello mine{kHelloMagic, static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size)};
+  for (int peer = 0; peer < rank; ++peer) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    std::string endpoint;
+    try {
+      endpoint = store.get(key_prefix + std::to_string(peer), std::max(left, std::chrono::milliseconds(1)));
+    } catch (const crun::StoreError& e) {
+      throw InitError("no address from " + rank_name(peer) + ": " + e.what());
+    }
+    Fd fd = connect_to(endpoint, deadline, rank_name(peer));
+    write_all(fd.get(), &mine, sizeof mine, deadline, rank_name(peer));
+    set_options(fd.get());
+    mesh->fds_[static_cast<std::size_t>(peer)] = fd.release();
+  }
+  for (int accepted = rank + 1; accepted < size;) {
+    if (!wait_fd(listener.get(), POLLIN, deadline)) {
+      throw InitError("timed out waiting for " + std::to_string(size - accepted) + " higher rank(s) to connect");
+    }
+    Fd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (fd.get() < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
+      throw InitError("accept: " + errno_text(errno));
+    }
+    Hello h{};
+    read_all(fd.get(), &h, sizeof h, deadline, "a connecting peer");
+    if (h.magic != kHelloMagic) continue;  // not one of ours: drop it
+    if (h.size != static_cast<std::uint32_t>(size) || h.rank <= static_cast<std::uint32_t>(rank) ||
+        h.rank >= static_cast<std::uint32_t>(size) || mesh->fds_[h.rank] >= 0) {
+      throw InitError("unexpected hello from rank " + std::to_string(h.rank) + " of world size " +
+                      std::to_string(h.size));
+    }
+    set_options(fd.get());
+    mesh->fds_[h.rank] = fd.release();
+    ++accepted;
+  }
+  return mesh;
+}
+
+void TcpMesh::exchange(std::span<const Transfer> transfers, Clock::time_point deadline) {
+  struct State {
+    const Transfer* t;
+    Header out;
+    Header in;
+    std::size_t sent = 0;  // header + payload bytes
+    std::size_t got = 0;
+    bool out_done() const { return sent == sizeof(Header) + t->send_bytes; }
+    bool in_done() const { return got == sizeof(Header) + t->recv_bytes; }
+  };
+  std::vector<State> st;
+  st.reserve(transfers.size());
+  for (const Transfer& t : transfers) {
+    if (t.peer < 0 || t.peer >= size() || t.peer == rank_) throw MeshError("bad peer " + std::to_string(t.peer));
+    const auto p = static_cast<std::size_t>(t.peer);
+    st.push_back(State{&t, Header{seq_out_[p]++, t.send_bytes}, Header{}, 0, 0});
+  }
+  std::vector<pollfd> pfds;
+  for (;;) {
+    pfds.clear();
+    for (State& s : st) {
+      const int fd = fds_[static_cast<std::size_t>(s.t->peer)];
+      const std::string who = rank_name(s.t->peer);
+      while (!s.out_done()) {
+        iovec iov[2];
+        int n = 0;
+        if (s.sent < sizeof(Header)) {
+          iov[n++] = {reinterpret_cast<char*>(&s.out) + s.sent, sizeof(Header) - s.sent};
+          if (s.t->send_bytes > 0) iov[n++] = {const_cast<void*>(s.t->send), s.t->send_bytes};
+        } else {
+          const std::size_t off = s.sent - sizeof(Header);
+          iov[n++] = {static_cast<char*>(const_cast<void*>(s.t->send)) + off, s.t->send_bytes - off};
+        }
+        msghdr m{};
+        m.msg_iov = iov;
+        m.msg_iovlen = static_cast<std::size_t>(n);
+        const ssize_t w = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w >= 0) {
+          s.sent += static_cast<std::size_t>(w);
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          break;
+        } else if (errno != EINTR) {
+          throw MeshError("sending to " + who + ": " + errno_text(errno));
+        }
+      }
+      while (!s.in_done()) {
+        iovec iov[2];
+        int n = 0;
+        if (s.got < sizeof(Header)) {
+          iov[n++] = {reinterpret_cast<char*>(&s.in) + s.got, sizeof(Header) - s.got};
+          if (s.t->recv_bytes > 0) iov[n++] = {s.t->recv, s.t->recv_bytes};
+        } else {
+          const std::size_t off = s.got - sizeof(Header);
+          iov[n++] = {static_cast<char*>(s.t->recv) + off, s.t->recv_bytes - off};
+        }
+        const bool had_header = s.got >= sizeof(Header);
+        const ssize_t r = ::readv(fd, iov, n);
+        if (r > 0) {
+          s.got += static_cast<std::size_t>(r);
+          if (!had_header && s.got >= sizeof(Header)) {
+            const auto p = static_cast<std::size_t>(s.t->peer);
+            if (s.in.seq != seq_in_[p] || s.in.length != s.t->recv_bytes) {
+              throw MeshError(who + " sent message " + std::to_string(s.in.seq) + " of " +
+                              std::to_string(s.in.length) + " bytes, expected message " + std::to_string(seq_in_[p]) +
+                              " of " + std::to_string(s.t->recv_bytes) + " (ranks issued different collectives)");
+            }
+            ++seq_in_[p];
+          }
+        } else if (r == 0) {
+          throw MeshError(who + " closed the connection");
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          break;
+        } else if (errno != EINTR) {
+          throw MeshError("receiving from " + who + ": " + errno_text(errno));
+        }
+      }
+      short events = 0;
+      if (!s.out_done()) events |= POLLOUT;
+      if (!s.in_done()) events |= POLLIN;
+      if (events != 0) pfds.push_back(pollfd{fd, events, 0});
+    }
+    if (pfds.empty()) return;
+    const int n = ::poll(pfds.data(), pfds.size(), ms_left(deadline));
+    if (n < 0 && errno != EINTR) throw MeshError("poll: " + errno_text(errno));
+    if (n == 0 && Clock::now() >= deadline) {
+      for (const State& s : st) {
+        if (!s.in_done() || !s.out_done()) {
+          throw MeshError(std::string("deadline passed while ") + (s.in_done() ? "sending to " : "waiting for ") +
+                          rank_name(s.t->peer));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace crun::rt
