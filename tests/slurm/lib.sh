@@ -130,10 +130,11 @@ wait_job() {
 }
 
 # wait_output FILE REGEX BOUND: waits until a line of FILE matches REGEX (bash =~), at most BOUND
-# seconds. An event, not a poll: tail -F follows the file through inotify.
+# seconds. tail -F follows the file through inotify; only while the file does not exist yet (the
+# job has not started) does it look for it at its --sleep-interval, 0.05 s here instead of 1 s.
 wait_output() {
   local file=$1 pattern=$2 bound=$3 line left found=1 start=$SECONDS
-  coproc FOLLOW { exec tail -F -n +1 "$file" 2>/dev/null; }
+  coproc FOLLOW { exec tail -F -s 0.05 -n +1 "$file" 2>/dev/null; }
   local follow_pid=$FOLLOW_PID follow_fd=${FOLLOW[0]}
   while :; do
     left=$((bound - (SECONDS - start)))
