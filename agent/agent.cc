@@ -63,6 +63,7 @@ struct Agent::Impl {
   AgentConfig config;
   asio::io_context io;
   asio::signal_set signals;
+  bool preempted = false;  // a preemption notice (SIGUSR1/SIGUSR2) arrived
   asio::steady_timer stop_timer;
   AgentStateMachine machine;
   std::unique_ptr<Rendezvous> rendezvous;      // single node
@@ -137,7 +138,9 @@ int Agent::Impl::run() {
   if (!exit_code) io.run();
   group.reset();  // SIGKILLs anything left in the workers' process groups
   if (rendezvous) rendezvous->shutdown();
-  if (c10d) c10d->shutdown();  // the host keeps the store up until the others have left
+  // The host keeps the store up until the others have left; after a preemption notice the others
+  // are still checkpointing, so it waits for them up to the grace period (and a little more).
+  if (c10d) c10d->shutdown(preempted ? config.stop_timeout + std::chrono::seconds(5) : std::chrono::milliseconds(0));
   if (remove_run_dir) {
     std::error_code ignored;
     fs::remove_all(run_dir, ignored);
@@ -148,7 +151,8 @@ int Agent::Impl::run() {
 void Agent::Impl::wait_signal() {
   signals.async_wait([this](const boost::system::error_code& ec, int signo) {
     if (ec) return;
-    if (signo == SIGUSR1 || signo == SIGUSR2) {
+    if (is_preemption_notice(signo)) {
+      preempted = true;
       say("crun: received " + signal_name(signo) + " (preemption notice): forwarded to the workers, which have " +
           std::to_string(config.stop_timeout.count() / 1000.0).substr(0, 5) +
           " s (--stop-timeout) to checkpoint and exit; no restart follows\n");

@@ -4,6 +4,8 @@
 
 namespace crun {
 
+bool is_preemption_notice(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
+
 AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy) {}
 
 AgentActions AgentStateMachine::start(AgentClock::time_point) {
@@ -96,8 +98,10 @@ AgentActions AgentStateMachine::on_signal(int signo, AgentClock::time_point now)
     case State::kRunning:
       return begin_stop(signo, now);
     case State::kStopping: {
-      // A signal while stopping: crun now ends for this signal (no restart) and forwards it.
-      stop_signal_ = signo;
+      // A signal while stopping: crun now ends for this signal (no restart) and forwards it. A
+      // preemption notice already received keeps its code (138), so the job is still requeued
+      // when the scheduler follows the notice with SIGTERM.
+      if (!is_preemption_notice(stop_signal_)) stop_signal_ = signo;
       return {action::SignalGroup{signo}};
     }
     case State::kDone:

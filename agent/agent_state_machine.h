@@ -24,6 +24,8 @@
 //     - on_round_ended() -> stop the workers (if any), then JoinRound
 //     - on_job_closed(code) -> stop the workers (if any), then Exit{code}
 //     - a handled signal while joining or waiting -> Exit{128 + signal}
+//   A second signal while stopping is forwarded; crun then exits for it, unless the first was a
+//   preemption notice (SIGUSR1/SIGUSR2), whose code stands.
 //
 // Threading
 //   Not thread-safe; owned and driven by the agent's event-loop thread (or a test).
@@ -85,6 +87,9 @@ using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action
                                  action::ReportFailure, action::Exit, action::JoinRound,
                                  action::PublishFailure, action::PublishSuccess>;
 using AgentActions = std::vector<AgentAction>;
+
+// SIGUSR1 and SIGUSR2: a scheduler's preemption notice (Slurm's --signal=USR1@60).
+bool is_preemption_notice(int signo);
 
 struct AgentPolicy {
   int nproc = 1;

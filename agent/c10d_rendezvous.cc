@@ -201,7 +201,7 @@ void C10dRendezvous::publish_success(int rendezvous_round) {
   impl_->publish(rendezvous_round, o);
 }
 
-void C10dRendezvous::shutdown() {
+void C10dRendezvous::shutdown(std::chrono::milliseconds linger) {
   Impl& m = *impl_;
   if (m.stopped) return;
   m.stopped = true;
@@ -212,6 +212,8 @@ void C10dRendezvous::shutdown() {
     if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.multi.rendezvous.close_timeout)) {
       say("some agents had not left " + std::to_string(m.multi.rendezvous.close_timeout.count() / 1000) +
           " s after the job closed; stopping the store anyway");
+    } else if (!m.coordinator->closed() && linger.count() > 0 && !m.coordinator->wait_until_alone(linger)) {
+      say("some agents had not left " + std::to_string(linger.count() / 1000) + " s after this one; stopping the store");
     }
     m.coordinator.reset();
   }

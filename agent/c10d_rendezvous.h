@@ -56,7 +56,10 @@ class C10dRendezvous {
   void request_round();
   void publish_failure(int rendezvous_round, int exit_code, std::int64_t wall_time_us, const std::string& report);
   void publish_success(int rendezvous_round);
-  void shutdown();
+  // Leaves the rendezvous. The host keeps the store up until the others have left: after the job
+  // closed (bounded by close_timeout), or for `linger` when it leaves unclosed (a preempted job,
+  // whose other nodes are still checkpointing).
+  void shutdown(std::chrono::milliseconds linger = std::chrono::milliseconds(0));
 
   bool is_host() const;
   // This agent's node id (valid once the first round was requested and connected).

@@ -344,9 +344,11 @@ struct RendezvousCoordinator::Impl {
 
   void publish_drained() {
     bool now_drained = phase == Phase::kClosed && alive.empty();
-    if (now_drained == drained) return;
+    bool now_alone = alive.empty();
+    if (now_drained == drained && now_alone == alone) return;
     std::lock_guard lock(mu);
     drained = now_drained;
+    alone = now_alone;
     cv.notify_all();
   }
 
@@ -364,6 +366,7 @@ struct RendezvousCoordinator::Impl {
   std::string lost;
   bool stopping = false;
   bool drained = false;
+  bool alone = false;
   bool job_closed = false;
   bool failed = false;
 
@@ -400,6 +403,12 @@ RendezvousCoordinator::~RendezvousCoordinator() = default;
 bool RendezvousCoordinator::closed() const {
   std::lock_guard lock(impl_->mu);
   return impl_->job_closed;
+}
+
+bool RendezvousCoordinator::wait_until_alone(Millis bound) {
+  std::unique_lock lock(impl_->mu);
+  return impl_->cv.wait_for(lock, bound, [&] { return impl_->alone || impl_->failed || !impl_->lost.empty(); }) &&
+         impl_->alone;
 }
 
 bool RendezvousCoordinator::wait_until_drained(Millis bound) {

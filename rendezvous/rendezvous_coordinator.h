@@ -44,6 +44,9 @@ class RendezvousCoordinator {
   // Waits until the job is closed and no participant is connected any more, or `bound` passes.
   // Returns true when drained; returns false at once when the job has not closed.
   bool wait_until_drained(Millis bound);
+  // Waits until no participant is connected any more (whether or not the job closed), or `bound`
+  // passes; true when none is. A preempted host uses it so that the others can finish.
+  bool wait_until_alone(Millis bound);
   bool closed() const;
 
   struct Impl;

@@ -127,6 +127,17 @@ TEST_CASE("a handled signal is forwarded; crun exits 128 + signal, no restart", 
   REQUIRE(find<action::Exit>(b)->code == 128 + SIGUSR1);
 }
 
+TEST_CASE("a SIGTERM after a preemption notice is forwarded, but crun still exits 138", "[state_machine]") {
+  AgentStateMachine sm({2, 5, 30s});
+  sm.start(t0);
+  sm.on_signal(SIGUSR1, t0);
+  const auto a = sm.on_signal(SIGTERM, t0 + 1ms);  // srun --kill-on-bad-exit, or the time limit
+  REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGTERM);
+  sm.on_worker_exit(exit_of(0, 0, 0));
+  const auto b = sm.on_worker_exit(exit_of(0, 1, 0, SIGTERM));
+  REQUIRE(find<action::Exit>(b)->code == 128 + SIGUSR1);
+}
+
 TEST_CASE("a signal during a failure stop wins over restarting", "[state_machine]") {
   AgentStateMachine sm({2, 5, 30s});
   sm.start(t0);
