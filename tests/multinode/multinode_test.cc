@@ -304,7 +304,8 @@ TEST_CASE("Kubeflow-style PET_* variables alone configure an elastic c10d job", 
   REQUIRE(a.wait_exit() == 0);
   REQUIRE(b.wait_exit() == 0);
   const std::string s = read_file(stamps.path);
-  CHECK(count(s, "start restart=0 ") == 4);  // 2 nodes x 2 workers (min 1, max 2: both joined)
+  // (Round 0's other workers may be stopped by the failure before they write their stamp.)
+  CHECK(count(s, "start restart=0 ") >= 1);
   CHECK(count(s, "start restart=1 ") == 4);  // PET_MAX_RESTARTS=1 used once, on every node
   CHECK(count(a.out(), "TORCHELASTIC_RUN_ID=kf") >= 2);
   CHECK(count(a.out(), "TORCHELASTIC_MAX_RESTARTS=1") >= 2);
