@@ -11,8 +11,6 @@
 #include "launcher/hostlist.h"
 
 namespace crun {
-namespace {
-
 unsigned long long env_number(const char* name, const std::string& text) {
   unsigned long long v = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -22,13 +20,14 @@ unsigned long long env_number(const char* name, const std::string& text) {
   return v;
 }
 
-// The first of `names` that is set: (name, value).
 std::optional<std::pair<const char*, std::string>> first_set(std::initializer_list<const char*> names) {
   for (const char* n : names) {
     if (auto v = env_value(n)) return std::make_pair(n, *v);
   }
   return std::nullopt;
 }
+
+namespace {
 
 void detect_slurm(JobEnvironment& env) {
   env.kind = "slurm";

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <string>
@@ -54,5 +55,10 @@ std::uint16_t slurm_port(unsigned long long job_id, unsigned long long step_id);
 
 // The value of an environment variable, or nullopt when unset or empty.
 std::optional<std::string> env_value(const char* name);
+// The first of `names` that is set: (name, value).
+std::optional<std::pair<const char*, std::string>> first_set(std::initializer_list<const char*> names);
+// `text` (the value of variable `name`) as a non-negative integer; std::invalid_argument naming
+// the variable otherwise.
+unsigned long long env_number(const char* name, const std::string& text);
 
 }  // namespace crun

@@ -266,30 +266,32 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
       usage(e.what());
     }
   }
-  // --standalone describes the job's shape itself: the scheduler's or platform's shape is not used.
-  const bool standalone_asked = opts["standalone"]->count() > 0 ||
-                                (env_value("PET_STANDALONE") && bool_text("PET_STANDALONE", *env_value("PET_STANDALONE")));
-  if (standalone_asked) {
-    for (const char* key : {"nnodes", "rdzv_backend", "rdzv_endpoint", "node_rank", "master_addr", "master_port"}) {
-      job.defaults.erase(key);
-    }
-    job.first_node.clear();
-    job.note.clear();
-  }
   std::map<std::string, SourcedValue> setting;
-  for (const auto& spec : specs) {
+  std::set<std::string> from_job;  // settings whose value came from Slurm or the platform
+  auto resolve = [&](const SettingSpec& spec, bool use_job) {
     const std::string key = spec.key;
-    const std::string flag_name = split(split(spec.flags, ',').back(), ',').front();
     SourcedValue v{spec.fallback, "default"};
     if (opts[key]->count() > 0) {
-      v = {spec.is_flag ? "1" : raw[key], flag_name};
+      const auto names = split(spec.flags, ',');
+      v = {spec.is_flag ? "1" : raw[key], names.size() > 1 && names[0].rfind("--", 0) != 0 ? names[1] : names[0]};
     } else if (auto pet = env_value(pet_name(key).c_str())) {
       v = {*pet, pet_name(key)};
       if (spec.is_flag) v.value = bool_text(pet_name(key), *pet) ? "1" : "0";
-    } else if (auto it = job.defaults.find(key); it != job.defaults.end()) {
+    } else if (auto it = job.defaults.find(key); use_job && it != job.defaults.end()) {
       v = it->second;
+      from_job.insert(key);
     }
     setting[key] = v;
+  };
+  for (const auto& spec : specs) {
+    if (std::string(spec.key) == "standalone") resolve(spec, true);
+  }
+  // --standalone describes the job's shape itself: the scheduler's or platform's shape is not used.
+  const bool standalone_asked = setting.at("standalone").value == "1";
+  if (standalone_asked) job.note.clear();
+  for (const auto& spec : specs) {
+    static const std::set<std::string> shape = {"nnodes", "rdzv_backend", "rdzv_endpoint", "node_rank", "master_addr", "master_port"};
+    if (std::string(spec.key) != "standalone") resolve(spec, !(standalone_asked && shape.count(spec.key)));
   }
   auto value = [&](const char* key) -> const std::string& { return setting.at(key).value; };
   auto given = [&](const char* key) { return setting.at(key).source != "default"; };
@@ -376,7 +378,7 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
 
   // Slurm names the rendezvous host by its node name; reach it by an address Slurm knows.
   std::optional<bool> slurm_host;
-  if (setting.at("rdzv_endpoint").source.find("SLURM") != std::string::npos && !job.first_node.empty()) {
+  if (job.kind == "slurm" && from_job.count("rdzv_endpoint") && !job.first_node.empty()) {
     try {
       const std::string addr = resolve_slurm_node(job.first_node);
       if (addr != job.first_node) {
@@ -387,7 +389,7 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
     } catch (const std::runtime_error& e) {
       usage(e.what());
     }
-    if (setting.at("node_rank").source == "SLURM_NODEID") slurm_host = node_rank == 0;
+    if (from_job.count("node_rank")) slurm_host = node_rank == 0;
   }
 
   RendezvousFlags rf;
@@ -400,9 +402,7 @@ LaunchOptions parse_launch_options(int argc, char** argv) {
   rf.conf = rdzv_conf;
   // A node rank from Slurm or the platform describes their multi-node job; when flags or PET_*
   // make the run single-node, it does not apply.
-  const bool derived_rank = given("node_rank") && setting.at("node_rank").source.find("--") != 0 &&
-                            setting.at("node_rank").source.rfind("PET_", 0) != 0;
-  if (given("node_rank") && !(derived_rank && max_nodes == 1)) rf.node_rank = node_rank;
+  if (given("node_rank") && !(from_job.count("node_rank") && max_nodes == 1)) rf.node_rank = node_rank;
   if (given("master_addr")) rf.master_addr = master_addr;
   if (given("master_port")) rf.master_port = master_port;
   rf.is_host = slurm_host;

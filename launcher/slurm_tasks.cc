@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -20,19 +19,16 @@ std::string required(const char* name) {
 }
 
 std::string first_of(std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (auto v = env_value(n)) return *v;
-  }
+  if (auto v = first_set(names)) return v->second;
   return required(*names.begin());
 }
 
 unsigned long long number(const char* name, const std::string& text) {
-  unsigned long long v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || p != text.data() + text.size()) {
-    throw std::invalid_argument(std::string("--slurm-tasks: ") + name + ": expected a non-negative integer, got '" + text + "'");
+  try {
+    return env_number(name, text);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--slurm-tasks: ") + e.what());
   }
-  return v;
 }
 
 }  // namespace
