@@ -154,7 +154,7 @@ void Agent::Impl::wait_signal() {
     if (is_preemption_notice(signo)) {
       preempted = true;
       say("crun: received " + signal_name(signo) + " (preemption notice): forwarded to the workers, which have " +
-          std::to_string(config.stop_timeout.count() / 1000.0).substr(0, 5) +
+          std::to_string(config.stop_timeout.count() / 1000) + "." + std::to_string(config.stop_timeout.count() % 1000 / 100) +
           " s (--stop-timeout) to checkpoint and exit; no restart follows\n");
     } else {
       say("crun: received " + signal_name(signo) + ", forwarding it to the workers and stopping\n");

@@ -342,12 +342,11 @@ struct RendezvousCoordinator::Impl {
     if (progress_due && now >= *progress_due) publish_progress(now);
   }
 
+  // Tells waiters whether any participant is still connected (drained = closed and alone).
   void publish_drained() {
-    bool now_drained = phase == Phase::kClosed && alive.empty();
-    bool now_alone = alive.empty();
-    if (now_drained == drained && now_alone == alone) return;
+    const bool now_alone = alive.empty();
+    if (now_alone == alone) return;
     std::lock_guard lock(mu);
-    drained = now_drained;
     alone = now_alone;
     cv.notify_all();
   }
@@ -365,7 +364,6 @@ struct RendezvousCoordinator::Impl {
   std::deque<StoreEvent> events;
   std::string lost;
   bool stopping = false;
-  bool drained = false;
   bool alone = false;
   bool job_closed = false;
   bool failed = false;
@@ -414,8 +412,8 @@ bool RendezvousCoordinator::wait_until_alone(Millis bound) {
 bool RendezvousCoordinator::wait_until_drained(Millis bound) {
   std::unique_lock lock(impl_->mu);
   if (!impl_->job_closed) return false;
-  return impl_->cv.wait_for(lock, bound, [&] { return impl_->drained || impl_->failed || !impl_->lost.empty(); }) &&
-         impl_->drained;
+  return impl_->cv.wait_for(lock, bound, [&] { return impl_->alone || impl_->failed || !impl_->lost.empty(); }) &&
+         impl_->alone;
 }
 
 }  // namespace crun
