@@ -298,6 +298,7 @@ FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
   report.rank = current_round.rank_offset + e.local_rank;
   report.local_rank = e.local_rank;
   report.host = config.hostname;
+  if (c10d) report.addr = c10d->node_address();
   report.pid = e.pid;
   report.exit_code = e.exit_code;
   report.term_signal = e.term_signal;
