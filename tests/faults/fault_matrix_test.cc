@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -79,6 +81,17 @@ nlohmann::json failure_report(const std::string& log_dir) {
   return {};
 }
 
+// failure_report.json's "time": "2026-01-02T03:04:05.678Z".
+std::chrono::system_clock::time_point parse_time(const std::string& iso) {
+  std::tm tm{};
+  int ms = 0;
+  REQUIRE(std::sscanf(iso.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                      &tm.tm_sec, &ms) == 7);
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return std::chrono::system_clock::from_time_t(::timegm(&tm)) + std::chrono::milliseconds(ms);
+}
+
 // A worker of host 2 (rank 3 of 2 hosts x 2) fails; every node exits with its code, node rank 0
 // names it, and host 2's failure_report.json too, with host 2's address (the hosts share a name).
 void worker_failure_row(const std::string& row, int signo) {
@@ -100,6 +113,7 @@ void worker_failure_row(const std::string& row, int signo) {
   }
   // Bound: milliseconds (the failure is published at once); 10 s leaves room for a loaded machine.
   REQUIRE(err_has(a, "root cause reported by node", 10s));
+  const auto seen = std::chrono::system_clock::now();
   if (signo != 0) measured(row + ": root cause printed by node rank 0", ms_since(t0));
   REQUIRE(a.wait_exit(20s) == expected);
   REQUIRE(b.wait_exit(20s) == expected);
@@ -109,6 +123,10 @@ void worker_failure_row(const std::string& row, int signo) {
   CHECK_THAT(a.err(), Catch::Contains(where) && Catch::Contains(how) && Catch::Contains("no restarts left"));
   CHECK_THAT(b.err(), Catch::Contains("worker failed (root cause): " + where));
   const auto report = failure_report(logs2.path);
+  if (signo == 0) {  // from the exit (the report's time, ms) to node rank 0's line
+    measured(row + ": root cause printed by node rank 0",
+             std::chrono::duration<double, std::milli>(seen - parse_time(report["time"])).count());
+  }
   CHECK(report["rank"] == 3);
   CHECK(report["local_rank"] == 1);
   CHECK(report["host"] == hostname());
@@ -236,13 +254,23 @@ TEST_CASE("a late joiner scales the job up without using a restart", "[late_join
 
 namespace {
 
+// The worker of the signal rows: on `name` it says so, takes 0.3 s (a checkpoint), and exits 0.
+// A checkpoint that takes time matters with SIGUSR1 to every node: the first node to finish leaves
+// the rendezvous, and a node that learns of that before its own notice arrived stops its
+// workers with SIGTERM, as for any lost node (docs/reliability.md).
+std::vector<std::string> checkpointing_worker(const std::string& name) {
+  const std::string sig = name.substr(3);  // sh's trap takes USR1, TERM
+  return {"-c", "trap 'echo \"rank $RANK got " + name + "\"; sleep 0.3; exit 0' " + sig +
+                    "; echo \"ready rank=$RANK pid=$$\"; while :; do sleep 10 & wait $!; done"};
+}
+
 // SIGTERM or SIGUSR1 to the agent of host 3 of 3: its worker gets the signal, the agent exits
 // 128 + signal, the others re-form without it (not a failure: no restart used).
 void signal_one_row(const std::string& row, int signo, const std::string& name) {
   Cluster cl(3);
   const auto flags = c10d("2:3", 1, "last_call_timeout=1");
   std::vector<ChildProcess*> agents;
-  for (int h = 1; h <= 3; ++h) agents.push_back(&cl.crun(h, flags, {"--hang", "--trap", name}));
+  for (int h = 1; h <= 3; ++h) agents.push_back(&cl.crun_program(h, flags, "/bin/sh", checkpointing_worker(name)));
   for (auto* p : agents) REQUIRE(stdout_lines(*p, "ready ", 1));
   const auto t0 = SteadyClock::now();
   agents[2]->signal(signo);
@@ -260,8 +288,8 @@ void signal_one_row(const std::string& row, int signo, const std::string& name) 
 // 128 + signal (SIGUSR1: the store host stays up until the other node has left).
 void signal_all_row(const std::string& row, int signo, const std::string& name) {
   Cluster cl(2);
-  auto& a = cl.crun(1, c10d("2", 1), {"--hang", "--trap", name});
-  auto& b = cl.crun(2, c10d("2", 1), {"--hang", "--trap", name});
+  auto& a = cl.crun_program(1, c10d("2", 1), "/bin/sh", checkpointing_worker(name));
+  auto& b = cl.crun_program(2, c10d("2", 1), "/bin/sh", checkpointing_worker(name));
   for (auto* p : {&a, &b}) REQUIRE(stdout_lines(*p, "ready ", 1));
   const auto t0 = SteadyClock::now();
   a.signal(signo);
@@ -270,6 +298,7 @@ void signal_all_row(const std::string& row, int signo, const std::string& name) 
   REQUIRE(a.wait_exit(10s) == 128 + signo);
   REQUIRE(b.wait_exit(10s) == 128 + signo);
   measured(row + ": every agent exited", ms_since(t0));
+  INFO("host 1:\n" << a.err() << "host 2:\n" << b.err());
   CHECK_THAT(a.out(), Catch::Contains("rank 0 got " + name));
   CHECK_THAT(b.out(), Catch::Contains("rank 1 got " + name));
 }
@@ -330,7 +359,9 @@ TEST_CASE("garbage at the rendezvous endpoint during a job: the job is unaffecte
 }
 
 TEST_CASE("slowloris connections at the rendezvous endpoint: the job is unaffected, memory bounded", "[endpoint_slow]") {
-  endpoint_row("slow", 200, 32 * 1024);
+  // 200 connections that sent one byte each: 40 KiB a connection at most. Defect 2 (the store
+  // server): today each costs a 64 KiB read buffer (13 MB; ~1 GiB at the 16,384-connection limit).
+  endpoint_row("slow", 200, 8 * 1024);
 }
 
 TEST_CASE("frames declaring 65 MiB bodies at the endpoint: memory grows with bytes received", "[endpoint_oversized]") {
