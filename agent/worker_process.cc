@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -28,6 +29,15 @@ namespace {
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
+}
+
+// Closes every descriptor from `first` up (raw system calls only: runs in the vfork child).
+void close_inherited_fds(unsigned first) {
+  if (::close_range(first, ~0U, 0) == 0) return;
+  // Kernels before 5.9: close one by one up to the descriptor limit.
+  struct rlimit lim;
+  const rlim_t top = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? lim.rlim_cur : 65536;
+  for (rlim_t fd = first; fd < top; ++fd) ::close(static_cast<int>(fd));
 }
 
 // Runs in the vfork child (shares the agent's memory until execve): raw system calls only, no
@@ -56,6 +66,7 @@ void close_fd(int& fd) {
   if (devnull >= 0) ::dup2(devnull, 0);  // dup2 clears close-on-exec on fd 0
   ::dup2(out_w, 1);
   ::dup2(err_w, 2);
+  close_inherited_fds(3);
   ::execve(argv[0], argv, envp);
   static const char prefix[] = "crun: cannot execute ";
   (void)!::write(2, prefix, sizeof(prefix) - 1);

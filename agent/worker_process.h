@@ -5,6 +5,10 @@
 //     set before exec (and exits at once if the agent is already gone), starts with an empty
 //     signal mask and default SIGPIPE, stdin from /dev/null, stdout and stderr on fresh pipes
 //     whose read ends are returned to the caller (close-on-exec, non-blocking).
+//   - The worker inherits descriptors 0, 1 and 2 and nothing else: every other descriptor is
+//     closed in the child before exec, whatever its close-on-exec flag (the agent's sockets, and
+//     anything crun's own parent left open). A descriptor meant for the worker would be moved to
+//     3.. in exec_child and the closing started above it (none is passed today).
 //   - `argv[0]` must already be a path (resolve_executable does the PATH search); `env` is the
 //     complete environment as "KEY=VALUE" strings.
 //   - A failing exec writes one line to the worker's stderr and exits 127.

@@ -64,6 +64,17 @@ std::vector<int> ready_pids(const std::string& out) {
   return pids;
 }
 
+// "fd rank=R N TARGET" lines -> rank -> descriptor -> target
+std::map<int, std::map<int, std::string>> parse_fds(const std::string& out) {
+  std::map<int, std::map<int, std::string>> m;
+  static const std::regex re(R"(^fd rank=(\d+) (\d+) (.*)$)");
+  for (const auto& line : lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) m[std::stoi(sm[1])][std::stoi(sm[2])] = sm[3];
+  }
+  return m;
+}
+
 }  // namespace
 
 TEST_CASE("environment contract for nproc 1-4", "[e2e][env]") {
@@ -382,4 +393,23 @@ TEST_CASE("--version and a .py program runs under PYTHON_EXEC -u", "[e2e][cli]")
   ChildProcess p({CRUN_BIN, script.string(), "a", "b"}, {"PYTHON_EXEC=/bin/sh"});
   REQUIRE(p.wait_exit() == 0);
   CHECK(p.out().find("args: " + script.string() + " a b") != std::string::npos);
+}
+
+TEST_CASE("workers inherit only stdin, stdout and stderr", "[e2e][fds]") {
+  // A descriptor crun's own parent leaves open without close-on-exec must not reach the workers either.
+  int leaked[2];
+  REQUIRE(::pipe(leaked) == 0);
+  ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "2"}, {"--list-fds"}));
+  ::close(leaked[0]);
+  ::close(leaked[1]);
+  REQUIRE(p.wait_exit() == 0);
+  const auto fds = parse_fds(p.out());
+  INFO(p.out());
+  REQUIRE(fds.size() == 2);
+  for (const auto& [rank, open] : fds) {
+    std::set<int> numbers;
+    for (const auto& [fd, target] : open) numbers.insert(fd);
+    CHECK(numbers == std::set<int>{0, 1, 2});
+    CHECK(open.at(0) == "/dev/null");
+  }
 }

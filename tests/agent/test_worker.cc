@@ -15,13 +15,22 @@
 //   --raise SIG            failure action: raise SIG (with default disposition)
 //   --exit N               failure action: exit N
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
+//   --stop-when-ready      with --hang: SIGSTOP itself right after the "ready" line
+//   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
+//   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
+//   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
+//   --daemon               double-fork a `sleep 40` in a session of its own (its parent exits);
+//                          print "daemon rank=<r> pid=<pid>"
 // Without a failure action (or when it does not apply) the worker exits 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +60,61 @@ int signum(const std::string& s) {
   return std::atoi(s.c_str());
 }
 
+void list_fds() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.' || std::atoi(e->d_name) == ::dirfd(d)) continue;
+    char target[512] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    std::printf("fd rank=%d %s %s\n", g_rank, e->d_name, n > 0 ? target : "?");
+  }
+  ::closedir(d);
+}
+
+void print_cgroup() {
+  if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
+    char line[1024];
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::strncmp(line, "0::", 3) == 0) std::printf("cgroup rank=%d %s", g_rank, line + 3);
+    }
+    std::fclose(f);
+  }
+}
+
+[[noreturn]] void exec_sleep() {
+  ::execl("/bin/sleep", "sleep", "40", static_cast<char*>(nullptr));
+  ::_exit(127);
+}
+
+// `sleep 40` forked by the worker: it stays in the worker's process group.
+void start_child() {
+  const pid_t pid = ::fork();
+  if (pid == 0) exec_sleep();
+  std::printf("child rank=%d pid=%d\n", g_rank, pid);
+}
+
+// `sleep 40` in a session of its own whose parent exits at once: an orphan, re-parented.
+void start_daemon() {
+  int p[2];
+  if (::pipe(p) != 0) return;
+  const pid_t mid = ::fork();
+  if (mid == 0) {
+    ::setsid();
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) exec_sleep();
+    (void)!::write(p[1], &grandchild, sizeof(grandchild));
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  pid_t grandchild = -1;
+  (void)!::read(p[0], &grandchild, sizeof(grandchild));
+  ::close(p[0]);
+  ::waitpid(mid, nullptr, 0);
+  std::printf("daemon rank=%d pid=%d\n", g_rank, grandchild);
+}
+
 void on_trap(int) {
   (void)!::write(1, g_trap_msg, std::strlen(g_trap_msg));
   ::_exit(0);
@@ -65,7 +129,7 @@ int main(int argc, char** argv) {
   rlimit no_core{0, 0};
   ::setrlimit(RLIMIT_CORE, &no_core);
 
-  bool print_env = false, hang = false, bind_master = false;
+  bool print_env = false, hang = false, bind_master = false, stop_when_ready = false;
   long lines = 0, err_lines = 0;
   int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0;
   std::string stamp, error_msg, last_words;
@@ -93,6 +157,11 @@ int main(int argc, char** argv) {
     else if (a == "--raise") raise_sig = signum(next());
     else if (a == "--exit") exit_code = std::atoi(next().c_str());
     else if (a == "--hang") hang = true;
+    else if (a == "--stop-when-ready") stop_when_ready = true;
+    else if (a == "--list-fds") list_fds();
+    else if (a == "--print-cgroup") print_cgroup();
+    else if (a == "--child") start_child();
+    else if (a == "--daemon") start_daemon();
     else { std::fprintf(stderr, "test_worker: unknown argument %s\n", a.c_str()); return 64; }
   }
 
@@ -162,6 +231,7 @@ int main(int argc, char** argv) {
   if (hang) {
     std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
     std::fflush(stdout);
+    if (stop_when_ready) ::raise(SIGSTOP);
     while (true) ::pause();
   }
   return 0;

@@ -6,8 +6,12 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <map>
+#include <set>
 
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -27,6 +31,12 @@ WorkerLaunch launch(std::vector<std::string> args, int local_rank, int tail = 20
   l.env.push_back("LOCAL_RANK=" + std::to_string(local_rank));
   l.stderr_route.tail_lines = static_cast<std::size_t>(tail);
   return l;
+}
+
+std::set<int> open_fds() {
+  std::set<int> fds;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) fds.insert(std::stoi(e.path().filename()));
+  return fds;
 }
 
 }  // namespace
@@ -110,4 +120,33 @@ TEST_CASE("resolve_executable searches PATH", "[worker_group]") {
   REQUIRE(resolve_executable("/bin/sh") == std::optional<std::string>("/bin/sh"));
   REQUIRE_FALSE(resolve_executable("crun-no-such-program").has_value());
   REQUIRE_FALSE(resolve_executable("/tmp").has_value());
+}
+
+TEST_CASE("the event loop's, the signal set's, timers' and workers' descriptors are close-on-exec", "[worker_group]") {
+  const std::set<int> before = open_fds();
+  boost::asio::io_context io;
+  boost::asio::signal_set signals(io, SIGUSR2);  // Asio's process-wide signal pipe
+  signals.async_wait([](const boost::system::error_code&, int) {});
+  boost::asio::steady_timer timer(io);  // epoll, its eventfd interrupter and timerfd
+  bool fired = false;
+  timer.expires_after(1ms);
+  timer.async_wait([&](const boost::system::error_code&) { fired = true; });
+  WorkerGroup group(io, 0, [](const WorkerExit&) {});  // pidfd and the output pipes
+  std::vector<WorkerLaunch> ls;
+  ls.push_back(launch({"--hang"}, 0));
+  group.start(std::move(ls));
+  while (!fired) REQUIRE(io.run_one_for(20s) > 0);
+  const std::set<int> now = open_fds();
+  int checked = 0;
+  for (int fd : now) {
+    if (before.count(fd) != 0) continue;
+    std::error_code ec;
+    INFO("fd " << fd << " -> " << std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec).string());
+    const int flags = ::fcntl(fd, F_GETFD);
+    if (flags < 0) continue;  // the directory listing's own descriptor, closed since
+    CHECK((flags & FD_CLOEXEC) != 0);
+    ++checked;
+  }
+  CHECK(checked >= 6);  // epoll, eventfd, timerfd, the signal pipe's two ends, a pidfd, two pipes
+  signals.cancel();
 }
