@@ -165,7 +165,13 @@ void WorkerGroup::start(std::vector<WorkerLaunch> launches) {
 }
 
 void WorkerGroup::signal_all(int signo) {
-  for (auto& w : impl_->workers) ::kill(-w->pid, signo);
+  // A stopped process acts on no signal but SIGKILL until it is continued: without SIGCONT a
+  // SIGSTOPped worker would sit out the whole --stop-timeout.
+  const bool stop_signal = signo == SIGSTOP || signo == SIGTSTP || signo == SIGTTIN || signo == SIGTTOU;
+  for (auto& w : impl_->workers) {
+    ::kill(-w->pid, signo);
+    if (!stop_signal && signo != SIGKILL && signo != SIGCONT) ::kill(-w->pid, SIGCONT);
+  }
 }
 
 void WorkerGroup::kill_all() { signal_all(SIGKILL); }

@@ -7,7 +7,9 @@
 //   - When a worker ends, its pipes are drained of everything it wrote before the exit event is
 //     delivered to `on_exit` (so a crashing worker's last lines are routed, and its stderr tail is
 //     complete, before the agent reacts).
-//   - signal_all() sends a signal to the process group of every worker; kill_all() sends SIGKILL.
+//   - signal_all() sends a signal to the process group of every worker, followed by SIGCONT (a
+//     stopped worker must run to act on it) unless it is SIGKILL or a stop signal; kill_all()
+//     sends SIGKILL.
 //   - The destructor SIGKILLs and reaps any worker still running and closes every pipe.
 //
 // Threading

@@ -264,6 +264,19 @@ TEST_CASE("a SIGTERM-ignoring worker is SIGKILLed after the grace period", "[e2e
   for (int pid : pids) CHECK(wait_pid_gone(pid, 1s));
 }
 
+TEST_CASE("a stopped worker is continued so that it acts on the stop signal", "[e2e][signals]") {
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--stop-timeout", "30"}, {"--trap", "SIGTERM", "--hang"}));
+  REQUIRE(p.wait_for_stdout("ready rank=", 2));
+  const auto pids = ready_pids(p.out());
+  REQUIRE(pids.size() == 2);
+  REQUIRE(::kill(pids[0], SIGSTOP) == 0);  // stopped, or the stop still pending: a SIGCONT undoes either
+  p.signal(SIGTERM);
+  REQUIRE(p.wait_exit() == 128 + SIGTERM);
+  INFO(p.err());
+  CHECK(count(p.out(), "got SIGTERM") == 2);  // its handler ran: SIGTERM ended it, not SIGKILL
+  CHECK(p.err().find("sending SIGKILL") == std::string::npos);
+}
+
 TEST_CASE("agent SIGKILLed: no worker alive 1 s later", "[e2e][signals]") {
   ChildProcess p(crun_cmd({"--nproc-per-node", "3"}, {"--ignore-term", "--hang"}));
   REQUIRE(p.wait_for_stdout("ready rank=", 3));

@@ -15,7 +15,6 @@
 //   --raise SIG            failure action: raise SIG (with default disposition)
 //   --exit N               failure action: exit N
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
-//   --stop-when-ready      with --hang: SIGSTOP itself right after the "ready" line
 //   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
 //   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
@@ -129,7 +128,7 @@ int main(int argc, char** argv) {
   rlimit no_core{0, 0};
   ::setrlimit(RLIMIT_CORE, &no_core);
 
-  bool print_env = false, hang = false, bind_master = false, stop_when_ready = false;
+  bool print_env = false, hang = false, bind_master = false;
   long lines = 0, err_lines = 0;
   int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0;
   std::string stamp, error_msg, last_words;
@@ -157,7 +156,6 @@ int main(int argc, char** argv) {
     else if (a == "--raise") raise_sig = signum(next());
     else if (a == "--exit") exit_code = std::atoi(next().c_str());
     else if (a == "--hang") hang = true;
-    else if (a == "--stop-when-ready") stop_when_ready = true;
     else if (a == "--list-fds") list_fds();
     else if (a == "--print-cgroup") print_cgroup();
     else if (a == "--child") start_child();
@@ -231,7 +229,6 @@ int main(int argc, char** argv) {
   if (hang) {
     std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
     std::fflush(stdout);
-    if (stop_when_ready) ::raise(SIGSTOP);
     while (true) ::pause();
   }
   return 0;
