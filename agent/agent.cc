@@ -129,6 +129,10 @@ int Agent::Impl::run() {
     }
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
+    if (!run_dir.empty()) {  // made before the failure, and nothing was written to it yet
+      std::error_code ignored;
+      fs::remove_all(run_dir, ignored);
+    }
     return kExitAgentError;
   }
   base_env = current_environment();

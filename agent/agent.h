@@ -7,7 +7,8 @@
 //     0            every worker of a round exited 0
 //     N            the root-cause worker's exit code when restarts are exhausted
 //     128 + S      the root-cause worker was killed by signal S, or crun itself got signal S
-//     3            the agent could not start workers (spawn failed, no free port)
+//     3            the agent could not start (then the run dir it made is removed again) or
+//                  could not start workers (spawn failed, no free port)
 //   The failure report is printed once per failed round to stderr (and written to the log dir as
 //   failure_report.json; without --log-dir, the temporary run dir is removed at exit unless it
 //   holds redirected logs). Worker output is routed per AgentConfig (passthrough, --redirects,

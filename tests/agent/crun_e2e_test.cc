@@ -1,5 +1,8 @@
 // crun end to end: the real binary, real worker processes, real signals.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -425,4 +428,33 @@ TEST_CASE("workers inherit only stdin, stdout and stderr", "[e2e][fds]") {
     CHECK(numbers == std::set<int>{0, 1, 2});
     CHECK(open.at(0) == "/dev/null");
   }
+}
+
+TEST_CASE("an agent that cannot start leaves no run directory behind", "[e2e][cli]") {
+  // The store's port is taken: the store host cannot listen, after the run directory was made.
+  const int busy = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::listen(busy, 1) == 0);
+  REQUIRE(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  TempDir tmp;
+  const std::vector<std::string> flags{"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint};
+  SECTION("the temporary run directory (no --log-dir)") {
+    ChildProcess p(crun_cmd(flags, {}), {"TMPDIR=" + tmp.path.string()});
+    REQUIRE(p.wait_exit() == 3);
+    CHECK(p.err().find("cannot start the agent") != std::string::npos);
+  }
+  SECTION("the run directory under --log-dir") {
+    auto with_logs = flags;
+    with_logs.insert(with_logs.end(), {"--log-dir", tmp.path.string()});
+    ChildProcess p(crun_cmd(with_logs, {}));
+    REQUIRE(p.wait_exit() == 3);
+    CHECK(p.err().find("cannot start the agent") != std::string::npos);
+  }
+  CHECK(fs::is_empty(tmp.path));
+  ::close(busy);
 }
