@@ -13,6 +13,8 @@
 //   failure_report.json; without --log-dir, the temporary run dir is removed at exit unless it
 //   holds redirected logs). Worker output is routed per AgentConfig (passthrough, --redirects,
 //   --tee with "[<role><local_rank>]:" prefixes, --local-ranks-filter).
+//   No process of a worker's tree outlives the agent, even a SIGKILLed one (worker_containment.h:
+//   child subreaper, the job's cgroup v2 or process groups and CRUN_AGENT_ID, the keeper process).
 //
 // Threading
 //   run() is called once, on the thread that owns the job (main); it returns when the job ends.

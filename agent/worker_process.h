@@ -37,7 +37,15 @@ struct ReapedStatus {
   int term_signal = 0;
 };
 
-SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+struct SpawnOptions {
+  // The job cgroup's cgroup.procs (job_cgroup.h): the child writes "0" to it before exec, so the
+  // worker and everything it starts live in that cgroup. A failure to join is reported on the
+  // worker's stderr and the child exits 127. -1: no cgroup.
+  int cgroup_procs_fd = -1;
+};
+
+SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                           const SpawnOptions& options = {});
 
 // Non-blocking reap of `pid` (via waitid on its pidfd); nullopt when it is still running.
 std::optional<ReapedStatus> reap_worker(int pid, int pidfd);

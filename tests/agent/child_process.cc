@@ -162,4 +162,13 @@ bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout) {
   return r == 1;
 }
 
+bool wait_pid_reaped(pid_t pid, std::chrono::milliseconds timeout) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, 0, 0};  // no events asked for: only the hang-up (reaped) ends the wait
+  const bool reaped = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 && (p.revents & POLLHUP) != 0;
+  ::close(fd);
+  return reaped;
+}
+
 }  // namespace crun::test

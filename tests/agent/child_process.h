@@ -66,5 +66,8 @@ int count(const std::string& text, const std::string& needle);
 std::vector<std::string> lines(const std::string& text);
 // True when `pid` ends within `timeout` (pidfd; works for any process, not only children).
 bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout);
+// True when `pid` ends and its parent reaps it (no zombie left) within `timeout` (pidfd's POLLHUP,
+// Linux 6.9 and later).
+bool wait_pid_reaped(pid_t pid, std::chrono::milliseconds timeout);
 
 }  // namespace crun::test

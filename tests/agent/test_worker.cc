@@ -20,6 +20,8 @@
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
 //   --daemon               double-fork a `sleep 40` in a session of its own (its parent exits);
 //                          print "daemon rank=<r> pid=<pid>"
+//   --orphan               the same with `true` instead of `sleep 40`: an orphan that exits at once;
+//                          print "orphan rank=<r> pid=<pid>"
 // Without a failure action (or when it does not apply) the worker exits 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -82,7 +84,8 @@ void print_cgroup() {
   }
 }
 
-[[noreturn]] void exec_sleep() {
+[[noreturn]] void exec_sleep(bool briefly = false) {
+  if (briefly) ::execl("/bin/true", "true", static_cast<char*>(nullptr));
   ::execl("/bin/sleep", "sleep", "40", static_cast<char*>(nullptr));
   ::_exit(127);
 }
@@ -94,15 +97,15 @@ void start_child() {
   std::printf("child rank=%d pid=%d\n", g_rank, pid);
 }
 
-// `sleep 40` in a session of its own whose parent exits at once: an orphan, re-parented.
-void start_daemon() {
+// `sleep 40` (or `true`) in a session of its own whose parent exits at once: an orphan, re-parented.
+void start_daemon(bool briefly) {
   int p[2];
   if (::pipe(p) != 0) return;
   const pid_t mid = ::fork();
   if (mid == 0) {
     ::setsid();
     const pid_t grandchild = ::fork();
-    if (grandchild == 0) exec_sleep();
+    if (grandchild == 0) exec_sleep(briefly);
     (void)!::write(p[1], &grandchild, sizeof(grandchild));
     ::_exit(0);
   }
@@ -111,7 +114,7 @@ void start_daemon() {
   (void)!::read(p[0], &grandchild, sizeof(grandchild));
   ::close(p[0]);
   ::waitpid(mid, nullptr, 0);
-  std::printf("daemon rank=%d pid=%d\n", g_rank, grandchild);
+  std::printf("%s rank=%d pid=%d\n", briefly ? "orphan" : "daemon", g_rank, grandchild);
 }
 
 void on_trap(int) {
@@ -159,7 +162,8 @@ int main(int argc, char** argv) {
     else if (a == "--list-fds") list_fds();
     else if (a == "--print-cgroup") print_cgroup();
     else if (a == "--child") start_child();
-    else if (a == "--daemon") start_daemon();
+    else if (a == "--daemon") start_daemon(false);
+    else if (a == "--orphan") start_daemon(true);
     else { std::fprintf(stderr, "test_worker: unknown argument %s\n", a.c_str()); return 64; }
   }
 
