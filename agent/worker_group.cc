@@ -162,7 +162,6 @@ void WorkerGroup::start(std::vector<WorkerLaunch> launches) {
   try {
     int local_rank = 0;
     SpawnOptions options;
-    options.io = &impl_->io;
     if (impl_->containment != nullptr) options.cgroup_procs_fd = impl_->containment->cgroup_procs_fd();
     for (auto& launch : launches) {
       const SpawnedWorker s = spawn_worker(launch.argv, launch.env, options);

@@ -1,7 +1,5 @@
 #include "agent/worker_process.h"
 
-#define BOOST_PROCESS_USE_STD_FS 1
-
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -12,14 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <boost/optional.hpp>
-#include <boost/process/v2/posix/default_launcher.hpp>
-#include <boost/process/v2/posix/vfork_launcher.hpp>
-#include <boost/process/v2/process.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <system_error>
 
 #ifndef P_PIDFD
@@ -64,7 +57,8 @@ const char* decimal(int n, char (&buf)[16]) {
   return p;
 }
 
-void prepare_child(int out_w, int err_w, pid_t agent_pid, int cgroup_procs_fd) {
+[[noreturn]] void exec_child(char* const* argv, char* const* envp, int out_w, int err_w,
+                             pid_t agent_pid, int cgroup_procs_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != agent_pid) ::_exit(127);  // the agent died before prctl took effect
@@ -94,11 +88,6 @@ void prepare_child(int out_w, int err_w, pid_t agent_pid, int cgroup_procs_fd) {
     write_str(2, "; CRUN_NO_CGROUP=1 runs without it)\n");
     ::_exit(127);
   }
-}
-
-[[noreturn]] void exec_child(char* const* argv, char* const* envp, int out_w, int err_w,
-                             pid_t agent_pid, int cgroup_procs_fd) {
-  prepare_child(out_w, err_w, agent_pid, cgroup_procs_fd);
   close_inherited_fds(3);
   ::execve(argv[0], argv, envp);
   write_str(2, "crun: cannot execute ");
@@ -110,39 +99,6 @@ void prepare_child(int out_w, int err_w, pid_t agent_pid, int cgroup_procs_fd) {
 bool is_executable_file(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
-// MEASUREMENT ONLY (docs/benchmarks.md, "Spawning through Boost.Process v2"): CRUN_SPAWN_WITH=
-// boost-fork | boost-vfork spawns through Boost.Process v2's posix launchers instead of the vfork
-// below, with the same exec-time setup as an initializer.
-struct ExecSetup {
-  int out_w, err_w;
-  pid_t agent_pid;
-  int cgroup_procs_fd;
-  template <typename Launcher>
-  boost::system::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) const {
-    prepare_child(out_w, err_w, agent_pid, cgroup_procs_fd);
-    return {};
-  }
-};
-
-template <typename Launcher>
-pid_t spawn_with_process_v2(boost::asio::io_context& io, const std::vector<std::string>& argv, char** envp,
-                            const ExecSetup& setup) {
-  Launcher launcher;
-  launcher.env = envp;
-  const std::vector<std::string> args(argv.begin() + 1, argv.end());
-  boost::system::error_code ec;
-  auto proc = launcher(io.get_executor(), ec, std::filesystem::path(argv[0]), args, setup);
-  if (ec) throw std::system_error(ec.value(), std::generic_category(), "Boost.Process v2 launcher");
-  const pid_t pid = proc.id();
-  proc.detach();  // 1.81's fd handle has no native_handle(): crun opens its own pidfd below
-  return pid;
-}
-
-const char* spawn_with() {
-  static const char* with = std::getenv("CRUN_SPAWN_WITH");
-  return with != nullptr ? with : "";
 }
 
 }  // namespace
@@ -174,23 +130,8 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   sigset_t all, saved;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &saved);
-  pid_t pid;
-  const std::string with = spawn_with();
-  if (options.io != nullptr && (with == "boost-fork" || with == "boost-vfork")) {
-    const ExecSetup setup{out[1], err[1], agent_pid, options.cgroup_procs_fd};
-    try {
-      pid = with == "boost-fork"
-                ? spawn_with_process_v2<boost::process::v2::posix::default_launcher>(*options.io, argv, cenv.data(), setup)
-                : spawn_with_process_v2<boost::process::v2::posix::vfork_launcher>(*options.io, argv, cenv.data(), setup);
-    } catch (...) {
-      ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-      for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
-      throw;
-    }
-  } else {
-    pid = ::vfork();
-    if (pid == 0) exec_child(cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd);
-  }
+  const pid_t pid = ::vfork();
+  if (pid == 0) exec_child(cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd);
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {

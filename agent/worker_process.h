@@ -23,10 +23,6 @@
 #include <string>
 #include <vector>
 
-namespace boost::asio {
-class io_context;
-}
-
 namespace crun {
 
 struct SpawnedWorker {
@@ -46,7 +42,6 @@ struct SpawnOptions {
   // worker and everything it starts live in that cgroup. A failure to join is reported on the
   // worker's stderr and the child exits 127. -1: no cgroup.
   int cgroup_procs_fd = -1;
-  boost::asio::io_context* io = nullptr;  // MEASUREMENT ONLY: the executor for CRUN_SPAWN_WITH
 };
 
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
