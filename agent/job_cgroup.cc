@@ -9,8 +9,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <sstream>
+
+#include "agent/file_text.h"
 
 namespace crun {
 namespace {
@@ -31,7 +32,7 @@ std::string unescape(const std::string& s) {
 
 // The cgroup v2 mount point and the root of the hierarchy it shows; empty when none is mounted.
 std::pair<std::string, std::string> cgroup2_mount() {
-  std::ifstream in("/proc/self/mountinfo");
+  std::istringstream in(read_text_file("/proc/self/mountinfo").value_or(""));
   std::string line;
   while (std::getline(in, line)) {
     const auto dash = line.find(" - ");
@@ -45,7 +46,7 @@ std::pair<std::string, std::string> cgroup2_mount() {
 
 // The agent's own cgroup v2 path ("0::<path>" in /proc/self/cgroup).
 std::string own_cgroup() {
-  std::ifstream in("/proc/self/cgroup");
+  std::istringstream in(read_text_file("/proc/self/cgroup").value_or(""));
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("0::", 0) == 0) return line.substr(3);
@@ -53,11 +54,9 @@ std::string own_cgroup() {
   return {};
 }
 
-std::string read_small(const std::string& path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  return s;
+std::string first_line(const std::string& path) {
+  const std::string text = read_text_file(path).value_or("");
+  return text.substr(0, text.find('\n'));
 }
 
 long now_ms() {
@@ -94,7 +93,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& agent_id) {
   const std::string dir = parent + "/crun-" + agent_id;
   if (::mkdir(dir.c_str(), 0755) != 0) return nullptr;
   // A threaded subtree, or a kernel without cgroup.kill (before 5.14): not usable.
-  if (::access((dir + "/cgroup.kill").c_str(), W_OK) != 0 || read_small(dir + "/cgroup.type") != "domain") {
+  if (::access((dir + "/cgroup.kill").c_str(), W_OK) != 0 || first_line(dir + "/cgroup.type") != "domain") {
     ::rmdir(dir.c_str());
     return nullptr;
   }

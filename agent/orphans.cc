@@ -17,26 +17,13 @@
 #include <string>
 #include <system_error>
 
+#include "agent/file_text.h"
+
 namespace crun {
 
 namespace asio = boost::asio;
 
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::string s;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return s;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    s.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return s;
-}
 
 // Reaps `pid` if it has exited (never blocks).
 void reap_pid(int pid) {
@@ -53,7 +40,7 @@ std::vector<int> own_children() {
   if (tasks == nullptr) return pids;
   while (dirent* t = ::readdir(tasks)) {
     if (t->d_name[0] == '.') continue;
-    const std::string list = read_all(std::string("/proc/self/task/") + t->d_name + "/children");
+    const std::string list = read_text_file(std::string("/proc/self/task/") + t->d_name + "/children").value_or("");
     const char* p = list.c_str();
     while (*p != '\0') {
       char* end = nullptr;
