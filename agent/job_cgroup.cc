@@ -112,32 +112,43 @@ JobCgroup::~JobCgroup() {
 
 int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
   char path[4096];
-  if (!join(path, sizeof(path), dir, "cgroup.kill")) return ENAMETOOLONG;
-  const int kill_fd = ::open(path, O_WRONLY | O_CLOEXEC);
-  if (kill_fd < 0) return errno;
-  const bool killed = ::write(kill_fd, "1", 1) == 1;
-  const int kill_errno = errno;
-  ::close(kill_fd);
-  if (!killed) return kill_errno;
-  // Killed processes leave the cgroup as they exit: wait for "populated 0" (POLLPRI on change).
   if (!join(path, sizeof(path), dir, "cgroup.events")) return ENAMETOOLONG;
   const int events = ::open(path, O_RDONLY | O_CLOEXEC);
   if (events < 0) return errno;
   const long deadline = now_ms() + timeout_ms;
+  bool killed = false;
   bool empty = false;
+  int err = 0;
   for (;;) {
     char buf[256];
     const ssize_t n = ::pread(events, buf, sizeof(buf) - 1, 0);
-    if (n > 0) {
-      buf[n] = '\0';
-      empty = std::strstr(buf, "populated 0") != nullptr;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
     }
+    buf[n] = '\0';
+    empty = std::strstr(buf, "populated 0") != nullptr;
+    if (empty) break;
+    if (!killed) {  // populated: kill everything in it (an agent's normal end finds it empty)
+      killed = true;
+      if (!join(path, sizeof(path), dir, "cgroup.kill")) {
+        err = ENAMETOOLONG;
+        break;
+      }
+      const int kill_fd = ::open(path, O_WRONLY | O_CLOEXEC);
+      if (kill_fd < 0 || ::write(kill_fd, "1", 1) != 1) err = errno;
+      if (kill_fd >= 0) ::close(kill_fd);
+      if (err != 0) break;
+      continue;
+    }
+    // Killed processes leave the cgroup as they exit: cgroup.events signals POLLPRI on a change.
     const long left = deadline - now_ms();
-    if (empty || n < 0 || left <= 0) break;
+    if (left <= 0) break;
     pollfd p{events, POLLPRI, 0};
     ::poll(&p, 1, static_cast<int>(left));
   }
   ::close(events);
+  if (err != 0) return err;
   if (!empty) return EBUSY;
   return ::rmdir(dir) == 0 ? 0 : errno;
 }

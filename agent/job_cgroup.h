@@ -11,9 +11,9 @@
 //   - Emptying and removing the cgroup is kill_and_remove_cgroup()'s, called by the keeper
 //     (keeper.h), which outlives the agent when the agent is killed; the destructor only removes
 //     the cgroup if it is still there and empty (an agent whose keeper could not start).
-//   - kill_and_remove_cgroup() kills every process in `dir` (cgroup.kill), waits until the cgroup
-//     is empty (cgroup.events "populated 0", waited on with poll, at most `timeout_ms`) and removes
-//     it. It uses raw system calls only, no allocation: it runs in the forked keeper.
+//   - kill_and_remove_cgroup() kills every process in `dir` (cgroup.kill, when cgroup.events says
+//     it is populated), waits until the cgroup is empty ("populated 0", waited on with poll, at
+//     most `timeout_ms`) and removes it. It uses raw system calls only, no allocation: it runs in the forked keeper.
 //
 // Threading
 //   create() on the agent's thread; kill_and_remove_cgroup() is async-signal-safe.
