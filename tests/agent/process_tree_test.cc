@@ -181,3 +181,23 @@ TEST_CASE("orphans re-parented to the agent are reaped; the workers' own exit co
     }
   }
 }
+
+TEST_CASE("a SIGKILLed agent's keeper ends its own job only", "[tree]") {
+  const bool cgroup = GENERATE(true, false);
+  INFO((cgroup ? "cgroup v2" : "fallback (CRUN_NO_CGROUP=1)"));
+  const std::vector<std::string> env = cgroup ? std::vector<std::string>{} : std::vector<std::string>{"CRUN_NO_CGROUP=1"};
+  ChildProcess killed(crun_cmd({"--nproc-per-node", "2"}, kTreeWorker), env);
+  ChildProcess other(crun_cmd({"--nproc-per-node", "2"}, kTreeWorker), env);
+  const Tree gone = start_tree(killed, cgroup);
+  const Tree kept = start_tree(other, cgroup);
+  killed.signal(SIGKILL);
+  REQUIRE(killed.wait_exit() == 128 + SIGKILL);
+  check_gone(gone, cgroup);  // the keeper has finished its clean-up when this returns
+  for (int pid : kept.all()) {
+    INFO("pid " << pid);
+    CHECK(::kill(pid, 0) == 0);
+  }
+  other.signal(SIGTERM);
+  CHECK(other.wait_exit() == 128 + SIGTERM);
+  check_gone(kept, cgroup);
+}
