@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 extern char** environ;
@@ -151,6 +153,22 @@ std::vector<std::string> lines(const std::string& text) {
     start = end + 1;
   }
   return out;
+}
+
+std::map<int, std::string> fds_without_cloexec(pid_t pid) {
+  std::map<int, std::string> found;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  for (const auto& e : std::filesystem::directory_iterator(proc + "/fdinfo")) {
+    std::ifstream in(e.path());
+    std::string key;
+    unsigned long flags = 0;
+    while (in >> key && key != "flags:") in.ignore(4096, '\n');
+    if (!(in >> std::oct >> flags) || (flags & O_CLOEXEC) != 0) continue;
+    const std::string fd = e.path().filename().string();
+    std::error_code ec;
+    found[std::stoi(fd)] = std::filesystem::read_symlink(proc + "/fd/" + fd, ec).string();
+  }
+  return found;
 }
 
 bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout) {

@@ -458,3 +458,19 @@ TEST_CASE("an agent that cannot start leaves no run directory behind", "[e2e][cl
   CHECK(fs::is_empty(tmp.path));
   ::close(busy);
 }
+
+TEST_CASE("every descriptor the agent opens is close-on-exec", "[e2e][fds]") {
+  // Asio's epoll, eventfd, timerfd and signal pipe, the store's sockets, pipes, pidfds, the
+  // cgroup and keeper descriptors: none may lack O_CLOEXEC. What crun inherited from this test
+  // (at the same numbers) is not crun's to mark.
+  const auto inherited = fds_without_cloexec(::getpid());
+  ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "2"}, {"--hang"}));
+  REQUIRE(p.wait_for_stdout("ready rank=", 2));
+  auto own = fds_without_cloexec(p.pid());
+  for (int fd = 0; fd <= 2; ++fd) own.erase(fd);
+  for (const auto& [fd, target] : inherited) own.erase(fd);
+  for (const auto& [fd, target] : own) UNSCOPED_INFO("fd " << fd << " -> " << target);
+  CHECK(own.empty());
+  p.signal(SIGTERM);
+  CHECK(p.wait_exit() == 128 + SIGTERM);
+}

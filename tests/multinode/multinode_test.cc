@@ -156,6 +156,24 @@ TEST_CASE("workers inherit only stdin, stdout and stderr, on the store's host to
   }
 }
 
+TEST_CASE("every descriptor of the agents, the store's host included, is close-on-exec", "[fds]") {
+  const auto inherited = fds_without_cloexec(::getpid());
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 1), {"--hang"});
+  auto& b = cl.crun(2, c10d("2", 1), {"--hang"});
+  REQUIRE(a.wait_for_stdout("ready rank="));
+  REQUIRE(b.wait_for_stdout("ready rank="));
+  for (auto* p : {&a, &b}) {
+    auto own = fds_without_cloexec(p->pid());
+    for (int fd = 0; fd <= 2; ++fd) own.erase(fd);
+    for (const auto& [fd, target] : inherited) own.erase(fd);
+    for (const auto& [fd, target] : own) UNSCOPED_INFO("pid " << p->pid() << " fd " << fd << " -> " << target);
+    CHECK(own.empty());
+  }
+  for (auto* p : {&a, &b}) p->signal(SIGTERM);
+  for (auto* p : {&a, &b}) CHECK(p->wait_exit() == 128 + SIGTERM);
+}
+
 TEST_CASE("a failure on a non-host node restarts every node; node rank 0 shows its root cause", "[failure]") {
   Cluster cl(2);
   TempFile stamps;
