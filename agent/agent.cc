@@ -146,7 +146,7 @@ int Agent::Impl::run() {
   perform(machine.start(AgentClock::now()));
   if (!exit_code) io.run();
   group.reset();  // SIGKILLs what is left of the workers' trees
-  containment->finish();
+  containment->release();  // the keeper removes the job's cgroup and exits meanwhile
   if (rendezvous) rendezvous->shutdown();
   // The host keeps the store up until the others have left; after a preemption notice the others
   // are still checkpointing, so it waits for them up to the grace period (and a little more).
@@ -155,6 +155,7 @@ int Agent::Impl::run() {
     std::error_code ignored;
     fs::remove_all(run_dir, ignored);
   }
+  containment->finish();
   return exit_code.value_or(kExitAgentError);
 }
 

@@ -93,6 +93,8 @@ void WorkerContainment::group_over() {
   impl_->keeper.group_over();
 }
 
+void WorkerContainment::release() { impl_->keeper.release(); }
+
 void WorkerContainment::finish() {
   if (impl_->finished) return;
   impl_->finished = true;

@@ -12,7 +12,8 @@
 //     (SIGKILL included), kills the job: the whole cgroup, or without one the workers' process
 //     groups and every process whose environment carries CRUN_AGENT_ID=<agent_id()>.
 //   PR_SET_PDEATHSIG (worker_process.h) still ends each worker itself with the agent.
-//   finish() (also the destructor) ends the keeper, which removes the cgroup.
+//   release() tells the keeper the agent ends normally (it removes the cgroup and exits while the
+//   agent cleans up the rest); finish() (also the destructor) waits for it.
 //   The keeper ending early is reported on stderr once; the agent goes on without it.
 //
 // Threading
@@ -43,6 +44,7 @@ class WorkerContainment {
   void worker_started(int pid);
   void worker_reaped(int pid);
   void group_over();
+  void release();
   void finish();
 
  private:

@@ -13,9 +13,12 @@
 #include <map>
 #include <set>
 
+#include "agent/orphans.h"
+#include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "agent/worker_process.h"
+#include "tests/agent/child_process.h"
 
 using namespace crun;
 using namespace std::chrono_literals;
@@ -149,4 +152,34 @@ TEST_CASE("the event loop's, the signal set's, timers' and workers' descriptors 
   }
   CHECK(checked >= 6);  // epoll, eventfd, timerfd, the signal pipe's two ends, a pidfd, two pipes
   signals.cancel();
+}
+
+TEST_CASE("a program that links the agent is its own keeper when crun-keeper is not beside it", "[worker_group]") {
+  // This test binary has no crun-keeper beside it: the keeper is /proc/self/exe --crun-keeper.
+  boost::asio::io_context io;
+  int keeper = 0;
+  {
+    WorkerContainment containment(io);
+    // Its only child so far; its executable is set before vfork returns (its command line later).
+    const std::vector<int> children = own_children();
+    REQUIRE(children.size() == 1);
+    keeper = children.front();
+    std::error_code ec;
+    CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/exe", ec) ==
+          std::filesystem::read_symlink("/proc/self/exe", ec));
+    containment.finish();
+  }
+  CHECK(crun::test::wait_pid_gone(keeper, 1s));  // reaped by finish()
+}
+
+TEST_CASE("--crun-keeper without an agent's pipe and marker never reaches main()", "[worker_group]") {
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {self, "--crun-keeper"}, {self, "--crun-keeper", "", "PATH=/usr/bin"}, {self, "--crun-keeper", "", "CRUN_AGENT_ID=x", "y"}}) {
+    crun::test::ChildProcess p(args);
+    REQUIRE(p.wait_exit(10s) == 2);  // not a test run, not a keeper that starts keepers
+    CHECK(p.out().empty());
+    CHECK(p.err().find("not started by a crun agent") != std::string::npos);
+  }
 }
