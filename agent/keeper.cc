@@ -30,17 +30,13 @@ constexpr int kFinishWaitMs = 11000;  // the keeper's own clean-up is bounded by
 // Runs in the vfork child (raw system calls only): the keeper's signals and descriptors, then exec.
 [[noreturn]] void exec_keeper(int pipe_in, char* const* argv, char* const* envp, volatile int* exec_errno) {
   // The terminal's and a scheduler's signals are the agent's to act on (it ends the keeper
-  // itself): ignored here, which survives exec. Every other signal gets its default action.
-  for (int s = 1; s < NSIG; ++s) {
-    if (s == SIGKILL || s == SIGSTOP) continue;
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = SIG_DFL;
-    for (int ignored : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGTSTP, SIGTTIN,
-                        SIGTTOU}) {
-      if (s == ignored) sa.sa_handler = SIG_IGN;
-    }
-    ::sigaction(s, &sa, nullptr);
+  // itself): ignored here, which survives exec. exec resets every handled signal to its default
+  // (one crun inherited as ignored stays ignored: the keeper acts on no signal).
+  struct sigaction ignore;
+  std::memset(&ignore, 0, sizeof(ignore));
+  ignore.sa_handler = SIG_IGN;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU}) {
+    ::sigaction(s, &ignore, nullptr);
   }
   sigset_t none;
   sigemptyset(&none);
