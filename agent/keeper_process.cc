@@ -97,9 +97,9 @@ void clean_up(bool agent_died, const char* cgroup_dir, const char* marker, std::
   if (cgroup_dir != nullptr) {
     const int err = kill_and_remove_cgroup(cgroup_dir, kCleanupMs);
     if (err != 0) say("cannot empty and remove ", cgroup_dir, err == EBUSY ? " (still populated)" : "");
-    return;
   }
   if (!agent_died) return;  // the agent killed and reaped its workers' trees itself
+  // Also with the cgroup: a process root moved out of it still has its group or the marker.
   for (int i = 0; i < g_group_count; ++i) ::kill(-g_groups[i], SIGKILL);
   const long deadline = now_ms() + kCleanupMs;
   for (int scan = 0; scan < kMaxScans && now_ms() < deadline; ++scan) {

@@ -9,9 +9,9 @@
 //     group is over, forget the pids; -1: the agent ends normally) until end-of-file, then:
 //       after -1 (normal end): removes the cgroup, if any (killing any straggler first);
 //       without it (the agent died, SIGKILL included): with the cgroup, cgroup.kill, wait until it
-//       is empty (at most 10 s), rmdir; without one, SIGKILL to every process group it was told
-//       of, then to every process whose environment holds the marker, scanning /proc again until
-//       a scan finds none (at most 50 scans, 10 s).
+//       is empty (at most 10 s), rmdir; then (with or without one) SIGKILL to every process group
+//       it was told of, then to every process whose environment holds the marker, scanning /proc
+//       again until a scan finds none (at most 50 scans, 10 s).
 //     and exits 0. What it cannot clean up it reports on stderr ("crun-keeper: ...").
 //   - Two programs run it: crun-keeper, a small static program beside crun (launcher/), and,
 //     where that is missing, any program that links the agent, through a constructor of
