@@ -19,6 +19,7 @@
 #include "agent/line_router.h"
 #include "agent/signal_names.h"
 #include "agent/standalone_rendezvous.h"
+#include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 
@@ -74,6 +75,7 @@ struct Agent::Impl {
   std::unique_ptr<C10dRendezvous> c10d;        // multi-node
   int rendezvous_round = -1;                   // the multi-node round the workers belong to
   int latest_stop_round = -1;                  // the newest round the coordinator ended
+  std::unique_ptr<WorkerContainment> containment;  // outlives every group
   std::unique_ptr<WorkerGroup> group;
   std::vector<std::string> base_env;
   fs::path run_dir;
@@ -110,6 +112,8 @@ int Agent::Impl::run() {
     if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
   }
   try {
+    // First: it forks the keeper, which must not inherit threads' state (the rendezvous starts some).
+    containment = std::make_unique<WorkerContainment>(io);
     for (int s : config.handled_signals) signals.add(s);
     if (config.log_dir.empty()) {
       // No --log-dir: error files (and logs, if any are redirected) go to a temporary dir. It is
@@ -133,6 +137,11 @@ int Agent::Impl::run() {
     }
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
+    if (!run_dir.empty()) {  // made before the failure, and nothing was written to it yet
+      std::error_code ignored;
+      fs::remove_all(run_dir, ignored);
+    }
+    containment.reset();  // ends the keeper, removes the job's cgroup
     return kExitAgentError;
   }
   base_env = current_environment();
@@ -140,7 +149,8 @@ int Agent::Impl::run() {
   wait_signal();
   perform(machine.start(AgentClock::now()));
   if (!exit_code) io.run();
-  group.reset();  // SIGKILLs anything left in the workers' process groups
+  group.reset();  // SIGKILLs what is left of the workers' trees
+  containment->release();  // the keeper removes the job's cgroup and exits meanwhile
   if (rendezvous) rendezvous->shutdown();
   // The host keeps the store up until the others have left; after a preemption notice the others
   // are still checkpointing, so it waits for them up to the grace period (and a little more).
@@ -149,6 +159,7 @@ int Agent::Impl::run() {
     std::error_code ignored;
     fs::remove_all(run_dir, ignored);
   }
+  containment->finish();
   return exit_code.value_or(kExitAgentError);
 }
 
@@ -231,6 +242,7 @@ void Agent::Impl::start_group(int restart_count) {
       who.role = config.role;
       who.run_id = config.run_id;
       who.error_file = (dir / "error.json").string();
+      who.agent_id = containment->agent_id();
       WorkerLaunch launch;
       launch.argv = config.worker_argv;
       launch.env = worker_environment(base_env, current_round, who);
@@ -258,12 +270,15 @@ void Agent::Impl::start_group(int restart_count) {
       launch.stderr_route.tail_lines = kStderrTailLines;
       launches.push_back(std::move(launch));
     }
-    group = std::make_unique<WorkerGroup>(io, restart_count, [this](const WorkerExit& e) {
-      // Decide outside the group's own handler: a restart destroys the group.
-      asio::post(io, [this, e] {
-        if (!exit_code) perform(machine.on_worker_exit(e));
-      });
-    });
+    group = std::make_unique<WorkerGroup>(
+        io, restart_count,
+        [this](const WorkerExit& e) {
+          // Decide outside the group's own handler: a restart destroys the group.
+          asio::post(io, [this, e] {
+            if (!exit_code) perform(machine.on_worker_exit(e));
+          });
+        },
+        containment.get());
     group->start(std::move(launches));
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start workers: ") + e.what() + "\n");

@@ -7,11 +7,14 @@
 //     0            every worker of a round exited 0
 //     N            the root-cause worker's exit code when restarts are exhausted
 //     128 + S      the root-cause worker was killed by signal S, or crun itself got signal S
-//     3            the agent could not start workers (spawn failed, no free port)
+//     3            the agent could not start (then the run dir it made is removed again) or
+//                  could not start workers (spawn failed, no free port)
 //   The failure report is printed once per failed round to stderr (and written to the log dir as
 //   failure_report.json; without --log-dir, the temporary run dir is removed at exit unless it
 //   holds redirected logs). Worker output is routed per AgentConfig (passthrough, --redirects,
 //   --tee with "[<role><local_rank>]:" prefixes, --local-ranks-filter).
+//   No process of a worker's tree outlives the agent, even a SIGKILLed one (worker_containment.h:
+//   child subreaper, the job's cgroup v2 or process groups and CRUN_AGENT_ID, the keeper process).
 //
 // Threading
 //   run() is called once, on the thread that owns the job (main); it returns when the job ends.

@@ -1,10 +1,10 @@
 #include "agent/failure_report.h"
 
 #include <ctime>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "agent/file_text.h"
 #include "agent/signal_names.h"
 
 namespace crun {
@@ -104,10 +104,10 @@ std::string FailureReport::to_json() const {
 }
 
 std::string read_error_file_message(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return {};
+  const auto text = read_text_file(path);
+  if (!text) return {};
   try {
-    const auto j = nlohmann::json::parse(in);
+    const auto j = nlohmann::json::parse(*text);
     if (!j.contains("message")) return {};
     const auto& m = j["message"];
     if (m.is_string()) return m.get<std::string>();
@@ -121,10 +121,10 @@ std::string read_error_file_message(const std::string& path) {
 }
 
 std::string read_error_file_traceback(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return {};
+  const auto text = read_text_file(path);
+  if (!text) return {};
   try {
-    const auto j = nlohmann::json::parse(in);
+    const auto j = nlohmann::json::parse(*text);
     const auto ptr = nlohmann::json::json_pointer("/message/extraInfo/py_callstack");
     if (!j.contains(ptr) || !j.at(ptr).is_string()) return {};
     return j.at(ptr).get<std::string>();
@@ -135,21 +135,20 @@ std::string read_error_file_traceback(const std::string& path) {
 
 std::string copy_error_file_to_parent(const std::string& worker_file, const std::string& parent_file,
                                       int error_code) {
-  std::ifstream in(worker_file);
-  if (!in) return "the worker wrote no error file";
+  const auto text = read_text_file(worker_file);
+  if (!text) return "the worker wrote no error file";
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(*text);
   } catch (const std::exception& e) {
     return std::string("the worker's error file is not JSON (") + e.what() + ")";
   }
   if (error_code != 0 && j.is_object() && j.contains("message") && j["message"].is_object()) {
     j["message"]["errorCode"] = error_code;  // the worker could not know it when a signal killed it
   }
-  std::ofstream out(parent_file, std::ios::trunc);
-  out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  out.close();
-  if (!out) return "cannot write " + parent_file;
+  if (!write_text_file(parent_file, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))) {
+    return "cannot write " + parent_file;
+  }
   return {};
 }
 

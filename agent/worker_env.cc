@@ -49,6 +49,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   set("TORCHELASTIC_RUN_ID", who.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set("TORCHELASTIC_ERROR_FILE", who.error_file);
+  if (!who.agent_id.empty()) set("CRUN_AGENT_ID", who.agent_id);
   // torchrun sets OMP_NUM_THREADS=1 only when several workers share the node: one worker keeps
   // torch's default (all cores).
   if (!has_omp && who.local_world_size > 1) set("OMP_NUM_THREADS", "1");

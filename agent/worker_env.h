@@ -8,7 +8,8 @@
 //   TORCHELASTIC_ERROR_FILE, and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) /
 //   NCCL_ASYNC_ERROR_HANDLING=1 (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` already
 //   has them; OMP_NUM_THREADS=1 unless `base` has it or local_world_size is 1 (as torchrun).
-//   Later entries never duplicate a key.
+//   CRUN_AGENT_ID=<agent_id> (worker_containment.h) when agent_id is set: it replaces one crun's
+//   own parent agent may have set. Later entries never duplicate a key.
 //
 // Threading
 //   Pure function.
@@ -29,6 +30,7 @@ struct WorkerIdentity {
   std::string role = "default";
   std::string run_id = "none";
   std::string error_file;
+  std::string agent_id;
 };
 
 std::vector<std::string> worker_environment(const std::vector<std::string>& base,

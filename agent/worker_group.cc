@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include "agent/worker_containment.h"
 #include "agent/worker_process.h"
 
 namespace crun {
@@ -44,9 +45,19 @@ struct WorkerGroup::Impl {
   asio::io_context& io;
   int round;
   ExitHandler on_exit;
+  WorkerContainment* containment;
   std::vector<std::shared_ptr<Worker>> workers;
   std::array<char, 65536> buffer{};
   int running = 0;
+  bool over = false;  // the rest of the workers' trees was killed
+
+  // Every worker is reaped: kill what is left of their trees.
+  void end_group() {
+    if (over) return;
+    over = true;
+    for (auto& w : workers) ::kill(-w->pid, SIGKILL);  // grandchildren left in the workers' groups
+    if (containment != nullptr) containment->group_over();
+  }
 
   // Reads what is available now; closes the stream at EOF. Returns false at EOF/error.
   bool drain(Stream& s, int max_reads) {
@@ -106,12 +117,14 @@ struct WorkerGroup::Impl {
     --running;
     boost::system::error_code ignored;
     w->pidfd.close(ignored);
+    if (containment != nullptr) containment->worker_reaped(w->pid);
     // Everything the worker wrote is in the pipes now; route it before reporting the exit.
     // (A grandchild holding the pipe keeps it open: then we read what is there and go on.)
     drain(w->out, 64);  // bounded: a pipe holds at most 1 MiB, a grandchild may keep writing
     drain(w->err, 64);
     w->out.router.finish();
     w->err.router.finish();
+    if (running == 0) end_group();
     on_exit(e);
   }
 
@@ -124,9 +137,11 @@ struct WorkerGroup::Impl {
         while (::waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
         }
         w->exited = true;
-      } else {
-        ::kill(-w->pid, SIGKILL);  // grandchildren left in the worker's process group
+        if (containment != nullptr) containment->worker_reaped(w->pid);
       }
+    }
+    end_group();
+    for (auto& w : workers) {
       w->closed = true;
       boost::system::error_code ignored;
       w->pidfd.close(ignored);
@@ -138,16 +153,19 @@ struct WorkerGroup::Impl {
   }
 };
 
-WorkerGroup::WorkerGroup(asio::io_context& io, int round, ExitHandler on_exit)
-    : impl_(std::make_unique<Impl>(Impl{io, round, std::move(on_exit), {}, {}, 0})) {}
+WorkerGroup::WorkerGroup(asio::io_context& io, int round, ExitHandler on_exit, WorkerContainment* containment)
+    : impl_(std::make_unique<Impl>(Impl{io, round, std::move(on_exit), containment, {}, {}, 0, false})) {}
 
 WorkerGroup::~WorkerGroup() { impl_->shutdown(); }
 
 void WorkerGroup::start(std::vector<WorkerLaunch> launches) {
   try {
     int local_rank = 0;
+    SpawnOptions options;
+    if (impl_->containment != nullptr) options.cgroup_procs_fd = impl_->containment->cgroup_procs_fd();
     for (auto& launch : launches) {
-      const SpawnedWorker s = spawn_worker(launch.argv, launch.env);
+      const SpawnedWorker s = spawn_worker(launch.argv, launch.env, options);
+      if (impl_->containment != nullptr) impl_->containment->worker_started(s.pid);
       auto w = std::make_shared<Worker>(impl_->io, s, launch);
       w->local_rank = local_rank++;
       impl_->workers.push_back(w);
@@ -165,7 +183,13 @@ void WorkerGroup::start(std::vector<WorkerLaunch> launches) {
 }
 
 void WorkerGroup::signal_all(int signo) {
-  for (auto& w : impl_->workers) ::kill(-w->pid, signo);
+  // A stopped process acts on no signal but SIGKILL until it is continued: without SIGCONT a
+  // SIGSTOPped worker would sit out the whole --stop-timeout.
+  const bool stop_signal = signo == SIGSTOP || signo == SIGTSTP || signo == SIGTTIN || signo == SIGTTOU;
+  for (auto& w : impl_->workers) {
+    ::kill(-w->pid, signo);
+    if (!stop_signal && signo != SIGKILL && signo != SIGCONT) ::kill(-w->pid, SIGCONT);
+  }
 }
 
 void WorkerGroup::kill_all() { signal_all(SIGKILL); }

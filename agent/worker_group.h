@@ -1,14 +1,21 @@
 // WorkerGroup: the worker processes of one round on this node, watched on the agent's event loop.
 //
 // Contract
-//   - start() spawns every worker (spawn_worker: own process group, PDEATHSIG) and begins watching
-//     its exit (pidfd) and its stdout/stderr pipes (LineRouter). Throws std::system_error when a
-//     spawn fails; workers already started are killed.
+//   - start() spawns every worker (spawn_worker: own process group, PDEATHSIG, only fds 0-2) and
+//     begins watching its exit (pidfd) and its stdout/stderr pipes (LineRouter). Throws
+//     std::system_error when a spawn fails; workers already started are killed.
+//   - With a WorkerContainment (worker_containment.h), workers join the job's cgroup, are made
+//     known to it as they start and end, and once the last worker of the group has been reaped
+//     (before its exit is delivered) the rest of their trees is killed: each worker's process group,
+//     then every remaining descendant (group_over()). Without one (tests), only the process groups.
 //   - When a worker ends, its pipes are drained of everything it wrote before the exit event is
 //     delivered to `on_exit` (so a crashing worker's last lines are routed, and its stderr tail is
 //     complete, before the agent reacts).
-//   - signal_all() sends a signal to the process group of every worker; kill_all() sends SIGKILL.
-//   - The destructor SIGKILLs and reaps any worker still running and closes every pipe.
+//   - signal_all() sends a signal to the process group of every worker, followed by SIGCONT (a
+//     stopped worker must run to act on it) unless it is SIGKILL or a stop signal; kill_all()
+//     sends SIGKILL.
+//   - The destructor SIGKILLs and reaps any worker still running, ends the rest of their trees as
+//     above, and closes every pipe.
 //
 // Threading
 //   Everything on the io_context's thread (the agent's event loop); not thread-safe.
@@ -29,6 +36,8 @@ class io_context;
 
 namespace crun {
 
+class WorkerContainment;
+
 struct WorkerLaunch {
   std::vector<std::string> argv;  // argv[0]: an executable path
   std::vector<std::string> env;   // complete environment
@@ -40,7 +49,8 @@ class WorkerGroup {
  public:
   using ExitHandler = std::function<void(const WorkerExit&)>;
 
-  WorkerGroup(boost::asio::io_context& io, int round, ExitHandler on_exit);
+  WorkerGroup(boost::asio::io_context& io, int round, ExitHandler on_exit,
+              WorkerContainment* containment = nullptr);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;

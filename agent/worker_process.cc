@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -30,10 +31,34 @@ void close_fd(int& fd) {
   fd = -1;
 }
 
+// Closes every descriptor from `first` up (raw system calls only: runs in the vfork child).
+void close_inherited_fds(unsigned first) {
+  if (::close_range(first, ~0U, 0) == 0) return;
+  // Kernels before 5.9: close one by one up to the descriptor limit.
+  struct rlimit lim;
+  const rlim_t top = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? lim.rlim_cur : 65536;
+  for (rlim_t fd = first; fd < top; ++fd) ::close(static_cast<int>(fd));
+}
+
 // Runs in the vfork child (shares the agent's memory until execve): raw system calls only, no
 // allocation, no locks, nothing written to memory the agent reads.
+void write_str(int fd, const char* s) { (void)!::write(fd, s, std::strlen(s)); }
+
+// A number as text into `buf` (no allocation).
+const char* decimal(int n, char (&buf)[16]) {
+  char* p = buf + sizeof(buf) - 1;
+  *p = '\0';
+  unsigned v = n < 0 ? 0u - static_cast<unsigned>(n) : static_cast<unsigned>(n);
+  do {
+    *--p = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && p > buf + 1);
+  if (n < 0) *--p = '-';
+  return p;
+}
+
 [[noreturn]] void exec_child(char* const* argv, char* const* envp, int out_w, int err_w,
-                             pid_t agent_pid) {
+                             pid_t agent_pid, int cgroup_procs_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != agent_pid) ::_exit(127);  // the agent died before prctl took effect
@@ -56,12 +81,18 @@ void close_fd(int& fd) {
   if (devnull >= 0) ::dup2(devnull, 0);  // dup2 clears close-on-exec on fd 0
   ::dup2(out_w, 1);
   ::dup2(err_w, 2);
+  if (cgroup_procs_fd >= 0 && ::write(cgroup_procs_fd, "0", 1) != 1) {
+    char num[16];
+    write_str(2, "crun: cannot join the job's cgroup (errno ");
+    write_str(2, decimal(errno, num));
+    write_str(2, "; CRUN_NO_CGROUP=1 runs without it)\n");
+    ::_exit(127);
+  }
+  close_inherited_fds(3);
   ::execve(argv[0], argv, envp);
-  static const char prefix[] = "crun: cannot execute ";
-  (void)!::write(2, prefix, sizeof(prefix) - 1);
-  (void)!::write(2, argv[0], std::strlen(argv[0]));
-  static const char suffix[] = " (execve failed)\n";
-  (void)!::write(2, suffix, sizeof(suffix) - 1);
+  write_str(2, "crun: cannot execute ");
+  write_str(2, argv[0]);
+  write_str(2, " (execve failed)\n");
   ::_exit(127);
 }
 
@@ -72,7 +103,8 @@ bool is_executable_file(const std::string& path) {
 
 }  // namespace
 
-SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                           const SpawnOptions& options) {
   std::vector<char*> cargv;
   cargv.reserve(argv.size() + 1);
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
@@ -99,7 +131,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &saved);
   const pid_t pid = ::vfork();
-  if (pid == 0) exec_child(cargv.data(), cenv.data(), out[1], err[1], agent_pid);
+  if (pid == 0) exec_child(cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd);
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {

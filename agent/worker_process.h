@@ -5,6 +5,10 @@
 //     set before exec (and exits at once if the agent is already gone), starts with an empty
 //     signal mask and default SIGPIPE, stdin from /dev/null, stdout and stderr on fresh pipes
 //     whose read ends are returned to the caller (close-on-exec, non-blocking).
+//   - The worker inherits descriptors 0, 1 and 2 and nothing else: every other descriptor is
+//     closed in the child before exec, whatever its close-on-exec flag (the agent's sockets, and
+//     anything crun's own parent left open). A descriptor meant for the worker would be moved to
+//     3.. in exec_child and the closing started above it (none is passed today).
 //   - `argv[0]` must already be a path (resolve_executable does the PATH search); `env` is the
 //     complete environment as "KEY=VALUE" strings.
 //   - A failing exec writes one line to the worker's stderr and exits 127.
@@ -33,7 +37,15 @@ struct ReapedStatus {
   int term_signal = 0;
 };
 
-SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+struct SpawnOptions {
+  // The job cgroup's cgroup.procs (job_cgroup.h): the child writes "0" to it before exec, so the
+  // worker and everything it starts live in that cgroup. A failure to join is reported on the
+  // worker's stderr and the child exits 127. -1: no cgroup.
+  int cgroup_procs_fd = -1;
+};
+
+SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                           const SpawnOptions& options = {});
 
 // Non-blocking reap of `pid` (via waitid on its pidfd); nullopt when it is still running.
 std::optional<ReapedStatus> reap_worker(int pid, int pidfd);

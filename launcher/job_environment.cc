@@ -143,7 +143,7 @@ std::string resolve_slurm_node(const std::string& name) {
       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == std::string::npos;
   if (plain) {
     const std::string command = "timeout 15 scontrol show node -o '" + name + "' 2>/dev/null";
-    if (FILE* pipe = ::popen(command.c_str(), "r")) {
+    if (FILE* pipe = ::popen(command.c_str(), "re")) {  // "e": close-on-exec
       std::string all;
       char buf[4096];
       std::size_t n = 0;

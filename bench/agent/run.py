@@ -10,6 +10,10 @@ Measures
 
 torchrun runs through bench/agent/torchrun_shim.py (torch 1.13 crashes on Python 3.11 in
 Std.from_str with its default --redirects/--tee; the shim only fixes that).
+
+With --variant LABEL=CRUN[,KEY=VALUE...] (repeatable) it compares crun builds or settings with
+each other instead (the first is the anchor): launch and recovery, the variants' runs interleaved
+(one run of each in turn, rotating who goes first), medians of 3 x --runs each.
 """
 import argparse
 import os
@@ -33,10 +37,10 @@ def median_of(fn, runs):
     return statistics.median(fn() for _ in range(runs))
 
 
-def recovery(cmd, worker):
+def recovery(cmd, worker, env=None):
     with tempfile.TemporaryDirectory() as tmp:
         stamp = os.path.join(tmp, "stamps")
-        env = dict(os.environ, BENCH_STAMP=stamp, BENCH_FAIL_ONCE="1")
+        env = dict(env or os.environ, BENCH_STAMP=stamp, BENCH_FAIL_ONCE="1")
         subprocess.run(cmd + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1", "--no_python", worker],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
         fail = start = None
@@ -70,13 +74,54 @@ def fmt_s(x):
     return f"{x * 1e3:9.1f} ms"
 
 
+def parse_variant(text):
+    label, _, rest = text.partition("=")
+    crun, *settings = rest.split(",")
+    env = dict(os.environ)
+    for kv in settings:
+        key, _, value = kv.partition("=")
+        env[key] = value
+    return label, [crun], env
+
+
+def compare_variants(variants, worker, runs):
+    """Each metric: one run of every variant in turn (rotating the order), `runs` rounds."""
+    print(f"# crun variants side by side, median of {runs} interleaved runs each, {os.cpu_count()} cores,"
+          f" load average {os.getloadavg()[0]:.2f}")
+    for label, cmd, env in variants:
+        extra = sorted(set(env.items()) - set(os.environ.items()))
+        print(f"#   {label}: {cmd[0]} {' '.join(k + '=' + v for k, v in extra)}")
+    print(f"{'metric':34}" + "".join(f"{label:>16}" for label, _, _ in variants) + "   ratio to the first")
+    metrics = []
+    for n in (2, 8):
+        job = ["--standalone", "--nproc_per_node", str(n), "--no_python", "/bin/true"]
+        metrics.append((f"launch /bin/true, {n} workers", lambda cmd, env, job=job: wall(cmd + job, env)))
+    metrics.append(("recovery (exit -> replacement)", lambda cmd, env: recovery(cmd, worker, env)))
+    for name, measure in metrics:
+        samples = {label: [] for label, _, _ in variants}
+        for label, cmd, env in variants:
+            measure(cmd, env)  # warm-up, not counted
+        for i in range(runs):
+            for j in range(len(variants)):
+                label, cmd, env = variants[(i + j) % len(variants)]
+                samples[label].append(measure(cmd, env))
+        medians = [statistics.median(samples[label]) for label, _, _ in variants]
+        ratios = " ".join(f"{m / medians[0]:.2f}x" for m in medians[1:])
+        print(f"{name:34}" + "".join(f"{fmt_s(m):>16}" for m in medians) + f"   {ratios}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--crun", required=True)
     ap.add_argument("--worker", required=True)
     ap.add_argument("--runs", type=int, default=5, help="runs per torchrun figure (crun: 3x as many)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=CRUN[,KEY=VALUE...]",
+                    help="compare crun builds or settings with each other instead of with torchrun")
     a = ap.parse_args()
     crun_runs = 3 * a.runs  # crun's runs are short; more of them steady the median on a busy box
+    if a.variant:
+        compare_variants([parse_variant(v) for v in a.variant], a.worker, crun_runs)
+        return
 
     crun = [a.crun]
     torchrun = [sys.executable, os.path.join(HERE, "torchrun_shim.py")]

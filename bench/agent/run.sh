@@ -1,6 +1,7 @@
 #!/bin/sh
 # Agent benchmark: crun vs torchrun side by side (see run.py). Not part of CTest.
-# Usage: bench/agent/run.sh [--runs N]   (BUILD=build dir, default build)
+# Usage: bench/agent/run.sh [--runs N] [--variant LABEL=CRUN[,KEY=VALUE...] ...]
+#        (BUILD=build dir, default build; with --variant, crun builds/settings side by side)
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-$root/build}

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 extern char** environ;
@@ -163,6 +165,22 @@ std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
+std::map<int, std::string> fds_without_cloexec(pid_t pid) {
+  std::map<int, std::string> found;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  for (const auto& e : std::filesystem::directory_iterator(proc + "/fdinfo")) {
+    std::ifstream in(e.path());
+    std::string key;
+    unsigned long flags = 0;
+    while (in >> key && key != "flags:") in.ignore(4096, '\n');
+    if (!(in >> std::oct >> flags) || (flags & O_CLOEXEC) != 0) continue;
+    const std::string fd = e.path().filename().string();
+    std::error_code ec;
+    found[std::stoi(fd)] = std::filesystem::read_symlink(proc + "/fd/" + fd, ec).string();
+  }
+  return found;
+}
+
 bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout) {
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (fd < 0) return errno == ESRCH;
@@ -170,6 +188,15 @@ bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout) {
   const int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
   ::close(fd);
   return r == 1;
+}
+
+bool wait_pid_reaped(pid_t pid, std::chrono::milliseconds timeout) {
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;
+  pollfd p{fd, 0, 0};  // no events asked for: only the hang-up (reaped) ends the wait
+  const bool reaped = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 && (p.revents & POLLHUP) != 0;
+  ::close(fd);
+  return reaped;
 }
 
 }  // namespace crun::test

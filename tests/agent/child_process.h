@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -71,7 +72,12 @@ class ChildProcess {
 int count(const std::string& text, const std::string& needle);
 // Lines of `text` (without newlines).
 std::vector<std::string> lines(const std::string& text);
+// Descriptors of `pid` whose open flags lack O_CLOEXEC, with what they point to.
+std::map<int, std::string> fds_without_cloexec(pid_t pid);
 // True when `pid` ends within `timeout` (pidfd; works for any process, not only children).
 bool wait_pid_gone(pid_t pid, std::chrono::milliseconds timeout);
+// True when `pid` ends and its parent reaps it (no zombie left) within `timeout` (pidfd's POLLHUP,
+// Linux 6.9 and later).
+bool wait_pid_reaped(pid_t pid, std::chrono::milliseconds timeout);
 
 }  // namespace crun::test

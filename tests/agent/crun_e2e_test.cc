@@ -1,5 +1,8 @@
 // crun end to end: the real binary, real worker processes, real signals.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -62,6 +65,17 @@ std::vector<int> ready_pids(const std::string& out) {
     if (std::regex_match(line, sm, re)) pids.push_back(std::stoi(sm[1]));
   }
   return pids;
+}
+
+// "fd rank=R N TARGET" lines -> rank -> descriptor -> target
+std::map<int, std::map<int, std::string>> parse_fds(const std::string& out) {
+  std::map<int, std::map<int, std::string>> m;
+  static const std::regex re(R"(^fd rank=(\d+) (\d+) (.*)$)");
+  for (const auto& line : lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) m[std::stoi(sm[1])][std::stoi(sm[2])] = sm[3];
+  }
+  return m;
 }
 
 }  // namespace
@@ -253,6 +267,19 @@ TEST_CASE("a SIGTERM-ignoring worker is SIGKILLed after the grace period", "[e2e
   for (int pid : pids) CHECK(wait_pid_gone(pid, 1s));
 }
 
+TEST_CASE("a stopped worker is continued so that it acts on the stop signal", "[e2e][signals]") {
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--stop-timeout", "30"}, {"--trap", "SIGTERM", "--hang"}));
+  REQUIRE(p.wait_for_stdout("ready rank=", 2));
+  const auto pids = ready_pids(p.out());
+  REQUIRE(pids.size() == 2);
+  REQUIRE(::kill(pids[0], SIGSTOP) == 0);  // stopped, or the stop still pending: a SIGCONT undoes either
+  p.signal(SIGTERM);
+  REQUIRE(p.wait_exit() == 128 + SIGTERM);
+  INFO(p.err());
+  CHECK(count(p.out(), "got SIGTERM") == 2);  // its handler ran: SIGTERM ended it, not SIGKILL
+  CHECK(p.err().find("sending SIGKILL") == std::string::npos);
+}
+
 TEST_CASE("agent SIGKILLed: no worker alive 1 s later", "[e2e][signals]") {
   ChildProcess p(crun_cmd({"--nproc-per-node", "3"}, {"--ignore-term", "--hang"}));
   REQUIRE(p.wait_for_stdout("ready rank=", 3));
@@ -382,4 +409,68 @@ TEST_CASE("--version and a .py program runs under PYTHON_EXEC -u", "[e2e][cli]")
   ChildProcess p({CRUN_BIN, script.string(), "a", "b"}, {"PYTHON_EXEC=/bin/sh"});
   REQUIRE(p.wait_exit() == 0);
   CHECK(p.out().find("args: " + script.string() + " a b") != std::string::npos);
+}
+
+TEST_CASE("workers inherit only stdin, stdout and stderr", "[e2e][fds]") {
+  // A descriptor crun's own parent leaves open without close-on-exec must not reach the workers either.
+  int leaked[2];
+  REQUIRE(::pipe(leaked) == 0);
+  ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "2"}, {"--list-fds"}));
+  ::close(leaked[0]);
+  ::close(leaked[1]);
+  REQUIRE(p.wait_exit() == 0);
+  const auto fds = parse_fds(p.out());
+  INFO(p.out());
+  REQUIRE(fds.size() == 2);
+  for (const auto& [rank, open] : fds) {
+    std::set<int> numbers;
+    for (const auto& [fd, target] : open) numbers.insert(fd);
+    CHECK(numbers == std::set<int>{0, 1, 2});
+    CHECK(open.at(0) == "/dev/null");
+  }
+}
+
+TEST_CASE("an agent that cannot start leaves no run directory behind", "[e2e][cli]") {
+  // The store's port is taken: the store host cannot listen, after the run directory was made.
+  const int busy = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::bind(busy, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::listen(busy, 1) == 0);
+  REQUIRE(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  TempDir tmp;
+  const std::vector<std::string> flags{"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint};
+  SECTION("the temporary run directory (no --log-dir)") {
+    ChildProcess p(crun_cmd(flags, {}), {"TMPDIR=" + tmp.path.string()});
+    REQUIRE(p.wait_exit() == 3);
+    CHECK(p.err().find("cannot start the agent") != std::string::npos);
+  }
+  SECTION("the run directory under --log-dir") {
+    auto with_logs = flags;
+    with_logs.insert(with_logs.end(), {"--log-dir", tmp.path.string()});
+    ChildProcess p(crun_cmd(with_logs, {}));
+    REQUIRE(p.wait_exit() == 3);
+    CHECK(p.err().find("cannot start the agent") != std::string::npos);
+  }
+  CHECK(fs::is_empty(tmp.path));
+  ::close(busy);
+}
+
+TEST_CASE("every descriptor the agent opens is close-on-exec", "[e2e][fds]") {
+  // Asio's epoll, eventfd, timerfd and signal pipe, the store's sockets, pipes, pidfds, the
+  // cgroup and keeper descriptors: none may lack O_CLOEXEC. What crun inherited from this test
+  // (at the same numbers) is not crun's to mark.
+  const auto inherited = fds_without_cloexec(::getpid());
+  ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "2"}, {"--hang"}));
+  REQUIRE(p.wait_for_stdout("ready rank=", 2));
+  auto own = fds_without_cloexec(p.pid());
+  for (int fd = 0; fd <= 2; ++fd) own.erase(fd);
+  for (const auto& [fd, target] : inherited) own.erase(fd);
+  for (const auto& [fd, target] : own) UNSCOPED_INFO("fd " << fd << " -> " << target);
+  CHECK(own.empty());
+  p.signal(SIGTERM);
+  CHECK(p.wait_exit() == 128 + SIGTERM);
 }

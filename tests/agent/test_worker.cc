@@ -15,13 +15,23 @@
 //   --raise SIG            failure action: raise SIG (with default disposition)
 //   --exit N               failure action: exit N
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
+//   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
+//   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
+//   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
+//   --daemon               double-fork a `sleep 40` in a session of its own (its parent exits);
+//                          print "daemon rank=<r> pid=<pid>"
+//   --orphan               the same with `true` instead of `sleep 40`: an orphan that exits at once;
+//                          print "orphan rank=<r> pid=<pid>"
 // Without a failure action (or when it does not apply) the worker exits 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +59,62 @@ int signum(const std::string& s) {
     if (s == n) return v;
   }
   return std::atoi(s.c_str());
+}
+
+void list_fds() {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.' || std::atoi(e->d_name) == ::dirfd(d)) continue;
+    char target[512] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    std::printf("fd rank=%d %s %s\n", g_rank, e->d_name, n > 0 ? target : "?");
+  }
+  ::closedir(d);
+}
+
+void print_cgroup() {
+  if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
+    char line[1024];
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::strncmp(line, "0::", 3) == 0) std::printf("cgroup rank=%d %s", g_rank, line + 3);
+    }
+    std::fclose(f);
+  }
+}
+
+[[noreturn]] void exec_sleep(bool briefly = false) {
+  if (briefly) ::execl("/bin/true", "true", static_cast<char*>(nullptr));
+  ::execl("/bin/sleep", "sleep", "40", static_cast<char*>(nullptr));
+  ::_exit(127);
+}
+
+// `sleep 40` forked by the worker: it stays in the worker's process group.
+void start_child() {
+  const pid_t pid = ::fork();
+  if (pid == 0) exec_sleep();
+  std::printf("child rank=%d pid=%d\n", g_rank, pid);
+}
+
+// `sleep 40` (or `true`) in a session of its own whose parent exits at once: an orphan, re-parented.
+void start_daemon(bool briefly) {
+  int p[2];
+  if (::pipe(p) != 0) return;
+  const pid_t mid = ::fork();
+  if (mid == 0) {
+    ::setsid();
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) exec_sleep(briefly);
+    (void)!::write(p[1], &grandchild, sizeof(grandchild));
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  pid_t grandchild = -1;
+  (void)!::read(p[0], &grandchild, sizeof(grandchild));
+  ::close(p[0]);
+  ::waitpid(mid, nullptr, 0);
+  std::printf("%s rank=%d pid=%d\n", briefly ? "orphan" : "daemon", g_rank, grandchild);
 }
 
 void on_trap(int) {
@@ -93,6 +159,11 @@ int main(int argc, char** argv) {
     else if (a == "--raise") raise_sig = signum(next());
     else if (a == "--exit") exit_code = std::atoi(next().c_str());
     else if (a == "--hang") hang = true;
+    else if (a == "--list-fds") list_fds();
+    else if (a == "--print-cgroup") print_cgroup();
+    else if (a == "--child") start_child();
+    else if (a == "--daemon") start_daemon(false);
+    else if (a == "--orphan") start_daemon(true);
     else { std::fprintf(stderr, "test_worker: unknown argument %s\n", a.c_str()); return 64; }
   }
 

@@ -6,12 +6,19 @@
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <map>
+#include <set>
 
+#include "agent/orphans.h"
+#include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "agent/worker_process.h"
+#include "tests/agent/child_process.h"
 
 using namespace crun;
 using namespace std::chrono_literals;
@@ -27,6 +34,12 @@ WorkerLaunch launch(std::vector<std::string> args, int local_rank, int tail = 20
   l.env.push_back("LOCAL_RANK=" + std::to_string(local_rank));
   l.stderr_route.tail_lines = static_cast<std::size_t>(tail);
   return l;
+}
+
+std::set<int> open_fds() {
+  std::set<int> fds;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) fds.insert(std::stoi(e.path().filename()));
+  return fds;
 }
 
 }  // namespace
@@ -110,4 +123,63 @@ TEST_CASE("resolve_executable searches PATH", "[worker_group]") {
   REQUIRE(resolve_executable("/bin/sh") == std::optional<std::string>("/bin/sh"));
   REQUIRE_FALSE(resolve_executable("crun-no-such-program").has_value());
   REQUIRE_FALSE(resolve_executable("/tmp").has_value());
+}
+
+TEST_CASE("the event loop's, the signal set's, timers' and workers' descriptors are close-on-exec", "[worker_group]") {
+  const std::set<int> before = open_fds();
+  boost::asio::io_context io;
+  boost::asio::signal_set signals(io, SIGUSR2);  // Asio's process-wide signal pipe
+  signals.async_wait([](const boost::system::error_code&, int) {});
+  boost::asio::steady_timer timer(io);  // epoll, its eventfd interrupter and timerfd
+  bool fired = false;
+  timer.expires_after(1ms);
+  timer.async_wait([&](const boost::system::error_code&) { fired = true; });
+  WorkerGroup group(io, 0, [](const WorkerExit&) {});  // pidfd and the output pipes
+  std::vector<WorkerLaunch> ls;
+  ls.push_back(launch({"--hang"}, 0));
+  group.start(std::move(ls));
+  while (!fired) REQUIRE(io.run_one_for(20s) > 0);
+  const std::set<int> now = open_fds();
+  int checked = 0;
+  for (int fd : now) {
+    if (before.count(fd) != 0) continue;
+    std::error_code ec;
+    INFO("fd " << fd << " -> " << std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec).string());
+    const int flags = ::fcntl(fd, F_GETFD);
+    if (flags < 0) continue;  // the directory listing's own descriptor, closed since
+    CHECK((flags & FD_CLOEXEC) != 0);
+    ++checked;
+  }
+  CHECK(checked >= 6);  // epoll, eventfd, timerfd, the signal pipe's two ends, a pidfd, two pipes
+  signals.cancel();
+}
+
+TEST_CASE("a program that links the agent is its own keeper when crun-keeper is not beside it", "[worker_group]") {
+  // This test binary has no crun-keeper beside it: the keeper is /proc/self/exe --crun-keeper.
+  boost::asio::io_context io;
+  int keeper = 0;
+  {
+    WorkerContainment containment(io);
+    // Its only child so far; its executable is set before vfork returns (its command line later).
+    const std::vector<int> children = own_children();
+    REQUIRE(children.size() == 1);
+    keeper = children.front();
+    std::error_code ec;
+    CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/exe", ec) ==
+          std::filesystem::read_symlink("/proc/self/exe", ec));
+    containment.finish();
+  }
+  CHECK(crun::test::wait_pid_gone(keeper, 1s));  // reaped by finish()
+}
+
+TEST_CASE("--crun-keeper without an agent's pipe and marker never reaches main()", "[worker_group]") {
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {self, "--crun-keeper"}, {self, "--crun-keeper", "", "PATH=/usr/bin"}, {self, "--crun-keeper", "", "CRUN_AGENT_ID=x", "y"}}) {
+    crun::test::ChildProcess p(args);
+    REQUIRE(p.wait_exit(10s) == 2);  // not a test run, not a keeper that starts keepers
+    CHECK(p.out().empty());
+    CHECK(p.err().find("not started by a crun agent") != std::string::npos);
+  }
 }

@@ -4,12 +4,28 @@
 
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <cstdio>
+#include <map>
 #include <set>
 
 #include "tests/agent/child_process.h"
 #include "tests/multinode/cluster.h"
 
 using namespace crun::test;
+
+namespace {
+
+// "fd rank=R N TARGET" lines -> rank -> the descriptor numbers it had open
+std::map<int, std::set<int>> parse_fds(const std::string& out) {
+  std::map<int, std::set<int>> m;
+  for (const auto& line : lines(out)) {
+    int rank = -1, fd = -1;
+    if (std::sscanf(line.c_str(), "fd rank=%d %d", &rank, &fd) == 2) m[rank].insert(fd);
+  }
+  return m;
+}
+
+}  // namespace
 
 TEST_CASE("two hosts run one job with torchrun's environment", "[normal]") {
   Cluster cl(2);
@@ -30,6 +46,38 @@ TEST_CASE("two hosts run one job with torchrun's environment", "[normal]") {
   CHECK(count(all, "TORCHELASTIC_RUN_ID=job") == 4);
   CHECK_THAT(a.err(), Catch::Contains("hosting the rendezvous at 10.77.0.1:29400"));
   CHECK_THAT(b.err(), Catch::Contains("joining the rendezvous"));
+}
+
+TEST_CASE("workers inherit only stdin, stdout and stderr, on the store's host too", "[fds]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 2), {"--list-fds"});  // hosts the store: listening and accepted sockets
+  auto& b = cl.crun(2, c10d("2", 2), {"--list-fds"});
+  REQUIRE(a.wait_exit() == 0);
+  REQUIRE(b.wait_exit() == 0);
+  for (auto* p : {&a, &b}) {
+    INFO(p->out());
+    const auto fds = parse_fds(p->out());
+    CHECK(fds.size() == 2);
+    for (const auto& [rank, open] : fds) CHECK(open == std::set<int>{0, 1, 2});
+  }
+}
+
+TEST_CASE("every descriptor of the agents, the store's host included, is close-on-exec", "[fds]") {
+  const auto inherited = fds_without_cloexec(::getpid());
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 1), {"--hang"});
+  auto& b = cl.crun(2, c10d("2", 1), {"--hang"});
+  REQUIRE(a.wait_for_stdout("ready rank="));
+  REQUIRE(b.wait_for_stdout("ready rank="));
+  for (auto* p : {&a, &b}) {
+    auto own = fds_without_cloexec(p->pid());
+    for (int fd = 0; fd <= 2; ++fd) own.erase(fd);
+    for (const auto& [fd, target] : inherited) own.erase(fd);
+    for (const auto& [fd, target] : own) UNSCOPED_INFO("pid " << p->pid() << " fd " << fd << " -> " << target);
+    CHECK(own.empty());
+  }
+  for (auto* p : {&a, &b}) p->signal(SIGTERM);
+  for (auto* p : {&a, &b}) CHECK(p->wait_exit() == 128 + SIGTERM);
 }
 
 TEST_CASE("a failure on a non-host node restarts every node; node rank 0 shows its root cause", "[failure]") {

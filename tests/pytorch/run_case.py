@@ -13,7 +13,8 @@ not dominate the run time. torch 1.13's torchrun only knows underscore spellings
 Known, intended differences (checked, not hidden):
   - exit code of a failed job: crun exits with the root-cause worker's code, torchrun with 1;
   - crun sets TORCH_NCCL_ASYNC_ERROR_HANDLING (the name torch >= 2.2 reads) besides torch
-    1.13's NCCL_ASYNC_ERROR_HANDLING; no other variable differs.
+    1.13's NCCL_ASYNC_ERROR_HANDLING, and CRUN_AGENT_ID (the marker by which crun's keeper finds
+    a SIGKILLed agent's leftover processes); no other variable differs.
 """
 import argparse
 import difflib
@@ -32,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(ROOT, "bench", "agent", "torchrun_shim.py")
 PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 RUN_TIMEOUT_S = 120  # one launcher run; far above the ~5-10 s a run takes
-CRUN_ONLY_VARIABLES = {"TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+CRUN_ONLY_VARIABLES = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "CRUN_AGENT_ID"}
 # Variables the launchers set: never inherited from the test's own environment.
 LAUNCHER_VARIABLES = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|"

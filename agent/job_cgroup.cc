@@ -1,0 +1,156 @@
+#include "agent/job_cgroup.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "agent/file_text.h"
+
+namespace crun {
+namespace {
+
+// mountinfo escapes blanks and backslashes in paths as octal (\040).
+std::string unescape(const std::string& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      out += static_cast<char>(std::strtol(s.substr(i + 1, 3).c_str(), nullptr, 8));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// The cgroup v2 mount point and the root of the hierarchy it shows; empty when none is mounted.
+std::pair<std::string, std::string> cgroup2_mount() {
+  std::istringstream in(read_text_file("/proc/self/mountinfo").value_or(""));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line.substr(0, dash));
+    std::string id, parent, dev, root, mount;
+    if (fields >> id >> parent >> dev >> root >> mount) return {unescape(mount), unescape(root)};
+  }
+  return {};
+}
+
+// The agent's own cgroup v2 path ("0::<path>" in /proc/self/cgroup).
+std::string own_cgroup() {
+  std::istringstream in(read_text_file("/proc/self/cgroup").value_or(""));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return {};
+}
+
+std::string first_line(const std::string& path) {
+  const std::string text = read_text_file(path).value_or("");
+  return text.substr(0, text.find('\n'));
+}
+
+long now_ms() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+// `dir` + "/" + `file` into `out` (no allocation); false when it does not fit.
+bool join(char* out, std::size_t size, const char* dir, const char* file) {
+  const std::size_t a = std::strlen(dir), b = std::strlen(file);
+  if (a + 1 + b + 1 > size) return false;
+  std::memcpy(out, dir, a);
+  out[a] = '/';
+  std::memcpy(out + a + 1, file, b + 1);
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& agent_id) {
+  const char* off = std::getenv("CRUN_NO_CGROUP");
+  if (off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0) return nullptr;
+  const auto [mount, root] = cgroup2_mount();
+  std::string own = own_cgroup();
+  if (mount.empty() || own.empty()) return nullptr;
+  if (root != "/") {  // a mount of a subtree: our cgroup must lie inside it
+    if (own.compare(0, root.size(), root) != 0) return nullptr;
+    own = own.substr(root.size());
+  }
+  std::string parent = mount + own;
+  while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
+  if (::access((parent + "/cgroup.procs").c_str(), W_OK) != 0) return nullptr;
+  const std::string dir = parent + "/crun-" + agent_id;
+  if (::mkdir(dir.c_str(), 0755) != 0) return nullptr;
+  // A threaded subtree, or a kernel without cgroup.kill (before 5.14): not usable.
+  if (::access((dir + "/cgroup.kill").c_str(), W_OK) != 0 || first_line(dir + "/cgroup.type") != "domain") {
+    ::rmdir(dir.c_str());
+    return nullptr;
+  }
+  const int fd = ::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    ::rmdir(dir.c_str());
+    return nullptr;
+  }
+  return std::unique_ptr<JobCgroup>(new JobCgroup(dir, fd));
+}
+
+JobCgroup::~JobCgroup() {
+  if (procs_fd_ >= 0) ::close(procs_fd_);
+  ::rmdir(dir_.c_str());  // normally gone already (ENOENT); never removes a populated one
+}
+
+int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
+  char path[4096];
+  if (!join(path, sizeof(path), dir, "cgroup.events")) return ENAMETOOLONG;
+  const int events = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (events < 0) return errno;
+  const long deadline = now_ms() + timeout_ms;
+  bool killed = false;
+  bool empty = false;
+  int err = 0;
+  for (;;) {
+    char buf[256];
+    const ssize_t n = ::pread(events, buf, sizeof(buf) - 1, 0);
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    buf[n] = '\0';
+    empty = std::strstr(buf, "populated 0") != nullptr;
+    if (empty) break;
+    if (!killed) {  // populated: kill everything in it (an agent's normal end finds it empty)
+      killed = true;
+      if (!join(path, sizeof(path), dir, "cgroup.kill")) {
+        err = ENAMETOOLONG;
+        break;
+      }
+      const int kill_fd = ::open(path, O_WRONLY | O_CLOEXEC);
+      if (kill_fd < 0 || ::write(kill_fd, "1", 1) != 1) err = errno;
+      if (kill_fd >= 0) ::close(kill_fd);
+      if (err != 0) break;
+      continue;
+    }
+    // Killed processes leave the cgroup as they exit: cgroup.events signals POLLPRI on a change.
+    const long left = deadline - now_ms();
+    if (left <= 0) break;
+    pollfd p{events, POLLPRI, 0};
+    ::poll(&p, 1, static_cast<int>(left));
+  }
+  ::close(events);
+  if (err != 0) return err;
+  if (!empty) return EBUSY;
+  return ::rmdir(dir) == 0 ? 0 : errno;
+}
+
+}  // namespace crun

@@ -1,0 +1,46 @@
+// JobCgroup: the cgroup v2 that holds every worker of one agent and everything they start.
+//
+// Contract
+//   - create() makes <the agent's own cgroup>/crun-<agent id> when the cgroup v2 hierarchy is
+//     mounted (found in /proc/self/mountinfo; hybrid systems mount it beside v1), the agent's
+//     cgroup (the "0::" line of /proc/self/cgroup) is writable, the new cgroup is a domain and has
+//     cgroup.kill (Linux 5.14). Otherwise, or with CRUN_NO_CGROUP set to anything but "" or "0",
+//     it returns nullptr: the caller falls back to process groups and the environment marker.
+//   - procs_fd() is the new cgroup's cgroup.procs, open for writing (close-on-exec): a spawned
+//     worker writes "0" to it before exec, so the worker and all it starts live in the cgroup.
+//   - Emptying and removing the cgroup is kill_and_remove_cgroup()'s, called by the keeper
+//     (keeper.h), which outlives the agent when the agent is killed; the destructor only removes
+//     the cgroup if it is still there and empty (an agent whose keeper could not start).
+//   - kill_and_remove_cgroup() kills every process in `dir` (cgroup.kill, when cgroup.events says
+//     it is populated), waits until the cgroup is empty ("populated 0", waited on with poll, at
+//     most `timeout_ms`) and removes it. It uses raw system calls only, no allocation: it runs in the forked keeper.
+//
+// Threading
+//   create() on the agent's thread; kill_and_remove_cgroup() is async-signal-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace crun {
+
+class JobCgroup {
+ public:
+  static std::unique_ptr<JobCgroup> create(const std::string& agent_id);
+  ~JobCgroup();
+  JobCgroup(const JobCgroup&) = delete;
+  JobCgroup& operator=(const JobCgroup&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  int procs_fd() const { return procs_fd_; }
+
+ private:
+  JobCgroup(std::string dir, int procs_fd) : dir_(std::move(dir)), procs_fd_(procs_fd) {}
+  std::string dir_;
+  int procs_fd_ = -1;
+};
+
+// 0 when `dir` is gone, else the errno of what failed (EBUSY: still populated after the timeout).
+int kill_and_remove_cgroup(const char* dir, int timeout_ms);
+
+}  // namespace crun

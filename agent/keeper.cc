@@ -1,0 +1,164 @@
+#include "agent/keeper.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <system_error>
+
+#include "agent/job_cgroup.h"
+#include "agent/keeper_process.h"
+
+extern char** environ;
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace crun {
+namespace {
+
+constexpr int kFinishWaitMs = 11000;  // the keeper's own clean-up is bounded by 10 s
+
+// Runs in the vfork child (raw system calls only): the keeper's signals and descriptors, then exec.
+[[noreturn]] void exec_keeper(int pipe_in, char* const* argv, char* const* envp, volatile int* exec_errno) {
+  // The terminal's and a scheduler's signals are the agent's to act on (it ends the keeper
+  // itself): ignored here, which survives exec. exec resets every handled signal to its default
+  // (one crun inherited as ignored stays ignored: the keeper acts on no signal).
+  struct sigaction ignore;
+  std::memset(&ignore, 0, sizeof(ignore));
+  ignore.sa_handler = SIG_IGN;
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU}) {
+    ::sigaction(s, &ignore, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  (void)!::chdir("/");
+  // stdin and stdout from /dev/null, stderr kept (for a failed clean-up), the pipe at 3, nothing
+  // else of the agent's.
+  const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+  }
+  if (pipe_in == kKeeperPipeFd) ::fcntl(kKeeperPipeFd, F_SETFD, 0);
+  else ::dup2(pipe_in, kKeeperPipeFd);  // clears close-on-exec on 3
+  ::close_range(kKeeperPipeFd + 1, ~0U, 0);
+  ::execve(argv[0], argv, envp);
+  *exec_errno = errno;
+  ::_exit(127);
+}
+
+std::string describe(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) return "exited with code " + std::to_string(info.si_status);
+  return "killed by signal " + std::to_string(info.si_status);
+}
+
+}  // namespace
+
+Keeper::Keeper(std::string cgroup_dir, std::string marker)
+    : cgroup_dir_(std::move(cgroup_dir)), marker_(std::move(marker)) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "keeper pipe");
+  static const std::string program = keeper_program();
+  std::string path = program;
+  std::string flag = kKeeperFlag;
+  char* argv[] = {path.data(), flag.data(), cgroup_dir_.data(), marker_.data(), nullptr};
+  // vfork + exec, not fork: a forked keeper would share the agent's pages copy-on-write, and
+  // every page the agent then writes would fault and be copied (docs/benchmarks.md).
+  volatile int exec_errno = 0;
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
+  pid_ = ::vfork();
+  if (pid_ == 0) exec_keeper(p[0], argv, environ, &exec_errno);
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  ::close(p[0]);
+  if (pid_ < 0 || exec_errno != 0) {
+    ::close(p[1]);
+    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+    throw std::system_error(pid_ < 0 ? fork_errno : exec_errno, std::generic_category(),
+                            pid_ < 0 ? "vfork of the keeper" : "exec of the keeper " + program);
+  }
+  pipe_ = p[1];
+  ::fcntl(pipe_, F_SETFL, ::fcntl(pipe_, F_GETFL) | O_NONBLOCK);  // never block the event loop
+  pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));  // close-on-exec by definition
+  if (pidfd_ < 0) {
+    const int e = errno;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    ::close(pipe_);
+    throw std::system_error(e, std::generic_category(), "pidfd_open of the keeper");
+  }
+}
+
+Keeper::~Keeper() { finish(); }
+
+void Keeper::send(int message) {
+  if (pipe_ < 0) return;
+  // A full pipe (a keeper that does not read) drops the message: the marker scan still finds
+  // the processes. A dead keeper is reported through pidfd().
+  (void)!::write(pipe_, &message, sizeof(message));
+}
+
+void Keeper::worker_started(int pid) { send(pid); }
+
+void Keeper::group_over() { send(kKeeperGroupOver); }
+
+void Keeper::release() {
+  if (released_) return;
+  released_ = true;
+  send(kKeeperFinish);
+  if (pipe_ >= 0) ::close(pipe_);
+  pipe_ = -1;
+}
+
+void Keeper::finish() {
+  if (finished_) return;
+  finished_ = true;
+  release();
+  bool clean = false;
+  if (pid_ > 0) {
+    pollfd p{pidfd_, POLLIN, 0};
+    int r;
+    while ((r = ::poll(&p, 1, kFinishWaitMs)) < 0 && errno == EINTR) {
+    }
+    if (r == 0) ::kill(pid_, SIGKILL);  // stuck: the agent removes the cgroup itself below
+    siginfo_t info;
+    std::memset(&info, 0, sizeof(info));
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_), &info, WEXITED) != 0 && errno == EINTR) {
+    }
+    clean = r > 0 && info.si_code == CLD_EXITED && info.si_status == 0;
+    pid_ = -1;
+  }
+  if (pidfd_ >= 0) ::close(pidfd_);
+  pidfd_ = -1;
+  if (pipe_ >= 0) ::close(pipe_);
+  pipe_ = -1;
+  if (!clean && !cgroup_dir_.empty()) kill_and_remove_cgroup(cgroup_dir_.c_str(), 1000);
+}
+
+std::string Keeper::reap_early_death() {
+  siginfo_t info;
+  std::memset(&info, 0, sizeof(info));
+  if (pid_ <= 0 ||
+      ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_), &info, WEXITED | WNOHANG) != 0 ||
+      info.si_pid == 0) {
+    return {};
+  }
+  pid_ = -1;
+  if (pipe_ >= 0) ::close(pipe_);
+  pipe_ = -1;
+  return describe(info);
+}
+
+}  // namespace crun

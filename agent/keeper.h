@@ -1,0 +1,62 @@
+// Keeper: a small process that kills what is left of the job when the agent dies, however it dies.
+//
+// Contract
+//   - The constructor starts the keeper process (keeper_process.h says what it does): vfork, then
+//     exec of crun-keeper beside this program's executable, else of this program itself
+//     (/proc/self/exe), as `--crun-keeper <cgroup dir or ""> <marker>`. Not a plain fork: the
+//     agent would then pay a copy-on-write fault for every page it writes afterwards
+//     (docs/benchmarks.md). Its only link to the agent is a pipe whose write end only the agent
+//     holds (close-on-exec; workers never get it), read end at the keeper's descriptor 3. It gets
+//     no other descriptor of the agent's (store sockets, logs) but stderr; stdin and stdout are
+//     /dev/null, the current directory /. It ignores the terminal's and a scheduler's signals
+//     (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2, SIGPIPE, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU):
+//     the agent acts on those and ends the keeper itself. Throws std::system_error when it
+//     cannot be started.
+//   - worker_started(pid) tells it a worker's pid (= its process group); group_over() that the
+//     agent has killed and reaped a whole group, so those groups must not be killed again (their
+//     numbers may be reused). A message that does not fit the pipe is dropped (never blocks).
+//   - If the agent dies (SIGKILL, a crash), the pipe's end-of-file makes the keeper kill the job.
+//   - release() is the agent's normal end (its workers are gone): the keeper removes the cgroup
+//     and exits while the agent does the rest of its own clean-up; finish() (release() first if
+//     needed) reaps it, waiting at most 11 s. If the keeper died before, or failed, finish()
+//     removes the cgroup itself. The destructor calls finish().
+//
+// Threading
+//   Agent's event-loop thread. pidfd() becomes readable if the keeper dies early; the owner reaps
+//   it then with reap_early_death().
+#pragma once
+
+#include <string>
+
+namespace crun {
+
+class Keeper {
+ public:
+  Keeper(std::string cgroup_dir, std::string marker);
+  ~Keeper();
+  Keeper(const Keeper&) = delete;
+  Keeper& operator=(const Keeper&) = delete;
+
+  void worker_started(int pid);
+  void group_over();
+  void release();
+  void finish();
+
+  int pid() const { return pid_; }
+  int pidfd() const { return pidfd_; }
+  // The keeper ended before finish(): reaps it and returns what ended it ("killed by SIGKILL").
+  std::string reap_early_death();
+
+ private:
+  void send(int message);
+
+  std::string cgroup_dir_;
+  std::string marker_;
+  int pid_ = -1;
+  int pidfd_ = -1;
+  int pipe_ = -1;  // write end
+  bool released_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace crun

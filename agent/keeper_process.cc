@@ -1,0 +1,168 @@
+#include "agent/keeper_process.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "agent/job_cgroup.h"
+
+namespace crun {
+namespace {
+
+constexpr int kCleanupMs = 10000;  // how long the keeper waits for the job's processes to end
+constexpr int kMaxScans = 50;
+
+// The process groups the agent told of: fixed storage, no allocation.
+constexpr int kMaxGroups = 4096;
+int g_groups[kMaxGroups];
+int g_group_count = 0;
+
+long now_ms() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+void say(const char* a, const char* b = "", const char* c = "") {
+  for (const char* s : {"crun-keeper: ", a, b, c, "\n"}) (void)!::write(2, s, std::strlen(s));
+}
+
+// True when /proc/<pid>/environ has the entry `marker` exactly.
+bool environ_has(const char* pid, const char* marker, std::size_t marker_len) {
+  char path[64] = "/proc/";
+  const std::size_t n = std::strlen(pid);
+  if (n > 20) return false;
+  std::memcpy(path + 6, pid, n);
+  std::memcpy(path + 6 + n, "/environ", 9);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  std::size_t matched = 0;
+  bool candidate = true;  // the current entry still equals marker[0, matched)
+  bool found = false;
+  while (!found) {
+    const ssize_t got = ::read(fd, buf, sizeof(buf));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    for (ssize_t i = 0; i < got && !found; ++i) {
+      const char c = buf[i];
+      if (c == '\0') {
+        found = candidate && matched == marker_len;
+        matched = 0;
+        candidate = true;
+      } else if (candidate) {
+        if (matched < marker_len && c == marker[matched]) ++matched;
+        else candidate = false;
+      }
+    }
+  }
+  ::close(fd);
+  return found;
+}
+
+// SIGKILLs every process (but this one) whose environment has `marker`; returns how many.
+int kill_marked(const char* marker, std::size_t marker_len) {
+  const int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return 0;
+  const pid_t self = ::getpid();
+  int killed = 0;
+  alignas(dirent64) char buf[16384];
+  for (;;) {
+    const ssize_t n = ::getdents64(dir, buf, sizeof(buf));
+    if (n <= 0) break;
+    for (ssize_t off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const dirent64*>(buf + off);
+      off += d->d_reclen;
+      pid_t pid = 0;
+      const char* c = d->d_name;
+      for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
+      if (*c != '\0' || pid <= 0 || pid == self) continue;
+      if (environ_has(d->d_name, marker, marker_len) && ::kill(pid, SIGKILL) == 0) ++killed;
+    }
+  }
+  ::close(dir);
+  return killed;
+}
+
+// The agent is gone: kill every process of the job, then leave.
+void clean_up(bool agent_died, const char* cgroup_dir, const char* marker, std::size_t marker_len) {
+  if (cgroup_dir != nullptr) {
+    const int err = kill_and_remove_cgroup(cgroup_dir, kCleanupMs);
+    if (err != 0) say("cannot empty and remove ", cgroup_dir, err == EBUSY ? " (still populated)" : "");
+  }
+  if (!agent_died) return;  // the agent killed and reaped its workers' trees itself
+  // Also with the cgroup: a process root moved out of it still has its group or the marker.
+  for (int i = 0; i < g_group_count; ++i) ::kill(-g_groups[i], SIGKILL);
+  const long deadline = now_ms() + kCleanupMs;
+  for (int scan = 0; scan < kMaxScans && now_ms() < deadline; ++scan) {
+    if (kill_marked(marker, marker_len) == 0) return;
+  }
+  say("processes marked ", marker, " were still being killed when the keeper gave up");
+}
+
+// Reads the agent's messages until end-of-file, cleans up, exits.
+[[noreturn]] void keeper_main(const char* cgroup_dir, const char* marker) {
+  ::prctl(PR_SET_NAME, "crun-keeper");
+  bool finished = false;
+  char buf[4096];
+  std::size_t have = 0;
+  for (;;) {
+    const ssize_t n = ::read(kKeeperPipeFd, buf + have, sizeof(buf) - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of file: the agent finished or died
+    have += static_cast<std::size_t>(n);
+    std::size_t used = 0;
+    for (; have - used >= sizeof(int); used += sizeof(int)) {
+      int message;
+      std::memcpy(&message, buf + used, sizeof(int));
+      if (message == kKeeperGroupOver) g_group_count = 0;
+      else if (message == kKeeperFinish) finished = true;
+      else if (message > 0 && g_group_count < kMaxGroups) g_groups[g_group_count++] = message;
+    }
+    std::memmove(buf, buf + used, have - used);
+    have -= used;
+  }
+  clean_up(!finished, *cgroup_dir != '\0' ? cgroup_dir : nullptr, marker, std::strlen(marker));
+  ::_exit(0);
+}
+
+// glibc passes argv to constructors: a program that links the agent is the keeper when asked. A
+// `--crun-keeper` command line never reaches main(): were it a program's normal run, a keeper
+// started from it would start keepers of its own, without end.
+__attribute__((constructor)) void run_keeper_if_asked(int argc, char** argv, char**) {
+  if (argc < 2 || std::strcmp(argv[1], kKeeperFlag) != 0) return;
+  run_keeper(argc, argv);
+  say("not started by a crun agent (expected --crun-keeper <cgroup dir> CRUN_AGENT_ID=<id>, a pipe at 3)");
+  ::_exit(2);
+}
+
+}  // namespace
+
+std::string keeper_program() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    std::string path(self, static_cast<std::size_t>(n));
+    path = path.substr(0, path.rfind('/') + 1) + "crun-keeper";
+    if (::access(path.c_str(), X_OK) == 0) return path;
+  }
+  return "/proc/self/exe";
+}
+
+int run_keeper(int argc, char** argv) {
+  if (argc != 4 || std::strcmp(argv[1], kKeeperFlag) != 0) return 2;
+  if (std::strncmp(argv[3], kKeeperMarkerPrefix, sizeof(kKeeperMarkerPrefix) - 1) != 0) return 2;
+  struct stat st;
+  if (::fstat(kKeeperPipeFd, &st) != 0 || !S_ISFIFO(st.st_mode)) return 2;
+  keeper_main(argv[2], argv[3]);
+}
+
+}  // namespace crun

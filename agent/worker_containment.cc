@@ -1,0 +1,108 @@
+#include "agent/worker_containment.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "agent/job_cgroup.h"
+#include "agent/keeper.h"
+#include "agent/orphans.h"
+
+namespace crun {
+
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr std::chrono::milliseconds kSweepBound{5000};
+
+std::string make_agent_id() {
+  unsigned long long r = 0;
+  if (::getrandom(&r, sizeof(r), 0) != static_cast<ssize_t>(sizeof(r))) {
+    r = static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  char id[64];
+  std::snprintf(id, sizeof(id), "%d-%016llx", static_cast<int>(::getpid()), r);
+  return id;
+}
+
+void say(const std::string& line) { (void)!::write(2, line.data(), line.size()); }
+
+}  // namespace
+
+struct WorkerContainment::Impl {
+  explicit Impl(asio::io_context& io)
+      : agent_id(make_agent_id()),
+        orphans(io),
+        cgroup(JobCgroup::create(agent_id)),
+        keeper(cgroup ? cgroup->dir() : std::string(), "CRUN_AGENT_ID=" + agent_id),
+        keeper_exit(io, ::fcntl(keeper.pidfd(), F_DUPFD_CLOEXEC, 3)) {
+    orphans.track(keeper.pid());  // reaped here, by keeper.finish() or on its early death
+    watch_keeper();
+  }
+
+  std::string agent_id;
+  Orphans orphans;
+  std::unique_ptr<JobCgroup> cgroup;
+  Keeper keeper;
+  asio::posix::stream_descriptor keeper_exit;  // a duplicate of the keeper's pidfd
+  bool finished = false;
+
+  void watch_keeper() {
+    keeper_exit.async_wait(asio::posix::stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
+      if (ec || finished) return;
+      const int pid = keeper.pid();
+      const std::string how = keeper.reap_early_death();
+      if (how.empty()) {
+        watch_keeper();
+        return;
+      }
+      say("crun: the keeper process (pid " + std::to_string(pid) + ") " + how +
+          "; the workers' descendants are no longer guarded against a SIGKILL of crun\n");
+      orphans.untrack(pid);
+      orphans.reap();
+    });
+  }
+};
+
+WorkerContainment::WorkerContainment(asio::io_context& io) : impl_(std::make_unique<Impl>(io)) {}
+
+WorkerContainment::~WorkerContainment() { finish(); }
+
+const std::string& WorkerContainment::agent_id() const { return impl_->agent_id; }
+
+int WorkerContainment::cgroup_procs_fd() const { return impl_->cgroup ? impl_->cgroup->procs_fd() : -1; }
+
+void WorkerContainment::worker_started(int pid) {
+  impl_->orphans.track(pid);
+  impl_->keeper.worker_started(pid);
+}
+
+void WorkerContainment::worker_reaped(int pid) {
+  impl_->orphans.untrack(pid);
+  impl_->orphans.reap();  // an orphan's zombie may have waited behind the worker's
+}
+
+void WorkerContainment::group_over() {
+  impl_->orphans.kill_untracked(kSweepBound);
+  impl_->keeper.group_over();
+}
+
+void WorkerContainment::release() { impl_->keeper.release(); }
+
+void WorkerContainment::finish() {
+  if (impl_->finished) return;
+  impl_->finished = true;
+  boost::system::error_code ignored;
+  impl_->keeper_exit.close(ignored);
+  const int pid = impl_->keeper.pid();
+  impl_->keeper.finish();
+  impl_->orphans.untrack(pid);
+}
+
+}  // namespace crun

@@ -1,0 +1,207 @@
+// No process of a worker's tree outlives the agent: real crun, real workers with a child in their
+// process group (`sleep 40`) and a double-forked `sleep 40` in a session of its own, both when the
+// group is stopped after a failure and when the agent itself is SIGKILLed; with the job's cgroup v2
+// and with the fallback (CRUN_NO_CGROUP=1: process groups and the CRUN_AGENT_ID marker).
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "tests/agent/child_process.h"
+
+using namespace crun::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> crun_cmd(std::vector<std::string> crun_args, std::vector<std::string> worker_args) {
+  std::vector<std::string> argv{CRUN_BIN};
+  argv.insert(argv.end(), crun_args.begin(), crun_args.end());
+  argv.push_back("--no-python");
+  argv.push_back(CRUN_TEST_WORKER);
+  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+  return argv;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The pids of "<kind> rank=R pid=P" lines.
+std::vector<int> pids_of(const std::string& out, const std::string& kind) {
+  std::vector<int> pids;
+  const std::regex re("^" + kind + R"( rank=\d+ pid=(\d+)$)");
+  for (const auto& line : lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) pids.push_back(std::stoi(sm[1]));
+  }
+  return pids;
+}
+
+// The workers' cgroup v2 paths ("cgroup rank=R PATH" lines).
+std::vector<std::string> cgroups_of(const std::string& out) {
+  std::vector<std::string> paths;
+  static const std::regex re(R"(^cgroup rank=\d+ (.*)$)");
+  for (const auto& line : lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) paths.push_back(sm[1]);
+  }
+  return paths;
+}
+
+// Where the cgroup v2 hierarchy is mounted ("" when it is not).
+std::string cgroup2_mount() {
+  std::istringstream in(slurp("/proc/self/mountinfo"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto dash = line.find(" - cgroup2 ");
+    if (dash == std::string::npos) continue;
+    std::istringstream fields(line.substr(0, dash));
+    std::string id, parent, dev, root, mount;
+    fields >> id >> parent >> dev >> root >> mount;
+    return mount;
+  }
+  return {};
+}
+
+// crun's keeper: its child running crun-keeper from beside crun (0 when there is none).
+int keeper_of(pid_t crun) {
+  const fs::path keeper = fs::path(CRUN_BIN).parent_path() / "crun-keeper";
+  const fs::path tasks = "/proc/" + std::to_string(crun) + "/task";
+  for (const auto& t : fs::directory_iterator(tasks)) {
+    std::istringstream children(slurp(t.path() / "children"));
+    int pid = 0;
+    while (children >> pid) {
+      std::error_code ec;
+      if (fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec) == fs::canonical(keeper, ec)) return pid;
+    }
+  }
+  return 0;
+}
+
+struct Tree {
+  std::vector<int> workers, children, daemons;
+  std::vector<std::string> cgroups;
+  int keeper = 0;
+  std::vector<int> all() const {
+    std::vector<int> v = workers;
+    v.insert(v.end(), children.begin(), children.end());
+    v.insert(v.end(), daemons.begin(), daemons.end());
+    return v;
+  }
+};
+
+// Starts 2 workers, each with a child in its process group and a daemon, and checks where they run.
+Tree start_tree(ChildProcess& p, bool cgroup) {
+  REQUIRE(p.wait_for_stdout("ready rank=", 2));
+  Tree t;
+  const std::string out = p.out();
+  INFO(out);
+  t.workers = pids_of(out, "ready");
+  t.children = pids_of(out, "child");
+  t.daemons = pids_of(out, "daemon");
+  t.cgroups = cgroups_of(out);
+  REQUIRE(t.workers.size() == 2);
+  REQUIRE(t.children.size() == 2);
+  REQUIRE(t.daemons.size() == 2);
+  REQUIRE(t.cgroups.size() == 2);
+  for (int d : t.daemons) CHECK(::getsid(d) != ::getsid(t.workers[0]));  // a session of its own
+  for (const auto& cg : t.cgroups) {
+    if (cgroup) {
+      CHECK(cg.find("/crun-") != std::string::npos);  // the job's cgroup
+      CHECK(cg == t.cgroups.front());
+    } else {
+      CHECK(cg.find("/crun-") == std::string::npos);
+    }
+  }
+  t.keeper = keeper_of(p.pid());
+  CHECK(t.keeper > 0);
+  return t;
+}
+
+void check_gone(const Tree& t, bool cgroup) {
+  for (int pid : t.all()) {
+    INFO("pid " << pid);
+    CHECK(wait_pid_gone(pid, 10s));
+  }
+  if (t.keeper > 0) CHECK(wait_pid_gone(t.keeper, 10s));
+  if (cgroup && !t.cgroups.empty()) CHECK_FALSE(fs::exists(cgroup2_mount() + t.cgroups.front()));
+}
+
+const std::vector<std::string> kTreeWorker{"--print-cgroup", "--child", "--daemon", "--hang"};
+
+}  // namespace
+
+TEST_CASE("no process of a worker's tree outlives a group stopped after a failure", "[tree]") {
+  REQUIRE(::geteuid() == 0);  // the job's cgroup needs a writable cgroup v2 hierarchy (CI is root)
+  const bool cgroup = GENERATE(true, false);
+  INFO((cgroup ? "cgroup v2" : "fallback (CRUN_NO_CGROUP=1)"));
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--stop-timeout", "5"}, kTreeWorker),
+                 cgroup ? std::vector<std::string>{} : std::vector<std::string>{"CRUN_NO_CGROUP=1"});
+  const Tree t = start_tree(p, cgroup);
+  ::kill(t.workers[1], SIGKILL);  // a failure with no restarts left: the group is stopped, crun exits
+  REQUIRE(p.wait_exit() == 128 + SIGKILL);
+  check_gone(t, cgroup);
+}
+
+TEST_CASE("no process of a worker's tree outlives an agent killed with SIGKILL", "[tree]") {
+  REQUIRE(::geteuid() == 0);
+  const bool cgroup = GENERATE(true, false);
+  INFO((cgroup ? "cgroup v2" : "fallback (CRUN_NO_CGROUP=1)"));
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2"}, kTreeWorker),
+                 cgroup ? std::vector<std::string>{} : std::vector<std::string>{"CRUN_NO_CGROUP=1"});
+  const Tree t = start_tree(p, cgroup);
+  // A terminal's Ctrl-C or a scheduler's SIGTERM reaches the keeper too (crun's process group):
+  // the keeper ignores them and is still there when crun is SIGKILLed.
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1}) ::kill(t.keeper, s);
+  p.signal(SIGKILL);
+  REQUIRE(p.wait_exit() == 128 + SIGKILL);
+  check_gone(t, cgroup);
+}
+
+TEST_CASE("orphans re-parented to the agent are reaped; the workers' own exit codes are kept", "[tree]") {
+  SECTION("an orphan that exits while the workers run leaves no zombie") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "1"}, {"--orphan", "--hang"}));
+    REQUIRE(p.wait_for_stdout("ready rank=", 1));
+    const auto orphans = pids_of(p.out(), "orphan");
+    REQUIRE(orphans.size() == 1);
+    CHECK(wait_pid_reaped(orphans[0], 10s));
+    CHECK_FALSE(p.wait_exit(0ms).has_value());  // reaped by the agent, which still runs
+    p.signal(SIGTERM);
+    CHECK(p.wait_exit() == 128 + SIGTERM);
+  }
+  SECTION("orphans ending with the workers do not take a worker's exit status") {
+    for (int i = 0; i < 5; ++i) {
+      ChildProcess p(crun_cmd({"--nproc-per-node", "2"}, {"--orphan", "--orphan", "--only-rank", "1", "--exit", "42"}));
+      REQUIRE(p.wait_exit() == 42);
+      CHECK(count(p.err(), "exit code 42") == 1);
+    }
+  }
+}
+
+TEST_CASE("a SIGKILLed agent's keeper ends its own job only", "[tree]") {
+  const bool cgroup = GENERATE(true, false);
+  INFO((cgroup ? "cgroup v2" : "fallback (CRUN_NO_CGROUP=1)"));
+  const std::vector<std::string> env = cgroup ? std::vector<std::string>{} : std::vector<std::string>{"CRUN_NO_CGROUP=1"};
+  ChildProcess killed(crun_cmd({"--nproc-per-node", "2"}, kTreeWorker), env);
+  ChildProcess other(crun_cmd({"--nproc-per-node", "2"}, kTreeWorker), env);
+  const Tree gone = start_tree(killed, cgroup);
+  const Tree kept = start_tree(other, cgroup);
+  killed.signal(SIGKILL);
+  REQUIRE(killed.wait_exit() == 128 + SIGKILL);
+  check_gone(gone, cgroup);  // the keeper has finished its clean-up when this returns
+  for (int pid : kept.all()) {
+    INFO("pid " << pid);
+    CHECK(::kill(pid, 0) == 0);
+  }
+  other.signal(SIGTERM);
+  CHECK(other.wait_exit() == 128 + SIGTERM);
+  check_gone(kept, cgroup);
+}
