@@ -26,8 +26,8 @@ struct StreamRoute {
   int console_fd = -1;         // -1: not shown on the console
   std::string console_prefix;  // prepended to every console line
   int file_fd = -1;            // -1: no log file
-  std::string file_path;       // the log file's name, for the one line about a failed write
   std::size_t tail_lines = 0;  // how many last lines to keep
+  std::string file_path;       // the log file's name, for the one line about a failed write
 };
 
 class LineRouter {

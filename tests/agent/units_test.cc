@@ -48,7 +48,7 @@ TEST_CASE("line router: whole prefixed lines, partial last line flushed, tail ke
   int p[2];
   REQUIRE(::pipe(p) == 0);
   {
-    LineRouter r(StreamRoute{p[1], "[default1]:", -1, 2});
+    LineRouter r(StreamRoute{p[1], "[default1]:", -1, 2, ""});
     r.feed("a", 1);
     r.feed("b\nc", 3);
     r.feed("d\ne\n", 4);
@@ -69,7 +69,7 @@ TEST_CASE("line router: raw bytes to the file, unprefixed console", "[units]") {
   int p[2];
   REQUIRE(::pipe(p) == 0);
   {
-    LineRouter r(StreamRoute{p[1], "", file, 0});
+    LineRouter r(StreamRoute{p[1], "", file, 0, ""});
     r.feed("x\ny", 3);
     r.finish();
   }
