@@ -9,6 +9,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -31,10 +32,13 @@ namespace {
 
 constexpr std::size_t kStderrTailLines = 20;
 
-void say(const std::string& text) { write_all(2, text.data(), text.size()); }
+void say(const std::string& text) { (void)write_all(2, text.data(), text.size()); }
 
+// -1 (after one line saying why) when the file cannot be created: that log is dropped.
 int open_log(const fs::path& path) {
-  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) say("crun: cannot create " + path.string() + ": " + std::strerror(errno) + "; it is left out\n");
+  return fd;
 }
 
 // Makes "<base>/<prefix>XXXXXX" and returns it; throws on failure.
@@ -249,6 +253,7 @@ void Agent::Impl::start_group(int restart_count) {
       const std::string prefix = "[" + config.role + std::to_string(lr) + "]:";
       auto route = [&](unsigned bit, int console_fd, const char* file) {
         StreamRoute r;
+        r.file_path = (dir / file).string();
         if (tee & bit) {
           r.file_fd = open_log(dir / file);
           r.console_fd = console ? console_fd : -1;
@@ -299,7 +304,9 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
     const std::string json = report.to_json();
     const int fd = open_log(path);
     if (fd >= 0) {
-      write_all(fd, json.data(), json.size());
+      if (!write_all(fd, json.data(), json.size())) {
+        say("crun: cannot write " + path.string() + ": " + std::strerror(errno) + "\n");
+      }
       ::close(fd);
     }
   }
@@ -313,6 +320,7 @@ FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
   report.rank = current_round.rank_offset + e.local_rank;
   report.local_rank = e.local_rank;
   report.host = config.hostname;
+  if (c10d) report.addr = c10d->node_address();
   report.pid = e.pid;
   report.exit_code = e.exit_code;
   report.term_signal = e.term_signal;

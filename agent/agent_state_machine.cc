@@ -135,6 +135,9 @@ AgentActions AgentStateMachine::on_all_exited() {
     return actions;
   }
   if (closing_code_) {
+    // The close may overtake our own failure's stop (the coordinator acted on our report before
+    // our workers were gone): this node still reports its root cause before it exits.
+    if (policy_.coordinated && root_cause_) actions.push_back(action::ReportFailure{*root_cause_, false});
     state_ = State::kDone;
     actions.push_back(action::Exit{*closing_code_});
     return actions;

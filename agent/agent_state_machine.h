@@ -22,7 +22,8 @@
 //       the stop as above; once all are gone -> ReportFailure, then wait for the coordinator
 //     - every worker exits 0 -> PublishSuccess, then wait
 //     - on_round_ended() -> stop the workers (if any), then JoinRound
-//     - on_job_closed(code) -> stop the workers (if any), then Exit{code}
+//     - on_job_closed(code) -> stop the workers (if any), then Exit{code} (after ReportFailure
+//       when this node's own failure started the stop)
 //     - a handled signal while joining or waiting -> Exit{128 + signal}
 //   A second signal while stopping is forwarded; crun then exits for it, unless the first was a
 //   preemption notice (SIGUSR1/SIGUSR2), whose code stands.

@@ -138,6 +138,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     std::lock_guard lock(mu);
     participant = std::move(p);
     node = participant->self().node_id;
+    address = participant->self().addr;
     if (cancel->cancelled()) participant->abort();  // stop_joining() ran while we were connecting
   }
 
@@ -173,6 +174,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::mutex mu;  // guards `participant` against abort() from the loop while the join thread sets it
   std::unique_ptr<RendezvousParticipant> participant;
   std::string node;
+  std::string address;
   std::thread joiner;
 };
 
@@ -224,6 +226,10 @@ bool C10dRendezvous::is_host() const { return impl_->host; }
 std::string C10dRendezvous::node_id() const {
   std::lock_guard lock(impl_->mu);
   return impl_->node;
+}
+std::string C10dRendezvous::node_address() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->address;
 }
 std::string C10dRendezvous::store_endpoint() const {
   return StoreEndpoint{impl_->multi.endpoint_host, impl_->multi.endpoint_port}.str();

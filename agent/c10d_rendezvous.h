@@ -64,6 +64,9 @@ class C10dRendezvous {
   bool is_host() const;
   // This agent's node id (valid once the first round was requested and connected).
   std::string node_id() const;
+  // The address the other nodes reach this node at (--local-addr, else the local address of the
+  // store connection); "" until connected.
+  std::string node_address() const;
   std::string store_endpoint() const;
 
  private:

@@ -56,7 +56,7 @@ std::string how_it_ended(const FailureReport& r) {
 std::string FailureReport::format_text() const {
   std::ostringstream os;
   os << "crun: worker failed (root cause): rank " << rank << " (local rank " << local_rank
-     << ", role " << role << ") on " << host << ", pid " << pid << ", " << how_it_ended(*this)
+     << ", role " << role << ") on " << host << (addr.empty() ? "" : " (" + addr + ")") << ", pid " << pid << ", " << how_it_ended(*this)
      << ", at " << iso_time(time) << ", attempt " << restart_count << "; "
      << (restarting ? "restarting the group" : "no restarts left") << "\n";
   if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
@@ -83,6 +83,11 @@ std::string FailureReport::to_json() const {
   j["rank"] = rank;
   j["local_rank"] = local_rank;
   j["host"] = host;
+  if (addr.empty()) {
+    j["addr"] = nullptr;
+  } else {
+    j["addr"] = addr;
+  }
   j["pid"] = pid;
   j["exit_code"] = term_signal != 0 ? 128 + term_signal : exit_code;
   if (term_signal != 0) {

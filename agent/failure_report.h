@@ -1,8 +1,9 @@
 // FailureReport: what crun tells the user about the root-cause worker of a failed round.
 //
 // Contract
-//   - format_text() is short: one header line naming rank, local rank, host, pid, exit code or
-//     signal name, and time, then the error-file message (if any), the error file's traceback
+//   - format_text() is short: one header line naming rank, local rank, host (with the node's
+//     address when it has one: two hosts may share a hostname), pid, exit code or signal name,
+//     and time, then the error-file message (if any), the error file's traceback
 //     (its last 40 lines; left out when the stderr tail already ends the same way, i.e. Python
 //     printed it) and the last stderr lines.
 //   - to_json() carries the same fields (written to --log-dir as failure_report.json).
@@ -30,6 +31,7 @@ struct FailureReport {
   int rank = 0;
   int local_rank = 0;
   std::string host;
+  std::string addr;  // multi-node: the address the other nodes reach this node at; "" standalone
   int pid = 0;
   int exit_code = 0;
   int term_signal = 0;  // non-zero when the worker was killed by a signal

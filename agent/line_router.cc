@@ -11,7 +11,7 @@ namespace {
 constexpr std::size_t kMaxPartial = 1u << 20;
 }
 
-void write_all(int fd, const char* data, std::size_t size) {
+bool write_all(int fd, const char* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
     if (n > 0) {
@@ -25,8 +25,10 @@ void write_all(int fd, const char* data, std::size_t size) {
       ::poll(&p, 1, -1);
       continue;
     }
-    return;  // EPIPE or a closed console: drop the output, keep running
+    if (n == 0) errno = EIO;
+    return false;  // ENOSPC, EPIPE, a closed console: the caller decides
   }
+  return true;
 }
 
 LineRouter::LineRouter(StreamRoute route) : route_(std::move(route)) {}
@@ -37,7 +39,7 @@ LineRouter::~LineRouter() {
 
 void LineRouter::feed(const char* data, std::size_t size) {
   if (size == 0) return;
-  if (route_.file_fd >= 0) write_all(route_.file_fd, data, size);
+  if (route_.file_fd >= 0 && !write_all(route_.file_fd, data, size)) drop_file(errno);
   if (route_.console_fd < 0 && route_.tail_lines == 0) return;
   const char* last_nl = static_cast<const char*>(::memrchr(data, '\n', size));
   if (last_nl == nullptr) {
@@ -89,6 +91,14 @@ void LineRouter::emit_lines(const char* data, std::size_t size) {
     remember(data + pos, end - pos - (nl ? 1 : 0));
     pos = end;
   }
+}
+
+void LineRouter::drop_file(int error) {
+  const std::string line = "crun: cannot write " + route_.file_path + ": " + std::strerror(error) +
+                           "; the rest of this log is dropped\n";
+  write_all(2, line.data(), line.size());
+  ::close(route_.file_fd);
+  route_.file_fd = -1;
 }
 
 void LineRouter::remember(const char* line, std::size_t size) {

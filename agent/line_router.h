@@ -7,6 +7,9 @@
 //   - finish() flushes a last line that has no newline (adding one), so nothing is lost when a
 //     worker dies mid-line. A line longer than 1 MiB is flushed in pieces.
 //   - The last `tail_lines` lines are kept for the failure report.
+//   - A log file that cannot be written (a full disk, a quota) costs one line on crun's stderr,
+//     "crun: cannot write <file_path>: <reason>; the rest of this log is dropped", and the file is
+//     closed; the console and the tail go on.
 //   - Owns `file_fd` (closes it); never closes `console_fd`.
 //
 // Threading
@@ -24,6 +27,7 @@ struct StreamRoute {
   std::string console_prefix;  // prepended to every console line
   int file_fd = -1;            // -1: no log file
   std::size_t tail_lines = 0;  // how many last lines to keep
+  std::string file_path;       // the log file's name, for the one line about a failed write
 };
 
 class LineRouter {
@@ -40,6 +44,7 @@ class LineRouter {
  private:
   void emit_lines(const char* data, std::size_t size);  // `data` holds whole lines only
   void remember(const char* line, std::size_t size);
+  void drop_file(int error);
 
   StreamRoute route_;
   std::string partial_;   // bytes after the last newline
@@ -48,6 +53,7 @@ class LineRouter {
 };
 
 // write() every byte, retrying on EINTR/EAGAIN (waiting for the fd when it is non-blocking).
-void write_all(int fd, const char* data, std::size_t size);
+// False (errno set) when a write failed: the rest is not written.
+bool write_all(int fd, const char* data, std::size_t size);
 
 }  // namespace crun

@@ -59,6 +59,7 @@ struct RendezvousCoordinator::Impl {
       for (const std::string& key : store.list_keys(keys.base, 1u << 20)) {
         if (auto v = store.try_get(key)) handle(StoreEvent{StoreEvent::Kind::kSet, key, *v});
       }
+      flush_prunes();
       for (;;) {
         std::deque<StoreEvent> batch;
         {
@@ -70,6 +71,7 @@ struct RendezvousCoordinator::Impl {
         }
         for (auto& e : batch) handle(e);
         on_timers(Clock::now());
+        flush_prunes();
         publish_drained();
       }
     } catch (const std::exception& e) {
@@ -118,7 +120,13 @@ struct RendezvousCoordinator::Impl {
         auto slash = rest.find('/');
         if (e.kind != StoreEvent::Kind::kSet || slash == std::string_view::npos) return;
         int r = std::stoi(std::string(rest.substr(0, slash)));
-        on_report(r, std::string(rest.substr(slash + 1)), RoundOutcome::from_json(e.value), now);
+        std::string node(rest.substr(slash + 1));
+        if (r <= round - 2) {
+          prunes.push_back(e.key);  // a late report of a round already pruned
+          return;
+        }
+        reporters[r].insert(node);
+        on_report(r, node, RoundOutcome::from_json(e.value), now);
       }
     } catch (const std::invalid_argument& ex) {  // a peer's malformed record; store errors go up to run()
       log("rendezvous: ignored a malformed record at '" + e.key + "': " + ex.what());
@@ -135,12 +143,18 @@ struct RendezvousCoordinator::Impl {
     a.error = error;
     a.closed = closed;
     store.set(keys.answer(rec.node_id, rec.seq), a.to_json());
+    answered[rec.node_id] = rec.seq;
   }
 
   void on_join(const NodeRecord& rec, Clock::time_point now) {
     auto seen = seen_seq.find(rec.node_id);
     if (seen != seen_seq.end() && seen->second >= rec.seq) return;  // already handled
     seen_seq[rec.node_id] = rec.seq;
+    // A node joins again only after it read its previous answer.
+    if (auto a = answered.find(rec.node_id); a != answered.end() && a->second < rec.seq) {
+      prunes.push_back(keys.answer(rec.node_id, a->second));
+      answered.erase(a);
+    }
     known[rec.node_id] = rec;
     if (phase == Phase::kClosed) {
       answer_error(rec, "the rendezvous of run '" + cfg.run_id + "' is closed", true);
@@ -192,6 +206,13 @@ struct RendezvousCoordinator::Impl {
   }
 
   void on_lost(const std::string& node, const std::string& why, Clock::time_point now) {
+    // Its records go; should it come back (a healed partition) it writes them again.
+    if (auto a = answered.find(node); a != answered.end()) {
+      prunes.push_back(keys.answer(node, a->second));
+      answered.erase(a);
+    }
+    prunes.push_back(keys.join(node));
+    prunes.push_back(keys.heartbeat(node));
     last_seen.erase(node);
     waiting.erase(node);
     expected.erase(node);
@@ -267,6 +288,7 @@ struct RendezvousCoordinator::Impl {
       a.master_port = order[0]->free_port;
       answer_keys.push_back(keys.answer(order[i]->node_id, order[i]->seq));
       answer_values.push_back(a.to_json());
+      answered[order[i]->node_id] = order[i]->seq;
       participants.push_back(order[i]->node_id);
       last_rank[order[i]->node_id] = i;
     }
@@ -281,6 +303,27 @@ struct RendezvousCoordinator::Impl {
     last_progress_line.clear();
     log("rendezvous: round " + std::to_string(round) + " formed with " + std::to_string(n) + " node(s), restart count " +
         std::to_string(restart_count));
+    prune_round(round - 2);
+  }
+
+  // Round `r` ended before the round before the current one formed: every agent of it has
+  // rejoined or is gone, and its stop event reached every watcher when it was written.
+  void prune_round(int r) {
+    if (r < 0) return;
+    prunes.push_back(keys.stop(r));
+    for (auto it = reporters.begin(); it != reporters.end() && it->first <= r; it = reporters.erase(it)) {
+      for (const auto& node : it->second) prunes.push_back(keys.report(it->first, node));
+    }
+    for (auto& key : store.list_keys(keys.round_prefix(r), 1u << 20)) prunes.push_back(std::move(key));
+  }
+
+  // Deletes what no agent can still need, in one pipelined batch.
+  void flush_prunes() {
+    if (prunes.empty()) return;
+    auto p = store.pipeline();
+    for (const auto& key : prunes) p.remove(key);
+    prunes.clear();
+    p.flush();
   }
 
   void close_job(int exit_code, const std::string& detail, const std::string& origin, const std::string& report) {
@@ -383,6 +426,9 @@ struct RendezvousCoordinator::Impl {
   std::optional<NodeRecord> reference;
   std::set<std::string> succeeded;
   std::set<std::string> in_round;  // participants, for O(log n) membership tests
+  std::map<std::string, int> answered;               // node -> seq of its answer key in the store
+  std::map<int, std::set<std::string>> reporters;    // round -> nodes whose report key exists
+  std::vector<std::string> prunes;                   // keys to delete after this batch
   std::optional<Clock::time_point> last_call_deadline;
   std::optional<Clock::time_point> progress_due;
   Clock::time_point last_progress{};

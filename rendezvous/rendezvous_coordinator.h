@@ -13,6 +13,10 @@
 //     ends it without counting a restart; all participants reporting success close the job.
 //   - Every decision is one key write that agents watch (ctl/stop/<round>, ctl/closed), so
 //     messages per round are O(nodes).
+//   - It deletes the keys no agent can still need (docs/rendezvous.md, "Pruning": answers a node
+//     has read, a lost node's records, stop keys, reports and round/<r>/ of rounds older than
+//     the previous one), in one pipelined batch per batch of events: the store holds O(nodes)
+//     keys however many rounds the job goes through.
 //
 // Threading
 //   Runs on a thread of its own, started by the constructor and joined by the destructor. Its

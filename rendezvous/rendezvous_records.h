@@ -3,7 +3,8 @@
 // Contract
 //   Every key of run R lives under "crun/rdzv/<R>/". Participants write only their own keys
 //   (join/<node>, alive/<node>, hb/<node>, report/<round>/<node>); the coordinator writes only
-//   answer/<node>/<seq> and ctl/*. Records are JSON; from_json throws std::invalid_argument naming
+//   answer/<node>/<seq> and ctl/*, and deletes what no agent can still need (docs/rendezvous.md,
+//   "Pruning"). Records are JSON; from_json throws std::invalid_argument naming
 //   the record and the field when a peer sent something malformed.
 //
 // Threading

@@ -351,6 +351,13 @@ void TcpStore::Pipeline::add(std::string_view key, std::int64_t delta) {
   ops_.push_back(static_cast<std::uint8_t>(Op::kAdd));
 }
 
+void TcpStore::Pipeline::remove(std::string_view key) {
+  store_.impl_->out.swap(out_);
+  store_.impl_->encode(Op::kDelete, [&](wire::Writer& w) { w.str(key); });
+  store_.impl_->out.swap(out_);
+  ops_.push_back(static_cast<std::uint8_t>(Op::kDelete));
+}
+
 std::vector<std::string> TcpStore::Pipeline::flush() {
   Impl& s = *store_.impl_;
   s.check_usable();
@@ -382,6 +389,7 @@ std::vector<std::string> TcpStore::Pipeline::flush() {
       wire::Reader r(reply.payload);
       if (op == Op::kGet) results[index] = std::string(r.str());
       else if (op == Op::kAdd) results[index] = std::to_string(r.i64());
+      else if (op == Op::kDelete) results[index] = r.u8() != 0 ? "1" : "0";
     }
   } catch (const StoreError& e) {
     s.broken = e.what();

@@ -105,7 +105,9 @@ class TcpStore final : public Store {
     void set(std::string_view key, std::string_view value);
     void get(std::string_view key, Millis timeout);
     void add(std::string_view key, std::int64_t delta);
-    // Returns each operation's result: the value for get, the decimal result for add, "" for set.
+    void remove(std::string_view key);
+    // Returns each operation's result: the value for get, the decimal result for add, "1" or "0"
+    // for remove (whether the key existed), "" for set.
     std::vector<std::string> flush();
 
    private:

@@ -17,7 +17,8 @@ extern char** environ;
 
 namespace crun::test {
 
-ChildProcess::ChildProcess(std::vector<std::string> argv, std::vector<std::string> env) {
+ChildProcess::ChildProcess(std::vector<std::string> argv, std::vector<std::string> env, std::size_t keep_stdout)
+    : keep_stdout_(keep_stdout) {
   std::vector<std::string> full_env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
@@ -88,6 +89,10 @@ void ChildProcess::read_loop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (r > 0) {
         sink.append(buf, static_cast<std::size_t>(r));
+        if (&sink == &out_) {
+          stdout_bytes_ += static_cast<std::uint64_t>(r);
+          if (out_.size() > keep_stdout_) out_.erase(0, out_.size() - keep_stdout_);
+        }
       } else if (r == 0 || errno != EINTR) {
         open = false;
         eof = true;
@@ -130,6 +135,11 @@ std::optional<int> ChildProcess::wait_exit(std::chrono::milliseconds timeout) {
 std::string ChildProcess::out() const {
   std::lock_guard<std::mutex> lock(mu_);
   return out_;
+}
+
+std::uint64_t ChildProcess::stdout_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stdout_bytes_;
 }
 
 std::string ChildProcess::err() const {

@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -24,8 +26,10 @@ using namespace std::chrono_literals;
 
 class ChildProcess {
  public:
-  // `env` entries "KEY=VALUE" are added to (or override) the test's environment.
-  explicit ChildProcess(std::vector<std::string> argv, std::vector<std::string> env = {});
+  // `env` entries "KEY=VALUE" are added to (or override) the test's environment. Only the last
+  // `keep_stdout` bytes of stdout are kept (for a child that floods it); stdout_bytes() counts all.
+  explicit ChildProcess(std::vector<std::string> argv, std::vector<std::string> env = {},
+                        std::size_t keep_stdout = SIZE_MAX);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -43,6 +47,7 @@ class ChildProcess {
 
   std::string out() const;
   std::string err() const;
+  std::uint64_t stdout_bytes() const;
 
  private:
   void read_loop();
@@ -55,6 +60,8 @@ class ChildProcess {
   std::condition_variable cv_;
   std::string out_;
   std::string err_;
+  std::size_t keep_stdout_ = SIZE_MAX;
+  std::uint64_t stdout_bytes_ = 0;
   std::optional<int> code_;
   bool out_eof_ = false;
   bool err_eof_ = false;

@@ -248,3 +248,17 @@ TEST_CASE("coordinated: a signal while joining or waiting exits at once", "[stat
   a = sm2.on_signal(SIGINT, t0);
   REQUIRE(std::get<action::Exit>(a.at(0)).code == 128 + SIGINT);
 }
+
+TEST_CASE("coordinated: a close that overtakes the stop of a local failure still reports it", "[state_machine]") {
+  auto sm = coordinated(2, 0);
+  sm.start(t0);
+  sm.on_round(0);
+  auto a = sm.on_worker_exit(exit_of(0, 1, 0, SIGKILL, 10ms));
+  REQUIRE(find<action::PublishFailure>(a) != nullptr);
+  REQUIRE(sm.on_job_closed(128 + SIGKILL, t0 + 20ms).empty());  // our report closed the job
+  a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 30ms));
+  REQUIRE(find<action::ReportFailure>(a) != nullptr);
+  CHECK(find<action::ReportFailure>(a)->root_cause.term_signal == SIGKILL);
+  CHECK_FALSE(find<action::ReportFailure>(a)->restarting);
+  REQUIRE(std::get<action::Exit>(a.back()).code == 128 + SIGKILL);
+}

@@ -48,7 +48,7 @@ TEST_CASE("line router: whole prefixed lines, partial last line flushed, tail ke
   int p[2];
   REQUIRE(::pipe(p) == 0);
   {
-    LineRouter r(StreamRoute{p[1], "[default1]:", -1, 2});
+    LineRouter r(StreamRoute{p[1], "[default1]:", -1, 2, ""});
     r.feed("a", 1);
     r.feed("b\nc", 3);
     r.feed("d\ne\n", 4);
@@ -69,7 +69,7 @@ TEST_CASE("line router: raw bytes to the file, unprefixed console", "[units]") {
   int p[2];
   REQUIRE(::pipe(p) == 0);
   {
-    LineRouter r(StreamRoute{p[1], "", file, 0});
+    LineRouter r(StreamRoute{p[1], "", file, 0, ""});
     r.feed("x\ny", 3);
     r.finish();
   }
@@ -162,11 +162,15 @@ TEST_CASE("failure report: torch @record error file, text and json", "[units]") 
   const std::string text = r.format_text();
   REQUIRE(text.find("rank 5 (local rank 1") != std::string::npos);
   REQUIRE(text.find("node7, pid 1234, killed by SIGSEGV") != std::string::npos);
+  REQUIRE(r.to_json().find("\"addr\": null") != std::string::npos);  // standalone: no address
   REQUIRE(text.find("RuntimeError: boom") != std::string::npos);
   REQUIRE(text.find("| b") != std::string::npos);
   const std::string j = r.to_json();
   REQUIRE(j.find("\"exit_code\": 139") != std::string::npos);
   REQUIRE(j.find("\"signal\": \"SIGSEGV\"") != std::string::npos);
+  r.addr = "10.0.0.7";  // multi-node: two hosts may share a name; the address tells them apart
+  REQUIRE(r.format_text().find(" on node7 (10.0.0.7), pid 1234,") != std::string::npos);
+  REQUIRE(r.to_json().find("\"addr\": \"10.0.0.7\"") != std::string::npos);
 }
 
 TEST_CASE("failure report: the error file's traceback, unless stderr already shows it", "[units]") {

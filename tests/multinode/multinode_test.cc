@@ -2,112 +2,18 @@
 // (scripts/netns-cluster.sh), every agent a real crun process inside it. Needs root (CI is root).
 #include <unistd.h>
 
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "tests/agent/child_process.h"
+#include "tests/multinode/cluster.h"
 
 using namespace crun::test;
 
 namespace {
-
-std::string run_script(const std::vector<std::string>& args) {
-  std::string cmd = CRUN_NETNS_SCRIPT;
-  for (auto& a : args) cmd += " " + a;
-  cmd += " 2>&1";
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  int rc = ::pclose(p);
-  INFO(cmd << "\n" << out);
-  REQUIRE(rc == 0);
-  return out;
-}
-
-// K hosts at 10.77.0.1..K, removed (with anything still running in them) on destruction.
-class Cluster {
- public:
-  explicit Cluster(int hosts) {
-    REQUIRE(::geteuid() == 0);  // network namespaces need root; CI runs as root
-    static std::atomic<int> serial{0};
-    name_ = "cm" + std::to_string(::getpid() % 100000) + "x" + std::to_string(serial++);
-    run_script({"up", name_, std::to_string(hosts)});
-  }
-  ~Cluster() {
-    agents_.clear();  // kills what is left (ChildProcess), then the namespaces go
-    std::string cmd = std::string(CRUN_NETNS_SCRIPT) + " down " + name_ + " >/dev/null 2>&1";
-    int ignored = std::system(cmd.c_str());
-    (void)ignored;
-  }
-  static std::string addr(int host) { return "10.77.0." + std::to_string(host); }
-
-  // Starts crun on `host` with `flags`, then the test worker with `worker_args`.
-  ChildProcess& crun(int host, const std::vector<std::string>& flags, const std::vector<std::string>& worker_args) {
-    return crun_program(host, flags, CRUN_TEST_WORKER, worker_args);
-  }
-  ChildProcess& crun_program(int host, const std::vector<std::string>& flags, const std::string& program,
-                             const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-    std::vector<std::string> argv{CRUN_IP_BIN, "netns", "exec", name_ + "-h" + std::to_string(host)};
-    if (!env.empty()) {
-      argv.push_back("/usr/bin/env");
-      argv.insert(argv.end(), env.begin(), env.end());
-    }
-    argv.push_back(CRUN_BIN);
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    argv.push_back(program);
-    argv.insert(argv.end(), args.begin(), args.end());
-    agents_.push_back(std::make_unique<ChildProcess>(argv));
-    return *agents_.back();
-  }
-  void link(int host, bool up) { run_script({"link", name_, std::to_string(host), up ? "up" : "down"}); }
-
- private:
-  std::string name_;
-  std::vector<std::unique_ptr<ChildProcess>> agents_;
-};
-
-std::vector<std::string> c10d(const std::string& nnodes, int nproc, const std::string& conf = "", int max_restarts = 0) {
-  std::vector<std::string> f{"--nnodes", nnodes, "--nproc-per-node", std::to_string(nproc), "--rdzv-backend", "c10d",
-                             "--rdzv-endpoint", Cluster::addr(1) + ":29400", "--rdzv-id", "job", "--max-restarts",
-                             std::to_string(max_restarts), "--stop-timeout", "5"};
-  if (!conf.empty()) {
-    f.push_back("--rdzv-conf");
-    f.push_back(conf);
-  }
-  return f;
-}
-
-bool err_has(ChildProcess& p, const std::string& needle, std::chrono::milliseconds bound = 30s) {
-  return p.wait_until([&](const std::string&, const std::string& err) { return err.find(needle) != std::string::npos; },
-                      bound);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-struct TempFile {
-  TempFile() {
-    char t[] = "/tmp/crun-mn-XXXXXX";
-    int fd = ::mkstemp(t);
-    REQUIRE(fd >= 0);
-    ::close(fd);
-    path = t;
-  }
-  ~TempFile() { ::unlink(path.c_str()); }
-  std::string path;
-};
 
 // "fd rank=R N TARGET" lines -> rank -> the descriptor numbers it had open
 std::map<int, std::set<int>> parse_fds(const std::string& out) {

@@ -395,3 +395,79 @@ TEST_CASE("an evicted node that rejoins is counted alive again", "[rendezvous]")
   // Its heartbeats count again: no further eviction over several heartbeat timeouts.
   CHECK_FALSE(a.control.pop(2s).has_value());
 }
+
+namespace {
+// The run's keys under `sub` (e.g. "answer/"), without the run's prefix.
+std::set<std::string> keys_under(Job& job, const std::string& sub) {
+  const std::string base = RendezvousKeys(job.cfg.run_id).base;
+  std::set<std::string> out;
+  for (auto& k : job.fixture.client()->list_keys(base + sub, 100000)) out.insert(k.substr(base.size()));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("keys no agent can still need are pruned: ten restarts leave the last two rounds' keys", "[rendezvous]") {
+  Job job(config(2, 2, /*max_restarts=*/20));
+  Node a(job, "a1", 0), b(job, "b2", 1);
+  const RendezvousKeys& k = a.participant->keys();
+  auto writer = job.fixture.client();
+  for (int r = 0; r < 10; ++r) {
+    auto fa = a.join_async(), fb = b.join_async();
+    RoundAnswer ra = get(fa), rb = get(fb);
+    REQUIRE(ra.round == r);
+    writer->set(k.round_prefix(r) + "worker-key", "x");  // what workers keep under their round
+    b.participant->report(rb.round, failure(3, "boom"));
+    for (Node* n : {&a, &b}) {
+      auto ev = n->control.pop();
+      REQUIRE(ev);
+      REQUIRE(ev->round == r);
+    }
+  }
+  // Round 9 formed (round 7's keys went) and ended.
+  const std::string an = "answer/" + a.participant->self().node_id + "/", bn = "answer/" + b.participant->self().node_id + "/";
+  CHECK(keys_under(job, "answer/") == std::set<std::string>{an + "10", bn + "10"});
+  CHECK(keys_under(job, "ctl/stop/") == std::set<std::string>{"ctl/stop/8", "ctl/stop/9"});
+  CHECK(keys_under(job, "report/") == std::set<std::string>{"report/8/" + b.participant->self().node_id,
+                                                            "report/9/" + b.participant->self().node_id});
+  CHECK(keys_under(job, "round/") == std::set<std::string>{"round/8/worker-key", "round/9/worker-key"});
+  CHECK(keys_under(job, "join/").size() == 2);
+  CHECK(keys_under(job, "hb/").size() == 2);
+
+  // A report that arrives for a round already pruned is deleted as it comes.
+  EventQueue<StoreEvent> events;
+  auto watch = writer->watch(k.report(0, ""), [&](const StoreEvent& e) { events.push(e); });
+  a.participant->report(0, failure(1, "late"));
+  auto set = events.pop();
+  REQUIRE(set);
+  CHECK(set->kind == StoreEvent::Kind::kSet);
+  auto gone = events.pop();
+  REQUIRE(gone);
+  CHECK(gone->kind == StoreEvent::Kind::kDelete);
+  CHECK(gone->key == k.report(0, a.participant->self().node_id));
+}
+
+TEST_CASE("a lost node's records are pruned once the others re-formed", "[rendezvous]") {
+  auto cfg = config(2, 3);
+  cfg.last_call_timeout = 60s;
+  Job job(cfg);
+  auto a = std::make_unique<Node>(job, "a1", 0);
+  auto b = std::make_unique<Node>(job, "b2", 1);
+  auto c = std::make_unique<Node>(job, "c3", 2);
+  auto fa = a->join_async(), fb = b->join_async(), fc = c->join_async();
+  get(fa);
+  get(fb);
+  get(fc);
+  const std::string lost = c->participant->self().node_id;
+  CHECK(keys_under(job, "join/").count("join/" + lost) == 1);
+  c.reset();
+  for (Node* n : {a.get(), b.get()}) REQUIRE(n->control.pop());
+  fa = a->join_async();
+  fb = b->join_async();
+  get(fa);
+  get(fb);
+  // The coordinator deleted them before it formed round 1.
+  for (const char* sub : {"join/", "hb/", "answer/"}) {
+    for (const auto& key : keys_under(job, sub)) CHECK(key.find(lost) == std::string::npos);
+  }
+  CHECK(keys_under(job, "join/").size() == 2);
+}

@@ -196,6 +196,12 @@ TEST_CASE("pipelined requests return in order", "[ops][pipeline]") {
   CHECK(results[100] == "0");
   CHECK(results[199] == "99");
   CHECK(results[200] == "7");
+  auto q = c->pipeline();
+  q.remove("k0");
+  q.remove("k0");
+  q.remove("k1");
+  CHECK(q.flush() == std::vector<std::string>{"1", "0", "1"});
+  CHECK(c->num_keys("k") == 98);
 }
 
 TEST_CASE("endpoint parsing names what is wrong", "[ops][endpoint]") {
