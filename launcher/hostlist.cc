@@ -35,10 +35,13 @@ unsigned long long number(const std::string& s, const std::string& expression) {
 
 std::size_t digits(unsigned long long v) { return std::to_string(v).size(); }
 
-std::string padded(unsigned long long v, std::size_t width) {
-  std::string s = std::to_string(v);
-  if (s.size() < width) s.insert(0, width - s.size(), '0');
-  return s;
+// Appends v, zero-padded to `width` digits.
+void append_padded(std::string& out, unsigned long long v, std::size_t width) {
+  char digits_buf[24];
+  const auto end = std::to_chars(digits_buf, digits_buf + sizeof digits_buf, v).ptr;
+  const auto n = static_cast<std::size_t>(end - digits_buf);
+  if (n < width) out.append(width - n, '0');
+  out.append(digits_buf, n);
 }
 
 // LO-HI (or a single number, LO == HI), printed at least `width` digits wide.
@@ -133,11 +136,17 @@ std::size_t count_hosts(const Pattern& p, std::size_t budget, std::size_t& longe
 void expand_pattern(const Pattern& p, std::vector<std::string>& out) {
   std::vector<std::string> hosts{p.texts[0]};
   for (std::size_t b = 0; b < p.brackets.size(); ++b) {
+    const std::string& text = p.texts[b + 1];
     std::vector<std::string> next;
     for (const auto& h : hosts) {
       for (const auto& r : p.brackets[b]) {
         for (auto v = r.lo;; ++v) {
-          next.push_back(h + padded(v, r.width) + p.texts[b + 1]);
+          std::string name;
+          name.reserve(h.size() + r.longest() + text.size());
+          name.append(h);
+          append_padded(name, v, r.width);
+          name.append(text);
+          next.push_back(std::move(name));
           if (v == r.hi) break;  // hi may be the largest unsigned long long
         }
       }
@@ -147,10 +156,8 @@ void expand_pattern(const Pattern& p, std::vector<std::string>& out) {
   out.insert(out.end(), std::make_move_iterator(hosts.begin()), std::make_move_iterator(hosts.end()));
 }
 
-}  // namespace
-
-std::vector<std::string> expand_hostlist(const std::string& expression) {
-  // Parse and count everything first: nothing is expanded unless the whole result fits the bounds.
+// The expression's host patterns, parsed but not expanded.
+std::vector<Pattern> parse_expression(const std::string& expression) {
   std::vector<Pattern> patterns;
   std::string current;
   int depth = 0;
@@ -170,19 +177,34 @@ std::vector<std::string> expand_hostlist(const std::string& expression) {
   }
   if (depth != 0) bad("'[' without ']'", expression);
   flush();
+  return patterns;
+}
 
-  std::size_t hosts = 0, bytes = 0;
+// Counts what the patterns expand to and throws if it passes a limit.
+HostlistSize measure(const std::vector<Pattern>& patterns, const std::string& expression) {
+  HostlistSize size;
   for (const auto& p : patterns) {
     std::size_t longest = 0;
-    const std::size_t n = count_hosts(p, kMaxHosts - hosts, longest, expression);
-    hosts += n;
-    bytes += n * (longest + 1);  // <= kMaxHosts * (kMaxHostNameLength + 1): no overflow
-    if (bytes > kMaxHostlistBytes) {
+    const std::size_t n = count_hosts(p, kMaxHosts - size.hosts, longest, expression);
+    size.hosts += n;
+    size.bytes += n * (longest + 1);  // <= kMaxHosts * (kMaxHostNameLength + 1): no overflow
+    if (size.bytes > kMaxHostlistBytes) {
       bad("the hosts would take more than " + std::to_string(kMaxHostlistBytes >> 20) + " MiB", expression);
     }
   }
+  return size;
+}
+
+}  // namespace
+
+HostlistSize hostlist_size(const std::string& expression) { return measure(parse_expression(expression), expression); }
+
+std::vector<std::string> expand_hostlist(const std::string& expression) {
+  // Everything is parsed and counted first: nothing is expanded unless the whole result fits.
+  const auto patterns = parse_expression(expression);
+  const auto size = measure(patterns, expression);
   std::vector<std::string> out;
-  out.reserve(hosts);
+  out.reserve(size.hosts);
   for (const auto& p : patterns) expand_pattern(p, out);
   return out;
 }

@@ -15,6 +15,10 @@
 //   bounded whatever the input: at most kMaxHosts hosts, no name longer than kMaxHostNameLength
 //   (zero padding included), at most kMaxHostlistBytes of names in all.
 //
+//   hostlist_size(expression) parses and counts without expanding: the number of hosts
+//   expand_hostlist returns, and an upper bound of their bytes (each name's length + 1). It throws
+//   exactly when expand_hostlist does.
+//
 //   expand_tasks_per_node("2(x3),1") -> 2 2 2 1 (SLURM_TASKS_PER_NODE's format).
 //
 // Threading
@@ -31,7 +35,13 @@ inline constexpr std::size_t kMaxHosts = 1u << 20;
 inline constexpr std::size_t kMaxHostNameLength = 255;  // DNS's limit for a whole name
 inline constexpr std::size_t kMaxHostlistBytes = 64u << 20;  // names plus one separator each
 
+struct HostlistSize {
+  std::size_t hosts = 0;
+  std::size_t bytes = 0;  // an upper bound of the names' lengths + 1 each
+};
+
 std::vector<std::string> expand_hostlist(const std::string& expression);
+HostlistSize hostlist_size(const std::string& expression);
 std::vector<int> expand_tasks_per_node(const std::string& expression);
 
 }  // namespace crun

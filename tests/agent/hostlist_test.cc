@@ -63,6 +63,20 @@ TEST_CASE("hostlist: sizes are bounded before anything is expanded", "[hostlist]
   CHECK_THROWS_WITH(expand_hostlist(long_bad), Catch::Contains("...': '[' without ']'"));
 }
 
+TEST_CASE("hostlist: hostlist_size counts without expanding", "[hostlist]") {
+  for (const std::string e : {"gpu[01-04,07],cpu3", "a[0-1].b[2-3]", "x[0-1][2-3]", "n1,,n2 n3", "", "p[8-11]"}) {
+    const auto hosts = expand_hostlist(e);
+    const auto size = crun::hostlist_size(e);
+    CHECK(size.hosts == hosts.size());
+    std::size_t bytes = 0;
+    for (const auto& h : hosts) bytes += h.size() + 1;
+    CHECK(size.bytes >= bytes);
+  }
+  CHECK(crun::hostlist_size("n[0-1048575]").hosts == crun::kMaxHosts);
+  CHECK_THROWS_WITH(crun::hostlist_size("n[0-1048575,0]"), Catch::Contains("more than 1048576 hosts"));
+  CHECK_THROWS_WITH(crun::hostlist_size("h[3-1]"), Catch::Contains("backwards"));
+}
+
 TEST_CASE("tasks per node: SLURM_TASKS_PER_NODE's N(xK) lists", "[hostlist]") {
   CHECK(expand_tasks_per_node("2(x3),1") == std::vector<int>{2, 2, 2, 1});
   CHECK(expand_tasks_per_node("4") == std::vector<int>{4});
