@@ -1,6 +1,5 @@
 #include "launcher/store_commands.h"
 
-#include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <boost/asio/io_context.hpp>
@@ -47,7 +46,8 @@ int run_store_server_command(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return usage_error(app, e);
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  options.log_closes = log_level == "debug" || log_level == "info";
+  if (log_level == "error") options.log = [](const std::string&) {};  // the store logs warnings only
   options.token = token_from_env(token);
   try {
     boost::asio::io_context io(1);

@@ -37,7 +37,12 @@ std::string& KeySpace::slot(std::string_view key) {
   return it->second;
 }
 
+void KeySpace::check_not_notifying(const char* what) const {
+  if (notifying_ != 0) throw std::logic_error(std::string("KeySpace::") + what + " called from inside a notification");
+}
+
 void KeySpace::set(std::string_view key, std::string_view value) {
+  check_not_notifying("set");
   disown(key);
   std::string& v = slot(key);
   v.assign(value);
@@ -45,13 +50,23 @@ void KeySpace::set(std::string_view key, std::string_view value) {
 }
 
 void KeySpace::set_owned(std::string_view key, std::string_view value, std::uint64_t owner) {
+  check_not_notifying("set_owned");
   owners_[std::string(key)] = owner;
   std::string& v = slot(key);
   v.assign(value);
   changed(std::string(key), &v);
 }
 
-void KeySpace::release(std::uint64_t owner, const std::vector<std::string>& keys) {
+void KeySpace::release(std::uint64_t owner, std::vector<std::string> keys) {
+  if (keys.empty()) return;
+  if (notifying_ != 0) {
+    deferred_releases_.emplace_back(owner, std::move(keys));
+    return;
+  }
+  release_now(owner, keys);
+}
+
+void KeySpace::release_now(std::uint64_t owner, const std::vector<std::string>& keys) {
   for (const std::string& k : keys) {
     auto it = owners_.find(k);
     if (it == owners_.end() || it->second != owner) continue;
@@ -61,6 +76,7 @@ void KeySpace::release(std::uint64_t owner, const std::vector<std::string>& keys
 }
 
 std::int64_t KeySpace::add(std::string_view key, std::int64_t delta) {
+  check_not_notifying("add");
   std::int64_t current = 0;
   if (const std::string* v = find(key); v != nullptr && !parse_int64(*v, current)) {
     throw std::invalid_argument("value of '" + std::string(key) + "' is not a decimal integer");
@@ -74,6 +90,7 @@ std::int64_t KeySpace::add(std::string_view key, std::int64_t delta) {
 }
 
 std::string KeySpace::compare_set(std::string_view key, std::string_view expected, std::string_view desired) {
+  check_not_notifying("compare_set");
   auto it = data_.find(key);
   bool matches = (it == data_.end()) ? expected.empty() : it->second == expected;
   if (!matches) return it == data_.end() ? std::string() : it->second;
@@ -85,6 +102,7 @@ std::string KeySpace::compare_set(std::string_view key, std::string_view expecte
 }
 
 std::int64_t KeySpace::append(std::string_view key, std::string_view value, std::size_t max_value) {
+  check_not_notifying("append");
   auto it = data_.find(key);
   std::size_t current = it == data_.end() ? 0 : it->second.size();
   if (current + value.size() > max_value) {
@@ -98,6 +116,7 @@ std::int64_t KeySpace::append(std::string_view key, std::string_view value, std:
 }
 
 bool KeySpace::remove(std::string_view key) {
+  check_not_notifying("remove");
   auto it = data_.find(key);
   if (it == data_.end()) return false;
   std::string name = it->first;
@@ -123,6 +142,7 @@ std::vector<std::string> KeySpace::list(std::string_view prefix, std::size_t lim
 }
 
 void KeySpace::park(const std::shared_ptr<ParkedRequest>& request) {
+  check_not_notifying("park");
   for (const std::string& k : request->keys) {
     if (data_.count(k) == 0) {
       auto& waiting = parked_[k];
@@ -141,20 +161,39 @@ void KeySpace::unpark(const std::shared_ptr<ParkedRequest>& request) {
 }
 
 void KeySpace::add_watch(const std::shared_ptr<Watch>& watch) {
+  check_not_notifying("add_watch");
   watches_[watch->prefix].push_back(watch);
   ++watched_lengths_[watch->prefix.size()];
 }
 
 void KeySpace::remove_watch(const std::shared_ptr<Watch>& watch) {
+  if (watch->removed) return;
+  watch->removed = true;
   auto it = watches_.find(watch->prefix);
   if (it == watches_.end()) return;
-  auto before = it->second.size();
   erase_one(it->second, watch);
   if (it->second.empty()) watches_.erase(it);
-  if (before != 0 && --watched_lengths_[watch->prefix.size()] == 0) watched_lengths_.erase(watch->prefix.size());
+  if (--watched_lengths_[watch->prefix.size()] == 0) watched_lengths_.erase(watch->prefix.size());
 }
 
 void KeySpace::changed(const std::string& key, const std::string* value) {
+  notify(key, value);
+  if (notifying_ != 0) return;
+  // Releases requested by callbacks (connections that closed while being notified) run now,
+  // when no callback holds a value any more; each may notify in turn and defer more.
+  while (!deferred_releases_.empty()) {
+    auto [owner, keys] = std::move(deferred_releases_.front());
+    deferred_releases_.erase(deferred_releases_.begin());
+    release_now(owner, keys);
+  }
+}
+
+void KeySpace::notify(const std::string& key, const std::string* value) {
+  struct Depth {
+    int& n;
+    explicit Depth(int& d) : n(d) { ++n; }
+    ~Depth() { --n; }
+  } depth(notifying_);
   if (value != nullptr) {
     if (auto it = parked_.find(key); it != parked_.end()) {
       std::vector<std::shared_ptr<ParkedRequest>> waiting = std::move(it->second);
@@ -170,22 +209,24 @@ void KeySpace::changed(const std::string& key, const std::string* value) {
           still.push_back(std::move(request));
         }
       }
-      if (!still.empty()) {
-        auto& slot_list = parked_[key];
-        slot_list.insert(slot_list.end(), still.begin(), still.end());
+      for (auto& request : still) {
+        if (!request->done) parked_[key].push_back(std::move(request));  // unparked meanwhile: dropped
       }
     }
   }
-  if (watched_lengths_.empty()) return;
-  std::uint8_t kind = value != nullptr ? 1 : 2;
-  // Copy the matching watches first: a callback may remove its own watch (a closing connection).
-  std::vector<std::shared_ptr<Watch>> hit;
-  for (auto [len, n] : watched_lengths_) {
-    if (len > key.size()) break;
-    auto it = watches_.find(key.substr(0, len));
-    if (it != watches_.end()) hit.insert(hit.end(), it->second.begin(), it->second.end());
+  if (!watched_lengths_.empty()) {
+    std::uint8_t kind = value != nullptr ? 1 : 2;
+    // Collect first: a callback may remove watches (a closing connection); removed ones are skipped.
+    std::vector<std::shared_ptr<Watch>> hit;
+    for (auto [len, n] : watched_lengths_) {
+      if (len > key.size()) break;
+      auto it = watches_.find(key.substr(0, len));
+      if (it != watches_.end()) hit.insert(hit.end(), it->second.begin(), it->second.end());
+    }
+    for (auto& w : hit) {
+      if (!w->removed) w->changed(kind, key, value);
+    }
   }
-  for (auto& w : hit) w->changed(kind, key, value);
 }
 
 }  // namespace crun

@@ -7,11 +7,16 @@
 //   - A Watch sees every set/delete of a key starting with its prefix, after the mutation.
 //     Watches are indexed by prefix length, so a mutation costs O(distinct watched lengths),
 //     not O(watches).
+//   - Callbacks (ready(), changed()) run synchronously inside the mutation and see a stable
+//     keyspace: the value they are passed stays valid for the whole notification. From inside a
+//     callback, release(), unpark() and remove_watch() may be called (a connection closing while
+//     it is being notified): release() is then deferred until the outermost notification ends,
+//     and a removed watch or finished request is not called again. Any other mutator called from
+//     a callback throws std::logic_error.
 //   - No networking and no clocks: the server owns sockets and timers.
 //
 // Threading
-//   Not thread-safe; the server uses it from its one event-loop thread only. Callbacks run
-//   synchronously on that thread and must not re-enter the KeySpace's mutators.
+//   Not thread-safe; the server uses it from its one event-loop thread only.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +42,7 @@ class Watch {
  public:
   virtual ~Watch() = default;
   std::string prefix;
+  bool removed = false;  // set by remove_watch(): no further calls
   // kind: 1 set, 2 delete (wire values); value is nullptr on delete.
   virtual void changed(std::uint8_t kind, const std::string& key, const std::string* value) = 0;
 };
@@ -50,7 +56,8 @@ class KeySpace {
   // An ephemeral set: the key belongs to `owner` until another write takes it over;
   // release(owner) deletes the keys the owner still holds (its connection closed).
   void set_owned(std::string_view key, std::string_view value, std::uint64_t owner);
-  void release(std::uint64_t owner, const std::vector<std::string>& keys);
+  // Deferred while a notification is running (see the contract).
+  void release(std::uint64_t owner, std::vector<std::string> keys);
   // Throws std::invalid_argument when the present value is not a decimal int64.
   std::int64_t add(std::string_view key, std::int64_t delta);
   std::string compare_set(std::string_view key, std::string_view expected, std::string_view desired);
@@ -69,18 +76,26 @@ class KeySpace {
   void add_watch(const std::shared_ptr<Watch>& watch);
   void remove_watch(const std::shared_ptr<Watch>& watch);
 
+  // True while callbacks of a mutation are running.
+  bool notifying() const { return notifying_ != 0; }
+
  private:
+  void check_not_notifying(const char* what) const;
+  void release_now(std::uint64_t owner, const std::vector<std::string>& keys);
   std::string& slot(std::string_view key);
   void disown(std::string_view key) {
     if (!owners_.empty()) owners_.erase(std::string(key));
   }
-  void changed(const std::string& key, const std::string* value);
+  void changed(const std::string& key, const std::string* value);  // notify, then deferred releases
+  void notify(const std::string& key, const std::string* value);
 
   std::map<std::string, std::string, std::less<>> data_;
   std::unordered_map<std::string, std::vector<std::shared_ptr<ParkedRequest>>> parked_;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Watch>>> watches_;
   std::map<std::size_t, std::size_t> watched_lengths_;  // prefix length → number of watches
   std::unordered_map<std::string, std::uint64_t> owners_;  // ephemeral key → owning connection
+  int notifying_ = 0;  // depth of running notifications
+  std::vector<std::pair<std::uint64_t, std::vector<std::string>>> deferred_releases_;
 };
 
 }  // namespace crun

@@ -2,55 +2,60 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <boost/asio.hpp>
-#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <future>
 #include <thread>
 #include <unordered_set>
 
+#include "rendezvous/log_throttle.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_keyspace.h"
 #include "rendezvous/store_protocol.h"
+#include "rendezvous/store_session.h"
 
 namespace crun {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-using wire::Op;
-using wire::Status;
 
 namespace {
-constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr std::size_t kMaxReadPerWake = 1u << 20;  // then other connections get a turn
+constexpr int kMaxAcceptsPerWake = 256;
 
-bool equal_constant_time(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-std::string timeout_text(std::uint32_t ms) {
-  return ms == wire::kForever ? std::string("forever") : std::to_string(ms) + " ms";
+std::string peer_name(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  return ec ? std::string("unknown peer") : remote.address().to_string() + ":" + std::to_string(remote.port());
 }
 }  // namespace
 
 class Connection;
 
 struct StoreServer::Impl {
-  Impl(asio::io_context& io_ref, StoreServerOptions o) : io(io_ref), opt(std::move(o)), acceptor(io) {}
+  Impl(asio::io_context& io_ref, StoreServerOptions o)
+      : io(io_ref), opt(std::move(o)), acceptor(io), limits{opt.token, opt.max_pending_per_connection, opt.max_outbound_bytes} {}
 
   void open();
   void accept();
+  void on_acceptable();
+  void refuse_full(int fd);
   void close_all();
+  // One line about a connection; throttled per kind, never blocking the loop.
+  void log(std::string_view kind, const std::string& line);
 
   std::unique_ptr<asio::io_context> owned_io;
   asio::io_context& io;
   StoreServerOptions opt;
   tcp::acceptor acceptor;
+  SessionLimits limits;
   KeySpace keys;
+  LogThrottle throttle;
   std::unordered_set<std::shared_ptr<Connection>> connections;
+  std::uint64_t next_serial = 0;
   std::thread thread;
   std::atomic<std::uint16_t> bound_port{0};
   std::string bound_host;
@@ -58,19 +63,20 @@ struct StoreServer::Impl {
   StoreServerStats stats;
 };
 
-// One client connection: handshake, then frames in, replies out. Lives on the server thread.
+// One client connection's I/O: reads into its StoreSession, writes what the session queues, and
+// keeps the handshake/frame and parked-request timers. Lives on the server thread.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(StoreServer::Impl& server, tcp::socket socket)
-      : server_(server), socket_(std::move(socket)), timer_(server.io) {
-    boost::system::error_code ec;
-    auto remote = socket_.remote_endpoint(ec);
-    peer_ = ec ? std::string("unknown peer") : remote.address().to_string() + ":" + std::to_string(remote.port());
-  }
+      : server_(server),
+        socket_(std::move(socket)),
+        io_timer_(server.io),
+        deadline_timer_(server.io),
+        peer_(peer_name(socket_)),
+        session_(server.keys, server.limits, ++server.next_serial, [this] { on_output(); }) {}
 
   void start() {
     boost::system::error_code ec;
-    socket_.non_blocking(true, ec);
     socket_.set_option(tcp::no_delay(true), ec);
     socket_.set_option(asio::socket_base::keep_alive(true), ec);
     int fd = socket_.native_handle();
@@ -78,73 +84,32 @@ class Connection : public std::enable_shared_from_this<Connection> {
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
     setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-    arm_timer(server_.opt.handshake_timeout, "handshake not completed");
+    arm_io_timer(server_.opt.handshake_timeout, "handshake not completed");
     read();
   }
 
-  // Refuses a connection over the limit with a handshake status, then closes.
-  void refuse_full() {
-    std::string reply;
-    wire::Writer w(reply);
-    w.u32(wire::kMagic);
-    w.u16(wire::kVersion);
-    w.u16(static_cast<std::uint16_t>(wire::HelloStatus::kServerFull));
-    close_after_write_ = true;
-    boost::system::error_code ec;
-    socket_.non_blocking(true, ec);
-    queue(reply);
-    flush();
-  }
-
-  void close(const std::string& reason, bool protocol_fault) {
+  // Closes the socket and takes the session's parked requests, watches and ephemeral keys out of
+  // the keyspace. Never called from inside a KeySpace callback (those post a close instead).
+  void close(const std::string& reason, bool fault) {
     if (closed_) return;
     closed_ = true;
-    if (protocol_fault) {
+    if (fault) {
       ++server_.stats.connections_dropped;
-      spdlog::warn("store: dropped connection from {}: {}", peer_, reason);
-    } else {
-      spdlog::debug("store: connection from {} closed: {}", peer_, reason);
+      server_.log("dropped", "dropped connection from " + peer_ + ": " + reason);
+    } else if (server_.opt.log_closes) {
+      server_.log("closed", "connection from " + peer_ + " closed: " + reason);
     }
     boost::system::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
     socket_.close(ec);
-    timer_.cancel();
-    for (auto& p : parked_) {
-      p->done = true;
-      server_.keys.unpark(p);
-      p->timer.cancel();
-    }
-    parked_.clear();
-    for (auto& w : watches_) server_.keys.remove_watch(w);
-    watches_.clear();
-    server_.keys.release(serial_, ephemeral_);  // after the watches: its own deletes are not echoed to it
-    ephemeral_.clear();
+    io_timer_.cancel();
+    deadline_timer_.cancel();
+    session_.detach();
     server_.connections.erase(shared_from_this());
   }
 
-  std::size_t parked_count() const { return parked_.size(); }
-
-  // A request parked until its keys exist or its timer fires.
-  struct Parked : ParkedRequest, std::enable_shared_from_this<Parked> {
-    explicit Parked(asio::io_context& io) : timer(io) {}
-    std::weak_ptr<Connection> conn;
-    std::uint32_t id = 0;
-    Op op = Op::kGet;
-    std::uint32_t timeout_ms = 0;
-    asio::steady_timer timer;
-    void ready() override {
-      timer.cancel();
-      if (auto c = conn.lock()) c->complete_parked(*this);
-    }
-  };
-
-  struct ConnWatch : Watch {
-    std::weak_ptr<Connection> conn;
-    std::uint32_t id = 0;
-    void changed(std::uint8_t kind, const std::string& key, const std::string* value) override {
-      if (auto c = conn.lock()) c->notify(id, kind, key, value);
-    }
-  };
+  std::size_t parked_count() const { return session_.parked(); }
+  std::size_t input_buffer_bytes() const { return session_.buffer_capacity(); }
 
  private:
   // Waits for readability, then drains the socket itself: unlike async_read_some this costs no
@@ -161,469 +126,163 @@ class Connection : public std::enable_shared_from_this<Connection> {
       close(ec.message(), false);
       return;
     }
-    for (;;) {
-      if (in_.size() < used_ + kReadChunk) in_.resize(std::max(used_ + kReadChunk, need_));
-      std::size_t space = in_.size() - used_;
-      std::size_t n = socket_.read_some(asio::buffer(in_.data() + used_, space), ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) break;
-      if (ec) {
-        bool partial = used_ != 0 || !handshaken_;
-        close(ec == asio::error::eof ? (partial ? "peer closed mid-request" : "peer closed") : ec.message(),
-              partial && handshaken_);
-        return;
-      }
-      used_ += n;
-      progressed_ = true;
-      if (n < space) break;  // drained: a later arrival raises a new readiness edge
-    }
+    const auto now = std::chrono::steady_clock::now();
+    const std::size_t before = session_.buffered();
+    std::size_t total = 0;
+    bool more = false;
     in_batch_ = true;
-    try {
-      process();
-      progressed_ = false;
-    } catch (const wire::ProtocolError& e) {
-      in_batch_ = false;
-      close(e.what(), true);
-      return;
-    }
-    in_batch_ = false;
-    if (closed_) return;
-    flush();
-    if (!closed_) read();
-  }
-
-  void process() {
-    std::size_t pos = 0;
-    need_ = 0;
-    if (!handshaken_) {
-      if (used_ < wire::kPreambleSize) return;
-      wire::Reader r(std::string_view(in_.data(), wire::kPreambleSize));
-      std::uint32_t magic = r.u32();
-      std::uint16_t version = r.u16();
-      std::uint16_t token_len = r.u16();
-      if (magic != wire::kMagic) throw wire::ProtocolError("bad magic (not a crun store client)");
-      if (token_len > wire::kMaxTokenLength) throw wire::ProtocolError("token longer than the limit");
-      if (used_ < wire::kPreambleSize + token_len) return;
-      std::string_view token(in_.data() + wire::kPreambleSize, token_len);
-      auto status = wire::HelloStatus::kOk;
-      if (version != wire::kVersion) status = wire::HelloStatus::kBadVersion;
-      else if (!server_.opt.token.empty() && !equal_constant_time(token, server_.opt.token)) status = wire::HelloStatus::kBadToken;
-      else if (server_.opt.token.empty() && !token.empty()) status = wire::HelloStatus::kOk;  // tolerated
-      std::string reply;
-      wire::Writer w(reply);
-      w.u32(wire::kMagic);
-      w.u16(wire::kVersion);
-      w.u16(static_cast<std::uint16_t>(status));
-      queue(reply);
-      if (status != wire::HelloStatus::kOk) {
-        ++server_.stats.connections_dropped;
-        spdlog::warn("store: rejected connection from {}: {}", peer_, wire::hello_status_name(status));
-        close_after_write_ = true;
-        used_ = 0;
+    for (;;) {
+      std::span<char> space = session_.input_space();
+      const ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n <= 0) {
+        in_batch_ = false;
+        const bool partial = session_.buffered() != 0 || !session_.handshaken();
+        close(n == 0 ? (partial ? "peer closed mid-request" : "peer closed") : std::strerror(errno),
+              n == 0 && partial && session_.handshaken());
         return;
       }
-      handshaken_ = true;
-      pos = wire::kPreambleSize + token_len;
-    }
-    while (!closed_ && !close_after_write_) {
-      if (used_ - pos < wire::kFrameHeaderSize) break;
-      std::uint32_t len = wire::decode_frame_length(in_.data() + pos, kMaxFrameSize);
-      if (used_ - pos < wire::kFrameHeaderSize + len) {
-        need_ = wire::kFrameHeaderSize + len;
+      session_.received(static_cast<std::size_t>(n), now);
+      server_.stats.bytes_received += static_cast<std::size_t>(n);
+      total += static_cast<std::size_t>(n);
+      if (session_.ended() || static_cast<std::size_t>(n) < space.size()) break;  // drained
+      if (total >= kMaxReadPerWake) {
+        more = true;
         break;
       }
-      handle_frame(std::string_view(in_.data() + pos + wire::kFrameHeaderSize, len));
-      pos += wire::kFrameHeaderSize + len;
     }
-    if (closed_) return;
-    if (pos != 0) {
-      std::memmove(in_.data(), in_.data() + pos, used_ - pos);
-      used_ -= pos;
+    in_batch_ = false;
+    if (session_.ended()) {
+      end_session();
+      return;
     }
-    if (used_ == 0 && in_.size() > 4 * kReadChunk) {  // give back the room a big frame needed
-      in_.resize(kReadChunk);
-      in_.shrink_to_fit();
-    }
-    if (used_ != 0) {
-      // Re-armed on every read that made progress: a slow sender is fine, a silent one is not.
-      if (progressed_ || !timer_armed_) arm_timer(server_.opt.frame_timeout, "no bytes of an incomplete frame");
-    } else if (timer_armed_) {
-      timer_armed_ = false;
-      timer_.cancel();
+    update_io_timer(session_.buffered() != before || total != 0);
+    update_deadline_timer();
+    flush();
+    if (closed_ || close_posted_) return;
+    if (more) {
+      asio::post(server_.io, [self = shared_from_this()] { self->on_readable({}); });
+    } else {
+      read();
     }
   }
 
-  void arm_timer(std::chrono::milliseconds after, const char* what) {
-    timer_armed_ = true;
-    timer_.expires_after(after);
-    timer_.async_wait([self = shared_from_this(), what, after](boost::system::error_code ec) {
-      if (ec || !self->timer_armed_ || self->closed_) return;
+  // The session ended itself: flush its last words if it has any (a refused handshake), close.
+  void end_session() {
+    if (session_.flush_before_close()) {
+      close_after_write_ = true;
+      flush();
+      return;
+    }
+    close(session_.end_reason(), session_.fault());
+  }
+
+  // Before the handshake one timer bounds the whole handshake; after it, a frame started must
+  // keep making progress: re-armed on every read that brought bytes, cancelled when none are
+  // buffered. A slow sender is fine, a silent one is not.
+  void update_io_timer(bool progressed) {
+    if (!session_.handshaken()) return;
+    if (session_.buffered() != 0) {
+      if (progressed || !io_timer_armed_) arm_io_timer(server_.opt.frame_timeout, "no bytes of an incomplete frame");
+    } else if (io_timer_armed_) {
+      io_timer_armed_ = false;
+      io_timer_.cancel();
+    }
+  }
+
+  void arm_io_timer(std::chrono::milliseconds after, const char* what) {
+    io_timer_armed_ = true;
+    io_timer_.expires_after(after);
+    io_timer_.async_wait([self = shared_from_this(), what, after](boost::system::error_code ec) {
+      if (ec || !self->io_timer_armed_ || self->closed_) return;
       self->close(std::string(what) + " within " + std::to_string(after.count()) + " ms", true);
     });
   }
 
-  static std::vector<std::string> read_keys(wire::Reader& r) {
-    std::uint32_t n = r.count(4);
-    if (n > kMaxKeysPerRequest) throw wire::ProtocolError("more than " + std::to_string(kMaxKeysPerRequest) + " keys in one request");
-    std::vector<std::string> keys;
-    keys.reserve(n);
-    for (std::uint32_t i = 0; i < n; ++i) keys.emplace_back(r.str());
-    return keys;
-  }
-
-  // Writes a reply frame whose payload `fill` appends.
-  template <typename Fill>
-  void reply(Status status, std::uint32_t id, Fill&& fill) {
-    std::size_t at = wire::Writer(out_next_).begin_frame(static_cast<std::uint8_t>(status), id);
-    wire::Writer w(out_next_);
-    fill(w);
-    w.finish_frame(at);
-    after_queue();
-  }
-  void reply_ok(std::uint32_t id) {
-    reply(Status::kOk, id, [](wire::Writer&) {});
-  }
-  void reply_error(Status status, std::uint32_t id, const std::string& message) {
-    reply(status, id, [&](wire::Writer& w) { w.str(message); });
-  }
-
-  bool key_ok(std::string_view key, std::uint32_t id) {
-    if (key.size() <= kMaxKeyLength) return true;
-    reply_error(Status::kKeyTooLong, id, "key of " + std::to_string(key.size()) + " bytes exceeds " + std::to_string(kMaxKeyLength));
-    return false;
-  }
-  bool value_ok(std::string_view value, std::uint32_t id) {
-    if (value.size() <= kMaxValueSize) return true;
-    reply_error(Status::kValueTooLarge, id, "value of " + std::to_string(value.size()) + " bytes exceeds " + std::to_string(kMaxValueSize));
-    return false;
-  }
-
-  void handle_frame(std::string_view body) {
-    wire::Reader r(body);
-    auto op = static_cast<Op>(r.u8());
-    std::uint32_t id = r.u32();
-    KeySpace& ks = server_.keys;
-    switch (op) {
-      case Op::kSet: {
-        auto key = r.str();
-        auto value = r.str();
-        r.expect_done();
-        if (key_ok(key, id) && value_ok(value, id)) {
-          ks.set(key, value);
-          reply_ok(id);
-        }
-        return;
-      }
-      case Op::kGet:
-      case Op::kWait:
-      case Op::kMultiGet: {
-        std::vector<std::string> keys;
-        std::uint32_t timeout_ms;
-        if (op == Op::kGet) {
-          keys.emplace_back(r.str());
-          timeout_ms = r.u32();
-        } else {
-          timeout_ms = r.u32();
-          keys = read_keys(r);
-        }
-        r.expect_done();
-        for (auto& k : keys)
-          if (!key_ok(k, id)) return;
-        if (ks.has_all(keys)) {
-          answer_blocking(op, id, keys);
-          return;
-        }
-        if (timeout_ms == 0) {
-          reply_error(Status::kTimeout, id, "key '" + first_missing(keys) + "' not set within 0 ms");
-          return;
-        }
-        if (parked_.size() >= server_.opt.max_pending_per_connection) {
-          reply_error(Status::kTooManyPending, id, "more than " + std::to_string(server_.opt.max_pending_per_connection) + " blocked requests on one connection");
-          return;
-        }
-        park(op, id, std::move(keys), timeout_ms);
-        return;
-      }
-      case Op::kAdd: {
-        auto key = r.str();
-        std::int64_t delta = r.i64();
-        r.expect_done();
-        if (!key_ok(key, id)) return;
-        try {
-          std::int64_t v = ks.add(key, delta);
-          reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(v); });
-        } catch (const std::invalid_argument& e) {
-          reply_error(Status::kNotInteger, id, e.what());
-        }
-        return;
-      }
-      case Op::kCompareSet: {
-        auto key = r.str();
-        auto expected = r.str();
-        auto desired = r.str();
-        r.expect_done();
-        if (!key_ok(key, id) || !value_ok(desired, id)) return;
-        std::string now = ks.compare_set(key, expected, desired);
-        reply(Status::kOk, id, [&](wire::Writer& w) { w.str(now); });
-        return;
-      }
-      case Op::kCheck: {
-        auto keys = read_keys(r);
-        r.expect_done();
-        bool all = ks.has_all(keys);
-        reply(Status::kOk, id, [&](wire::Writer& w) { w.u8(all ? 1 : 0); });
-        return;
-      }
-      case Op::kDelete: {
-        auto key = r.str();
-        r.expect_done();
-        bool existed = ks.remove(key);
-        reply(Status::kOk, id, [&](wire::Writer& w) { w.u8(existed ? 1 : 0); });
-        return;
-      }
-      case Op::kNumKeys: {
-        auto prefix = r.str();
-        r.expect_done();
-        std::int64_t n = ks.count(prefix);
-        reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(n); });
-        return;
-      }
-      case Op::kMultiSet: {
-        std::uint32_t n = r.count(8);
-        if (n > kMaxKeysPerRequest) throw wire::ProtocolError("more than " + std::to_string(kMaxKeysPerRequest) + " keys in one request");
-        std::vector<std::pair<std::string_view, std::string_view>> kv;
-        kv.reserve(n);
-        for (std::uint32_t i = 0; i < n; ++i) {
-          auto k = r.str();
-          auto v = r.str();
-          kv.emplace_back(k, v);
-        }
-        r.expect_done();
-        for (auto& [k, v] : kv)
-          if (!key_ok(k, id) || !value_ok(v, id)) return;
-        for (auto& [k, v] : kv) ks.set(k, v);
-        reply_ok(id);
-        return;
-      }
-      case Op::kAppend: {
-        auto key = r.str();
-        auto value = r.str();
-        r.expect_done();
-        if (!key_ok(key, id)) return;
-        try {
-          std::int64_t len = ks.append(key, value, kMaxValueSize);
-          reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(len); });
-        } catch (const std::length_error& e) {
-          reply_error(Status::kValueTooLarge, id, e.what());
-        }
-        return;
-      }
-      case Op::kListKeys: {
-        auto prefix = r.str();
-        std::uint32_t limit = r.u32();
-        r.expect_done();
-        auto keys = ks.list(prefix, std::min<std::size_t>(limit, kMaxKeysPerRequest));
-        reply(Status::kOk, id, [&](wire::Writer& w) {
-          w.u32(static_cast<std::uint32_t>(keys.size()));
-          for (auto& k : keys) w.str(k);
-        });
-        return;
-      }
-      case Op::kTryGet: {
-        auto key = r.str();
-        r.expect_done();
-        const std::string* v = ks.find(key);
-        reply(Status::kOk, id, [&](wire::Writer& w) {
-          w.u8(v ? 1 : 0);
-          w.str(v ? std::string_view(*v) : std::string_view());
-        });
-        return;
-      }
-      case Op::kWatch: {
-        auto prefix = r.str();
-        r.expect_done();
-        if (!key_ok(prefix, id)) return;
-        if (watches_.size() >= server_.opt.max_pending_per_connection) {
-          reply_error(Status::kTooManyPending, id, "too many watches on one connection");
-          return;
-        }
-        auto w = std::make_shared<ConnWatch>();
-        w->prefix = std::string(prefix);
-        w->conn = weak_from_this();
-        w->id = id;
-        watches_.push_back(w);
-        ks.add_watch(w);
-        reply_ok(id);
-        return;
-      }
-      case Op::kUnwatch: {
-        std::uint32_t watch_id = r.u32();
-        r.expect_done();
-        for (auto it = watches_.begin(); it != watches_.end(); ++it) {
-          if ((*it)->id == watch_id) {
-            ks.remove_watch(*it);
-            watches_.erase(it);
-            break;
-          }
-        }
-        reply_ok(id);
-        return;
-      }
-      case Op::kPing:
-        r.expect_done();
-        reply_ok(id);
-        return;
-      case Op::kSetEphemeral: {
-        auto key = r.str();
-        auto value = r.str();
-        r.expect_done();
-        if (key_ok(key, id) && value_ok(value, id)) {
-          if (std::find(ephemeral_.begin(), ephemeral_.end(), key) == ephemeral_.end()) ephemeral_.emplace_back(key);
-          ks.set_owned(key, value, serial_);
-          reply_ok(id);
-        }
-        return;
-      }
-    }
-    reply_error(Status::kUnknownOp, id, "unknown operation code " + std::to_string(static_cast<int>(op)));
-  }
-
-  std::string first_missing(const std::vector<std::string>& keys) const {
-    for (auto& k : keys)
-      if (!server_.keys.find(k)) return k;
-    return {};
-  }
-
-  void answer_blocking(Op op, std::uint32_t id, const std::vector<std::string>& keys) {
-    KeySpace& ks = server_.keys;
-    if (op == Op::kWait) {
-      reply_ok(id);
-    } else if (op == Op::kGet) {
-      reply(Status::kOk, id, [&](wire::Writer& w) { w.str(*ks.find(keys[0])); });
-    } else {
-      reply(Status::kOk, id, [&](wire::Writer& w) {
-        w.u32(static_cast<std::uint32_t>(keys.size()));
-        for (auto& k : keys) w.str(*ks.find(k));
-      });
-    }
-  }
-
-  void park(Op op, std::uint32_t id, std::vector<std::string> keys, std::uint32_t timeout_ms) {
-    auto p = std::make_shared<Parked>(server_.io);
-    p->keys = std::move(keys);
-    p->conn = weak_from_this();
-    p->id = id;
-    p->op = op;
-    p->timeout_ms = timeout_ms;
-    parked_.insert(p);
-    server_.keys.park(p);
-    if (timeout_ms != wire::kForever) {
-      p->timer.expires_after(std::chrono::milliseconds(timeout_ms));
-      p->timer.async_wait([weak = std::weak_ptr<Parked>(p), self = weak_from_this()](boost::system::error_code ec) {
-        auto parked = weak.lock();
-        auto conn = self.lock();
-        if (ec || !parked || !conn || parked->done) return;
-        conn->expire_parked(parked);
-      });
-    }
-  }
-
- public:
-  // Called by KeySpace (through Parked::ready) when the last key of a parked request appears.
-  void complete_parked(Parked& p) {
-    parked_.erase(p.shared_from_this());
-    answer_blocking(p.op, p.id, p.keys);
-    flush();
-  }
-
- private:
-  void expire_parked(const std::shared_ptr<Parked>& p) {
-    p->done = true;
-    server_.keys.unpark(p);
-    parked_.erase(p);
-    reply_error(Status::kTimeout, p->id,
-                std::string(wire::op_name(p->op)) + ": key '" + first_missing(p->keys) + "' not set within " + timeout_text(p->timeout_ms));
-    flush();
-  }
-
-  void notify(std::uint32_t watch_id, std::uint8_t kind, const std::string& key, const std::string* value) {
-    reply(Status::kNotify, watch_id, [&](wire::Writer& w) {
-      w.u8(kind);
-      w.str(key);
-      w.str(value ? std::string_view(*value) : std::string_view());
-    });
-    flush();
-  }
-
-  void queue(const std::string& bytes) {
-    out_next_.append(bytes);
-    after_queue();
-  }
-  void after_queue() {
-    if (out_next_.size() + out_busy_.size() > server_.opt.max_outbound_bytes && !closed_) {
-      out_next_.clear();
-      close("client is not reading its replies (over " + std::to_string(server_.opt.max_outbound_bytes) + " bytes queued)", true);
-    }
-  }
-
-  // Writes everything queued: inline while the socket takes it, asynchronously for the rest.
-  // Nothing is written while a batch is being processed (its replies leave together) or while an
-  // asynchronous write is in flight (order is kept).
-  void flush() {
-    if (closed_ || writing_ || in_batch_ || out_next_.empty()) return;
-    boost::system::error_code ec;
-    std::size_t n = socket_.write_some(asio::buffer(out_next_), ec);
-    if (ec && ec != asio::error::would_block && ec != asio::error::try_again) {
-      close("write failed: " + ec.message(), false);
-      return;
-    }
-    if (ec) n = 0;
-    if (n == out_next_.size()) {
-      out_next_.clear();
-      if (close_after_write_) close("handshake refused", false);
-      return;
-    }
-    out_next_.erase(0, n);
-    writing_ = true;
-    out_busy_.swap(out_next_);
-    asio::async_write(socket_, asio::buffer(out_busy_), [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-      self->writing_ = false;
-      self->out_busy_.clear();
-      if (self->closed_) return;
-      if (ec) {
-        self->close("write failed: " + ec.message(), false);
-        return;
-      }
-      if (self->close_after_write_ && self->out_next_.empty()) {
-        self->close("handshake refused", false);
-        return;
-      }
+  // One timer for the earliest deadline of the session's parked requests.
+  void update_deadline_timer() {
+    const auto next = session_.next_deadline();
+    if (!next || (deadline_armed_ && *next == armed_deadline_)) return;
+    deadline_armed_ = true;
+    armed_deadline_ = *next;
+    deadline_timer_.expires_at(*next);
+    deadline_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->closed_) return;
+      self->deadline_armed_ = false;
+      self->session_.expire(std::chrono::steady_clock::now());
+      if (self->session_.ended()) return self->end_session();
+      self->update_deadline_timer();
       self->flush();
     });
   }
 
-  friend struct Parked;
+  // Output queued by another connection's request, from inside a KeySpace callback: write it now
+  // (a blocked get's answer should not wait), but leave any closing to a handler of our own.
+  void on_output() {
+    if (closed_ || in_batch_) return;
+    if (session_.ended()) {
+      post_close(session_.end_reason(), session_.fault());
+      return;
+    }
+    flush();
+  }
+
+  void post_close(std::string reason, bool fault) {
+    if (close_posted_ || closed_) return;
+    close_posted_ = true;
+    asio::post(server_.io, [self = shared_from_this(), reason = std::move(reason), fault] { self->close(reason, fault); });
+  }
+
+  // Writes everything queued: inline while the socket takes it, asynchronously for the rest
+  // (order is kept: nothing new is written while an asynchronous write is in flight).
+  void flush() {
+    if (closed_ || writing_ || close_posted_) return;
+    session_.take_output(out_);
+    if (out_.empty()) {
+      if (close_after_write_) close(session_.end_reason(), session_.fault());
+      return;
+    }
+    const ssize_t n = ::send(socket_.native_handle(), out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      post_close(std::string("write failed: ") + std::strerror(errno), false);
+      return;
+    }
+    const std::size_t sent = n > 0 ? static_cast<std::size_t>(n) : 0;
+    if (sent == out_.size()) {
+      out_.clear();
+      if (close_after_write_) close(session_.end_reason(), session_.fault());
+      return;
+    }
+    writing_ = true;
+    session_.set_in_flight(out_.size() - sent);
+    asio::async_write(socket_, asio::buffer(out_.data() + sent, out_.size() - sent),
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        self->out_.clear();
+                        if (self->closed_) return;  // the server may be gone: touch nothing else
+                        self->session_.set_in_flight(0);
+                        if (ec) return self->close("write failed: " + ec.message(), false);
+                        if (self->session_.ended() && !self->close_after_write_) return self->end_session();
+                        self->flush();
+                      });
+  }
 
   StoreServer::Impl& server_;
   tcp::socket socket_;
-  asio::steady_timer timer_;
-  bool timer_armed_ = false;
-  bool progressed_ = false;  // bytes arrived since the frame timer was last armed
+  asio::steady_timer io_timer_;
+  asio::steady_timer deadline_timer_;
+  bool io_timer_armed_ = false;
+  bool deadline_armed_ = false;
+  std::chrono::steady_clock::time_point armed_deadline_{};
   std::string peer_;
-  std::vector<char> in_;
-  std::size_t used_ = 0;
-  std::size_t need_ = 0;
-  bool handshaken_ = false;
+  StoreSession session_;
+  std::string out_;  // bytes handed to the socket, in flight while writing_
   bool closed_ = false;
+  bool close_posted_ = false;
   bool in_batch_ = false;
   bool writing_ = false;
   bool close_after_write_ = false;
-  std::string out_busy_;
-  std::string out_next_;
-  std::unordered_set<std::shared_ptr<Parked>> parked_;
-  std::vector<std::shared_ptr<ConnWatch>> watches_;
-  std::vector<std::string> ephemeral_;  // keys this connection set with set_ephemeral
-  std::uint64_t serial_ = ++next_serial_;
-  static inline std::uint64_t next_serial_ = 0;  // server thread only
 };
 
 void run_with_adaptive_polling(asio::io_context& io, std::chrono::microseconds spin) {
@@ -644,7 +303,10 @@ void StoreServer::Impl::open() {
   auto address = asio::ip::make_address(opt.host, ec);
   if (ec) throw StoreError("store server: '" + opt.host + "' is not an IP address");
   tcp::endpoint ep(address, opt.port);
-  acceptor.open(ep.protocol());
+  // Close-on-exec from the start: workers and their children must never hold the store's port.
+  const int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw StoreError(std::string("store server: socket: ") + std::strerror(errno));
+  acceptor.assign(ep.protocol(), fd);
   acceptor.set_option(asio::socket_base::reuse_address(true));
   acceptor.bind(ep, ec);
   if (ec) throw StoreError("store server: cannot listen on " + opt.host + ":" + std::to_string(opt.port) + ": " + ec.message());
@@ -655,24 +317,69 @@ void StoreServer::Impl::open() {
 }
 
 void StoreServer::Impl::accept() {
-  acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+  acceptor.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-    if (!ec) {
-      ++stats.connections_accepted;
-      auto conn = std::make_shared<Connection>(*this, std::move(socket));
-      if (connections.size() >= opt.max_connections) {
-        ++stats.connections_dropped;
-        spdlog::warn("store: refused a connection: at the limit of {} connections", opt.max_connections);
-        conn->refuse_full();
-      } else {
-        connections.insert(conn);
-        conn->start();
-      }
-    } else if (ec == asio::error::no_descriptors) {
-      spdlog::warn("store: accept failed: {} (raise the open-files limit)", ec.message());
-    }
+    on_acceptable();
     accept();
   });
+}
+
+// Takes every connection waiting (bounded per wake), each close-on-exec and non-blocking from
+// accept4 on, so no exec elsewhere in the process can inherit one.
+void StoreServer::Impl::on_acceptable() {
+  for (int i = 0; i < kMaxAcceptsPerWake; ++i) {
+    const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        log("accept", std::string("accept failed: ") + std::strerror(errno) + " (raise the open-files limit)");
+      }
+      return;  // EAGAIN: none left
+    }
+    ++stats.connections_accepted;
+    if (connections.size() >= opt.max_connections) {
+      refuse_full(fd);
+      continue;
+    }
+    tcp::socket socket(io);
+    boost::system::error_code ec;
+    socket.assign(acceptor.local_endpoint().protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      continue;
+    }
+    auto conn = std::make_shared<Connection>(*this, std::move(socket));
+    connections.insert(conn);
+    conn->start();
+  }
+}
+
+// A connection over the limit gets the handshake's "full" answer (best effort) and is closed.
+void StoreServer::Impl::refuse_full(int fd) {
+  ++stats.connections_dropped;
+  log("refused", "refused a connection: at the limit of " + std::to_string(opt.max_connections) + " connections");
+  std::string reply;
+  wire::Writer w(reply);
+  w.u32(wire::kMagic);
+  w.u16(wire::kVersion);
+  w.u16(static_cast<std::uint16_t>(wire::HelloStatus::kServerFull));
+  ssize_t ignored = ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)ignored;
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+void StoreServer::Impl::log(std::string_view kind, const std::string& line) {
+  const auto suppressed = throttle.admit(kind, std::chrono::steady_clock::now());
+  if (!suppressed) return;
+  std::string text = "crun: store: " + line;
+  if (*suppressed != 0) text += " (" + std::to_string(*suppressed) + " similar lines suppressed)";
+  text += "\n";
+  if (opt.log) {
+    opt.log(text);
+  } else {
+    write_without_blocking(2, text);
+  }
 }
 
 void StoreServer::Impl::close_all() {
@@ -734,7 +441,10 @@ StoreServerStats StoreServer::stats() {
     StoreServerStats s = impl_->stats;
     s.open_connections = impl_->connections.size();
     s.keys = impl_->keys.size();
-    for (auto& c : impl_->connections) s.parked_requests += c->parked_count();
+    for (auto& c : impl_->connections) {
+      s.parked_requests += c->parked_count();
+      s.input_buffer_bytes += c->input_buffer_bytes();
+    }
     return s;
   };
   if (impl_->io.get_executor().running_in_this_thread() || (impl_->owned_io && !impl_->thread.joinable())) return snapshot();

@@ -5,9 +5,13 @@
 //     operation of the Store contract plus watches, with request ids so clients may pipeline.
 //   - A misbehaving connection (bad magic, wrong token, oversized or malformed frame, a frame left
 //     half-sent past the read timeout, a client that never reads its replies) is closed with one
-//     logged reason; every other connection keeps being served. Memory per connection is bounded.
+//     logged reason; every other connection keeps being served. Memory per connection grows with
+//     the bytes it actually sent (StoreSession), never with what a header declares.
+//   - Logging never blocks the event loop: lines go to `log` (default: stderr, written only when
+//     it can take them now) and are rate-limited per kind, with a count of what was suppressed.
 //   - Blocking operations (get/wait/multi_get) park on the server and are answered when the keys
 //     appear or their timeout passes; a vanished client's parked requests are dropped.
+//   - Every descriptor it opens is close-on-exec.
 //
 // Threading
 //   All state lives on one io_context thread. Either the server owns that thread (start() /
@@ -18,6 +22,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -36,6 +41,9 @@ struct StoreServerOptions {
   std::size_t max_outbound_bytes = 256u << 20;    // unread replies before a client is dropped
   std::chrono::milliseconds handshake_timeout{10000};
   std::chrono::milliseconds frame_timeout{30000};  // a started frame may go this long without a byte
+  bool log_closes = false;  // also log connections that closed normally (debugging)
+  // Receives each log line (newline-terminated), on the server thread; must not block.
+  std::function<void(const std::string&)> log;
 };
 
 struct StoreServerStats {
@@ -44,6 +52,8 @@ struct StoreServerStats {
   std::uint64_t open_connections = 0;
   std::uint64_t keys = 0;
   std::uint64_t parked_requests = 0;  // blocked gets/waits not yet answered
+  std::uint64_t bytes_received = 0;   // from every connection, since the start
+  std::uint64_t input_buffer_bytes = 0;  // held now for incomplete preambles and frames
 };
 
 // Runs `io` until it runs out of work or is stopped, polling (without blocking) for up to `spin`

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_protocol.h"
@@ -32,6 +33,18 @@ struct ServerFixture {
   StoreEndpoint endpoint() const { return local(server); }
   std::unique_ptr<TcpStore> client(StoreClientOptions o = {}) { return std::make_unique<TcpStore>(endpoint(), o); }
 };
+
+// Polls `pred` (a server statistic, which has no event to wait on) until it holds or `bound`
+// passes; returns its final value so the caller asserts what it waited for.
+template <typename Pred>
+bool eventually(Pred&& pred, std::chrono::milliseconds bound = 5s) {
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return pred();
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 // A plain socket for sending hand-made bytes.
 class RawSocket {

@@ -1,8 +1,11 @@
 // Bad input from raw sockets, every limit, tokens, and a server that goes away.
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <thread>
 
+#include "rendezvous/store_session.h"
 #include "store_test_util.h"
+#include "tests/agent/child_process.h"
 
 using namespace crun;
 using namespace crun::test;
@@ -125,8 +128,7 @@ TEST_CASE("clients vanishing mid-request leave nothing parked", "[robustness]") 
     s.send(frame(wire::Op::kWatch, 2, [](wire::Writer& w) { w.str("never/"); }));
     s.recv_n(9 + 0, 1s);  // the watch's OK
   }  // every socket closes here, with its get still parked
-  auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (f.server.stats().open_connections > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  REQUIRE(eventually([&] { return f.server.stats().open_connections == 0; }));
   auto st = f.server.stats();
   CHECK(st.open_connections == 0);
   CHECK(st.parked_requests == 0);
@@ -207,8 +209,7 @@ TEST_CASE("each limit is enforced with a named error", "[robustness][limits]") {
       CHECK_THAT(e.what(), Catch::Contains("connection limit"));
     }
     c3.reset();
-    auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (f.server.stats().open_connections > 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    REQUIRE(eventually([&] { return f.server.stats().open_connections == 2; }));
     TcpStore c5(f.endpoint(), quick);  // room again
     c5.ping();
   }
@@ -282,9 +283,115 @@ TEST_CASE("a blocked get is released with an error when the server stops", "[rob
       error = e.what();
     }
   });
-  auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (f->server.stats().parked_requests < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  REQUIRE(eventually([&] { return f->server.stats().parked_requests == 1; }));
   f.reset();
   t.join();
   CHECK_THAT(error, Catch::Contains("closed the connection"));
+}
+
+// Defect: connection A was closed inside KeySpace::changed (its queue overflowed when its parked
+// get completed), and closing released A's ephemeral key, freeing the value the keyspace was
+// passing on to another connection's watch (heap use-after-free; silent in a release build,
+// where the watcher saw the delete before the set).
+TEST_CASE("a client dropped while being notified leaves other watchers a valid value", "[robustness][defect]") {
+  StoreServerOptions o = quick_options();
+  o.max_outbound_bytes = 1u << 20;
+  ServerFixture f(o);
+  auto setter = f.client();
+  const std::string big(254 * 1024, 'b');  // four replies fill A's queue to just under 1 MiB
+  setter->set("big", big);
+  EventQueue<StoreEvent> events;
+  auto watcher = f.client();
+  auto w = watcher->watch("", [&](const StoreEvent& e) {
+    if (e.key == "k") events.push(e);
+  });
+  const std::string value(8 * 1024, 'e');
+  RawSocket a(f.server.port());
+  REQUIRE(a.handshake());
+  auto get = [](std::uint32_t id, const std::string& key, std::uint32_t timeout) {
+    return frame(wire::Op::kGet, id, [&](wire::Writer& w) {
+      w.str(key);
+      w.u32(timeout);
+    });
+  };
+  a.send(get(1, "k", wire::kForever) + get(2, "big", 0) + get(3, "big", 0) + get(4, "big", 0) + get(5, "big", 0) +
+         frame(wire::Op::kSetEphemeral, 6, [&](wire::Writer& w) {
+           w.str("k");
+           w.str(value);
+         }));
+  auto first = events.pop(5s);
+  auto second = events.pop(5s);
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->kind == StoreEvent::Kind::kSet);
+  CHECK(first->value == value);
+  CHECK(second->kind == StoreEvent::Kind::kDelete);
+  CHECK(a.closed_by_peer_within(5s));
+  check_still_serving(f);
+  CHECK_FALSE(setter->try_get("k").has_value());
+}
+
+namespace {
+std::size_t rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+}  // namespace
+
+// Defect: a handshake and a frame header declaring a 65 MiB body made the server allocate and zero
+// the whole body as soon as one more byte arrived (ten such connections: +680 MB).
+TEST_CASE("memory grows with bytes received, not with a declared frame size", "[robustness][limits][defect]") {
+  StoreServerOptions o = quick_options();
+  o.frame_timeout = 30s;  // the connections stay while we measure
+  o.token = GENERATE(std::string(), std::string("s3cret"));
+  ServerFixture f(o);
+  const std::size_t rss_before = rss_bytes();
+  std::string header;
+  wire::Writer(header).u32(static_cast<std::uint32_t>(kMaxFrameSize));
+  std::vector<std::unique_ptr<RawSocket>> clients;
+  std::size_t sent = 0;
+  for (int i = 0; i < 10; ++i) {
+    clients.push_back(std::make_unique<RawSocket>(f.server.port()));
+    // With a token set, a wrong one: the header and body that follow must not be buffered either.
+    std::string hello = wire::encode_hello(o.token.empty() ? "" : "wrong");
+    if (o.token.empty()) REQUIRE(clients.back()->handshake());
+    std::string bytes = (o.token.empty() ? std::string() : hello) + header + std::string(1000, 'x');
+    clients.back()->send(bytes);
+    sent += bytes.size() + (o.token.empty() ? hello.size() : 0);
+  }
+  if (o.token.empty()) {
+    // Once the server has seen the headers, one more byte each (the old code allocated the whole
+    // declared body at this point).
+    REQUIRE(eventually([&] { return f.server.stats().bytes_received >= sent; }));
+    for (auto& c : clients) c->send("y");
+    REQUIRE(eventually([&] { return f.server.stats().bytes_received >= sent + clients.size(); }));
+    CHECK(f.server.stats().input_buffer_bytes <= 10 * 2 * StoreSession::kReadChunk);
+  } else {
+    for (auto& c : clients) CHECK(c->closed_by_peer_within(5s));
+  }
+  CHECK(rss_bytes() < rss_before + (64u << 20));
+  StoreClientOptions holder;
+  holder.token = o.token;
+  auto c = f.client(holder);
+  c->set("health", "ok");
+  CHECK(c->get("health", 1s) == "ok");
+}
+
+// Defect: the store's listening and accepted sockets were inherited by every program the process
+// exec'd (the agent's workers), which kept the rendezvous port and connections open.
+TEST_CASE("a program exec'd while the store serves inherits none of its sockets", "[robustness][cloexec][defect]") {
+  ServerFixture f(quick_options());
+  auto c = f.client();
+  c->set("k", "v");
+  RawSocket raw(f.server.port());
+  REQUIRE(raw.handshake());
+  REQUIRE(eventually([&] { return f.server.stats().open_connections == 2; }));
+  ChildProcess ls({"/bin/sh", "-c", "for f in /proc/$$/fd/*; do echo \"$f -> $(readlink $f)\"; done"});
+  REQUIRE(ls.wait_exit(10s) == 0);
+  INFO(ls.out());
+  CHECK(ls.out().find("socket:") == std::string::npos);
 }
