@@ -3,8 +3,8 @@
 #
 # Builds the libFuzzer targets of tests/fuzz (clang, ASan + UBSan, in build-asan/: the build that
 # scripts/sanitize.sh address also uses; CRUN_FUZZ_BUILD_DIR overrides) and runs each target, or
-# only the TARGETs named, for SECONDS (per target, one after another: `fuzz.sh 30` with 4 targets
-# takes 2 minutes).
+# only the TARGETs named, for SECONDS (per target, one after another: `fuzz.sh 30`
+# takes 2.5 minutes with five targets).
 #   - Seeds come from tests/fuzz/<target>/corpus (read, never written); what the fuzzer finds goes
 #     to <build>/fuzz/<target>/corpus, which later runs in the same build folder start from.
 #   - A crash, sanitizer report, leak, timeout (> 20 s for one input) or OOM (> 2 GiB RSS) stops
@@ -39,7 +39,10 @@ while IFS=$'\t' read -r name binary seeds dict; do
   work="$build/fuzz/$name"
   mkdir -p "$work/corpus"
   rm -f "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*
-  args=(-max_total_time="$seconds" -max_len=8192 -timeout=20 -rss_limit_mb=2048 -use_value_profile=1
+  # Inputs up to 8 KiB, or the largest seed when that is bigger (longer seeds would be cut).
+  max_len=$(find "$seeds" -type f -printf '%s\n' | sort -n | tail -n 1)
+  [ "${max_len:-0}" -gt 8192 ] || max_len=8192
+  args=(-max_total_time="$seconds" -max_len="$max_len" -timeout=20 -rss_limit_mb=2048 -use_value_profile=1
         -print_final_stats=1 -artifact_prefix="$work/")
   [ -n "$dict" ] && args+=(-dict="$dict")
   echo "fuzz.sh: $name for ${seconds}s (log: $work/log)"
