@@ -100,7 +100,8 @@ std::string FailureReport::to_json() const {
   j["error_message"] = error_message;
   j["error_traceback"] = error_traceback;
   j["stderr_tail"] = stderr_tail;
-  return j.dump(2) + "\n";
+  // A worker's stderr need not be UTF-8: invalid bytes become U+FFFD instead of an exception.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string read_error_file_message(const std::string& path) {

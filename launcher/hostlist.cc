@@ -1,5 +1,6 @@
 #include "launcher/hostlist.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <stdexcept>
@@ -8,8 +9,14 @@ namespace crun {
 namespace {
 
 [[noreturn]] void bad(const std::string& what, const std::string& expression) {
-  throw std::invalid_argument("invalid hostlist '" + expression + "': " + what);
+  // The expression may be as long as the environment allows: quote at most its start.
+  constexpr std::size_t kQuoted = 200;
+  const std::string quoted = expression.size() <= kQuoted ? expression : expression.substr(0, kQuoted) + "...";
+  throw std::invalid_argument("invalid hostlist '" + quoted + "': " + what);
 }
+
+// `text` shortened for a message.
+std::string excerpt(const std::string& text) { return text.size() <= 40 ? text : text.substr(0, 40) + "..."; }
 
 bool all_digits(const std::string& s) {
   if (s.empty()) return false;
@@ -22,44 +29,65 @@ bool all_digits(const std::string& s) {
 unsigned long long number(const std::string& s, const std::string& expression) {
   unsigned long long v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (!all_digits(s) || ec != std::errc() || p != s.data() + s.size()) bad("'" + s + "' is not a number", expression);
+  if (!all_digits(s) || ec != std::errc() || p != s.data() + s.size()) bad("'" + excerpt(s) + "' is not a number", expression);
   return v;
 }
 
-std::string padded(unsigned long long v, std::size_t width) {
-  std::string s = std::to_string(v);
-  if (s.size() < width) s.insert(0, width - s.size(), '0');
-  return s;
+std::size_t digits(unsigned long long v) { return std::to_string(v).size(); }
+
+// Appends v, zero-padded to `width` digits.
+void append_padded(std::string& out, unsigned long long v, std::size_t width) {
+  char digits_buf[24];
+  const auto end = std::to_chars(digits_buf, digits_buf + sizeof digits_buf, v).ptr;
+  const auto n = static_cast<std::size_t>(end - digits_buf);
+  if (n < width) out.append(width - n, '0');
+  out.append(digits_buf, n);
 }
 
-// The values of one bracket's body, e.g. "01-04,07" -> 01 02 03 04 07.
-std::vector<std::string> bracket_values(const std::string& body, const std::string& expression) {
-  std::vector<std::string> out;
+// LO-HI (or a single number, LO == HI), printed at least `width` digits wide.
+struct Range {
+  unsigned long long lo = 0, hi = 0;
+  std::size_t width = 0;
+  std::size_t count() const { return static_cast<std::size_t>(hi - lo + 1); }  // <= kMaxHosts
+  std::size_t longest() const { return std::max(width, digits(hi)); }
+};
+
+// A host pattern: literal text, then a bracket, text, bracket, ..., text (brackets.size() + 1 texts).
+struct Pattern {
+  std::vector<std::string> texts{""};
+  std::vector<std::vector<Range>> brackets;
+};
+
+// One bracket's body, e.g. "01-04,07" -> 01-04, 07-07.
+std::vector<Range> parse_bracket(const std::string& body, const std::string& expression) {
+  std::vector<Range> out;
   if (body.empty()) bad("empty brackets", expression);
   std::size_t start = 0;
   while (start <= body.size()) {
     const auto comma = body.find(',', start);
     const std::string item = body.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     start = comma == std::string::npos ? body.size() + 1 : comma + 1;
-    if (item.empty()) bad("empty range in '[" + body + "]'", expression);
+    if (item.empty()) bad("empty range in '[" + excerpt(body) + "]'", expression);
     const auto dash = item.find('-');
+    Range r;
     if (dash == std::string::npos) {
-      number(item, expression);
-      out.push_back(item);
-      continue;
+      r.lo = r.hi = number(item, expression);
+      r.width = item.size();
+    } else {
+      const std::string lo_text = item.substr(0, dash), hi_text = item.substr(dash + 1);
+      r.lo = number(lo_text, expression);
+      r.hi = number(hi_text, expression);
+      r.width = lo_text.size();
+      if (r.hi < r.lo) bad("range '" + excerpt(item) + "' runs backwards", expression);
+      if (r.hi - r.lo >= kMaxHosts) bad("range '" + excerpt(item) + "' is too large", expression);
     }
-    const std::string lo_text = item.substr(0, dash), hi_text = item.substr(dash + 1);
-    const auto lo = number(lo_text, expression), hi = number(hi_text, expression);
-    if (hi < lo) bad("range '" + item + "' runs backwards", expression);
-    if (hi - lo >= kMaxHosts) bad("range '" + item + "' is too large", expression);
-    for (auto v = lo; v <= hi; ++v) out.push_back(padded(v, lo_text.size()));
+    out.push_back(r);
   }
   return out;
 }
 
-// One host pattern (no top-level separators) -> its hosts, appended to out.
-void expand_one(const std::string& pattern, const std::string& expression, std::vector<std::string>& out) {
-  std::vector<std::string> hosts{""};
+Pattern parse_pattern(const std::string& pattern, const std::string& expression) {
+  Pattern p;
   std::size_t i = 0;
   while (i < pattern.size()) {
     const auto open = pattern.find('[', i);
@@ -67,34 +95,74 @@ void expand_one(const std::string& pattern, const std::string& expression, std::
     if (close_early != std::string::npos && (open == std::string::npos || close_early < open)) {
       bad("']' without '['", expression);
     }
-    const std::string text = pattern.substr(i, open == std::string::npos ? std::string::npos : open - i);
-    for (auto& h : hosts) h += text;
+    p.texts.back() += pattern.substr(i, open == std::string::npos ? std::string::npos : open - i);
     if (open == std::string::npos) break;
     const auto close = pattern.find(']', open);
     if (close == std::string::npos) bad("'[' without ']'", expression);
     const std::string body = pattern.substr(open + 1, close - open - 1);
     if (body.find('[') != std::string::npos) bad("nested brackets", expression);
-    const auto values = bracket_values(body, expression);
-    if (hosts.size() * values.size() + out.size() > kMaxHosts) bad("more than " + std::to_string(kMaxHosts) + " hosts", expression);
-    std::vector<std::string> next;
-    next.reserve(hosts.size() * values.size());
-    for (const auto& h : hosts) {
-      for (const auto& v : values) next.push_back(h + v);
-    }
-    hosts = std::move(next);
+    p.brackets.push_back(parse_bracket(body, expression));
+    p.texts.emplace_back();
     i = close + 1;
   }
-  out.insert(out.end(), hosts.begin(), hosts.end());
+  return p;
 }
 
-}  // namespace
+// The hosts of a pattern and its longest name, counted without expanding. Throws as soon as the
+// count passes `budget` (the hosts still allowed), so the products cannot overflow.
+std::size_t count_hosts(const Pattern& p, std::size_t budget, std::size_t& longest, const std::string& expression) {
+  std::size_t hosts = 1;
+  longest = 0;
+  for (const auto& t : p.texts) longest += t.size();
+  for (const auto& bracket : p.brackets) {
+    std::size_t values = 0, widest = 0;
+    for (const auto& r : bracket) {
+      values += r.count();  // each <= kMaxHosts; checked below before the next can overflow
+      if (values > kMaxHosts) break;
+      widest = std::max(widest, r.longest());
+    }
+    if (values > budget || hosts > budget / values) bad("more than " + std::to_string(kMaxHosts) + " hosts", expression);
+    hosts *= values;
+    longest += widest;
+  }
+  if (hosts > budget) bad("more than " + std::to_string(kMaxHosts) + " hosts", expression);
+  if (longest > kMaxHostNameLength) {
+    bad("a host name would be longer than " + std::to_string(kMaxHostNameLength) + " characters", expression);
+  }
+  return hosts;
+}
 
-std::vector<std::string> expand_hostlist(const std::string& expression) {
-  std::vector<std::string> out;
+// Appends the hosts of p, leftmost bracket varying slowest.
+void expand_pattern(const Pattern& p, std::vector<std::string>& out) {
+  std::vector<std::string> hosts{p.texts[0]};
+  for (std::size_t b = 0; b < p.brackets.size(); ++b) {
+    const std::string& text = p.texts[b + 1];
+    std::vector<std::string> next;
+    for (const auto& h : hosts) {
+      for (const auto& r : p.brackets[b]) {
+        for (auto v = r.lo;; ++v) {
+          std::string name;
+          name.reserve(h.size() + r.longest() + text.size());
+          name.append(h);
+          append_padded(name, v, r.width);
+          name.append(text);
+          next.push_back(std::move(name));
+          if (v == r.hi) break;  // hi may be the largest unsigned long long
+        }
+      }
+    }
+    hosts = std::move(next);
+  }
+  out.insert(out.end(), std::make_move_iterator(hosts.begin()), std::make_move_iterator(hosts.end()));
+}
+
+// The expression's host patterns, parsed but not expanded.
+std::vector<Pattern> parse_expression(const std::string& expression) {
+  std::vector<Pattern> patterns;
   std::string current;
   int depth = 0;
   auto flush = [&] {
-    if (!current.empty()) expand_one(current, expression, out);
+    if (!current.empty()) patterns.push_back(parse_pattern(current, expression));
     current.clear();
   };
   for (char c : expression) {
@@ -109,6 +177,35 @@ std::vector<std::string> expand_hostlist(const std::string& expression) {
   }
   if (depth != 0) bad("'[' without ']'", expression);
   flush();
+  return patterns;
+}
+
+// Counts what the patterns expand to and throws if it passes a limit.
+HostlistSize measure(const std::vector<Pattern>& patterns, const std::string& expression) {
+  HostlistSize size;
+  for (const auto& p : patterns) {
+    std::size_t longest = 0;
+    const std::size_t n = count_hosts(p, kMaxHosts - size.hosts, longest, expression);
+    size.hosts += n;
+    size.bytes += n * (longest + 1);  // <= kMaxHosts * (kMaxHostNameLength + 1): no overflow
+    if (size.bytes > kMaxHostlistBytes) {
+      bad("the hosts would take more than " + std::to_string(kMaxHostlistBytes >> 20) + " MiB", expression);
+    }
+  }
+  return size;
+}
+
+}  // namespace
+
+HostlistSize hostlist_size(const std::string& expression) { return measure(parse_expression(expression), expression); }
+
+std::vector<std::string> expand_hostlist(const std::string& expression) {
+  // Everything is parsed and counted first: nothing is expanded unless the whole result fits.
+  const auto patterns = parse_expression(expression);
+  const auto size = measure(patterns, expression);
+  std::vector<std::string> out;
+  out.reserve(size.hosts);
+  for (const auto& p : patterns) expand_pattern(p, out);
   return out;
 }
 

@@ -1,7 +1,10 @@
 #include "rendezvous/rendezvous_records.h"
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 namespace crun {
 
@@ -25,6 +28,16 @@ template <typename T>
 T field(const json& j, const char* name, const char* what) {
   auto it = j.find(name);
   if (it == j.end()) throw std::invalid_argument(std::string(what) + " record lacks '" + name + "'");
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // An integer in T's range: nlohmann would convert a float or a bigger number silently (and a
+    // float beyond T's range is undefined behaviour).
+    if (it->is_number_unsigned()) {
+      if (std::in_range<T>(it->get<std::uint64_t>())) return static_cast<T>(it->get<std::uint64_t>());
+    } else if (it->is_number_integer()) {
+      if (std::in_range<T>(it->get<std::int64_t>())) return static_cast<T>(it->get<std::int64_t>());
+    }
+    throw std::invalid_argument(std::string(what) + " record has a bad '" + name + "'");
+  }
   try {
     return it->get<T>();
   } catch (const json::exception&) {

@@ -5,6 +5,7 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake pkg-config git
+  clang libclang-rt-14-dev              # sanitizer builds and libFuzzer (scripts/sanitize.sh, fuzz.sh)
   libboost1.81-dev                      # Asio and Process v2 (headers; v2 is compiled in one TU of ours)
   nlohmann-json3-dev libcli11-dev libspdlog-dev catch2
   libgloo-dev

@@ -36,6 +36,47 @@ TEST_CASE("hostlist: malformed expressions name the problem", "[hostlist]") {
   CHECK_THROWS_WITH(expand_hostlist("h[0-999][0-999][0-9]"), Catch::Contains("more than"));
 }
 
+TEST_CASE("hostlist: sizes are bounded before anything is expanded", "[hostlist]") {
+  // Host count: every item and bracket adds up, whatever the order (the e2e test
+  // tests/launcher/hostlist_memory.sh runs the hostile ones under a memory limit).
+  CHECK(expand_hostlist("n[0-1048575]").size() == crun::kMaxHosts);
+  CHECK_THROWS_WITH(expand_hostlist("n[0-1048575],m"), Catch::Contains("more than 1048576 hosts"));
+  CHECK_THROWS_WITH(expand_hostlist("m,n[0-1048575]"), Catch::Contains("more than 1048576 hosts"));
+  CHECK_THROWS_WITH(expand_hostlist("n[0-1048575,0]"), Catch::Contains("more than 1048576 hosts"));
+  CHECK_THROWS_WITH(expand_hostlist("n[0-1023][0-1024]"), Catch::Contains("more than 1048576 hosts"));
+  CHECK_THROWS_WITH(expand_hostlist("n[0-1048575][0-1048575][0-1048575][0-1048575]"), Catch::Contains("more than"));
+  // Name length: zero padding counts; 255 characters is the most.
+  const std::string zeros(253, '0');
+  CHECK(expand_hostlist("n[" + zeros + "1-2]") == Hosts{"n" + zeros + "1", "n" + zeros + "2"});
+  CHECK_THROWS_WITH(expand_hostlist("n[0" + zeros + "1-2]"), Catch::Contains("longer than 255 characters"));
+  CHECK_THROWS_WITH(expand_hostlist("n[" + std::string(4000, '0') + "-3]"), Catch::Contains("longer than 255"));
+  CHECK_THROWS_WITH(expand_hostlist(std::string(256, 'h')), Catch::Contains("longer than 255"));
+  CHECK(expand_hostlist("h[1-2]" + std::string(253, 'x')).size() == 2);
+  // All names together: at most 64 MiB.
+  CHECK_THROWS_WITH(expand_hostlist("n[0-1048575]" + std::string(200, 'x')), Catch::Contains("more than 64 MiB"));
+  // The largest value and a range ending at it.
+  CHECK(expand_hostlist("n[18446744073709551614-18446744073709551615]") ==
+        Hosts{"n18446744073709551614", "n18446744073709551615"});
+  CHECK_THROWS_WITH(expand_hostlist("n[18446744073709551616]"), Catch::Contains("is not a number"));
+  // A long expression is quoted by its start only.
+  std::string long_bad = "x" + std::string(5000, 'y') + "[";
+  CHECK_THROWS_WITH(expand_hostlist(long_bad), Catch::Contains("...': '[' without ']'"));
+}
+
+TEST_CASE("hostlist: hostlist_size counts without expanding", "[hostlist]") {
+  for (const std::string e : {"gpu[01-04,07],cpu3", "a[0-1].b[2-3]", "x[0-1][2-3]", "n1,,n2 n3", "", "p[8-11]"}) {
+    const auto hosts = expand_hostlist(e);
+    const auto size = crun::hostlist_size(e);
+    CHECK(size.hosts == hosts.size());
+    std::size_t bytes = 0;
+    for (const auto& h : hosts) bytes += h.size() + 1;
+    CHECK(size.bytes >= bytes);
+  }
+  CHECK(crun::hostlist_size("n[0-1048575]").hosts == crun::kMaxHosts);
+  CHECK_THROWS_WITH(crun::hostlist_size("n[0-1048575,0]"), Catch::Contains("more than 1048576 hosts"));
+  CHECK_THROWS_WITH(crun::hostlist_size("h[3-1]"), Catch::Contains("backwards"));
+}
+
 TEST_CASE("tasks per node: SLURM_TASKS_PER_NODE's N(xK) lists", "[hostlist]") {
   CHECK(expand_tasks_per_node("2(x3),1") == std::vector<int>{2, 2, 2, 1});
   CHECK(expand_tasks_per_node("4") == std::vector<int>{4});

@@ -173,6 +173,18 @@ TEST_CASE("failure report: torch @record error file, text and json", "[units]") 
   REQUIRE(r.to_json().find("\"addr\": \"10.0.0.7\"") != std::string::npos);
 }
 
+TEST_CASE("failure report: a worker's stderr need not be UTF-8", "[units]") {
+  // Found by tests/fuzz/error_file: to_json threw nlohmann's type_error 316, and crun --log-dir
+  // died of SIGABRT writing failure_report.json for a worker that printed a byte like 0xff.
+  FailureReport r;
+  r.stderr_tail = {"bad \xff byte", "cut \xe2\x82"};
+  r.error_message = "ok";
+  std::string j;
+  REQUIRE_NOTHROW(j = r.to_json());
+  CHECK(j.find("\"bad \xef\xbf\xbd byte\"") != std::string::npos);  // U+FFFD in its place
+  CHECK(r.format_text().find("| bad \xff byte") != std::string::npos);  // the console gets the bytes
+}
+
 TEST_CASE("failure report: the error file's traceback, unless stderr already shows it", "[units]") {
   char path[] = "/tmp/crun-error-XXXXXX";
   const int fd = ::mkstemp(path);

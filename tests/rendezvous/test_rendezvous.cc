@@ -342,6 +342,34 @@ TEST_CASE("records carry worker output that is not UTF-8", "[rendezvous]") {
   CHECK_THAT(back.report, Catch::Contains("latin-1") && Catch::Contains("\xef\xbf\xbd"));  // U+FFFD
 }
 
+TEST_CASE("a record's numbers must fit their fields", "[rendezvous]") {
+  // Found by tests/fuzz/rendezvous_records: a free_port of 2.95e128 was converted to uint16_t
+  // (undefined behaviour), and 65536 wrapped to port 0; a peer's out-of-range number is malformed.
+  NodeRecord n;
+  n.node_id = "a";
+  const std::string good = n.to_json();
+  auto with = [&](const std::string& field, const std::string& value) {
+    const auto at = good.find("\"" + field + "\":");
+    REQUIRE(at != std::string::npos);
+    const auto start = good.find(':', at) + 1, end = good.find_first_of(",}", start);
+    return good.substr(0, start) + value + good.substr(end);
+  };
+  CHECK(NodeRecord::from_json(with("free_port", "65535")).free_port == 65535);
+  CHECK(NodeRecord::from_json(with("rank_hint", "-2147483648")).rank_hint == INT32_MIN);
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"free_port", "295006666666666666666666666666666666"}, {"free_port", "65536"}, {"free_port", "-1"},
+           {"free_port", "29500.5"}, {"nproc", "2147483648"}, {"rank_hint", "-2147483649"}, {"seq", "1e300"},
+           {"nproc", "true"}}) {
+    CHECK_THROWS_WITH(NodeRecord::from_json(with(field, value)), Catch::Contains("bad '" + field + "'"));
+  }
+  RoundOutcome o;
+  const std::string outcome = o.to_json();
+  const auto at = outcome.find("\"wall_time_us\":");
+  const std::string big = outcome.substr(0, at) + "\"wall_time_us\":9223372036854775808" +
+                          outcome.substr(outcome.find_first_of(",}", at));
+  CHECK_THROWS_WITH(RoundOutcome::from_json(big), Catch::Contains("bad 'wall_time_us'"));
+}
+
 TEST_CASE("the host's configuration is the reference, not the first joiner's", "[rendezvous]") {
   ServerFixture fixture;
   auto cfg = config(2, 2);
