@@ -22,6 +22,8 @@
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
+#include "base/exit_codes.h"
+#include "base/fd_io.h"
 
 namespace crun {
 
@@ -132,8 +134,8 @@ int Agent::Impl::run() {
     if (config.multi_node) {
       start_multi_node();
     } else {
-      rendezvous = std::make_unique<StandaloneRendezvous>(io, config.nproc_per_node,
-                                                          config.master_addr, config.master_port);
+      rendezvous = std::make_unique<StandaloneRendezvous>(config.nproc_per_node, config.master_addr,
+                                                          config.master_port);
     }
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
@@ -315,7 +317,7 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
 FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
   FailureReport report;
   report.role = config.role;
-  report.restart_count = e.round;
+  report.restart_count = e.restart_count;
   report.restarting = restarting;
   report.rank = current_round.rank_offset + e.local_rank;
   report.local_rank = e.local_rank;
@@ -325,7 +327,7 @@ FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
   report.exit_code = e.exit_code;
   report.term_signal = e.term_signal;
   report.time = e.wall_time;
-  report.error_file = (attempt_dir(e.round, e.local_rank) / "error.json").string();
+  report.error_file = (attempt_dir(e.restart_count, e.local_rank) / "error.json").string();
   report.error_message = read_error_file_message(report.error_file);
   report.error_traceback = read_error_file_traceback(report.error_file);
   if (group) {
@@ -367,9 +369,9 @@ void Agent::Impl::on_round(const RoundResult& r) {
   rendezvous_round = r.rendezvous_round;
   current_round = r.info;
   say("crun: round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) + " of " +
-      std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.round) + ", master " +
+      std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.restart_count) + ", master " +
       r.info.master_addr + ":" + std::to_string(r.info.master_port) + "\n");
-  perform(machine.on_round(r.info.round));
+  perform(machine.on_round(r.info.restart_count));
 }
 
 void Agent::Impl::on_control(const ControlEvent& e) {

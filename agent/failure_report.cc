@@ -6,6 +6,7 @@
 
 #include "agent/file_text.h"
 #include "agent/signal_names.h"
+#include "base/exit_codes.h"
 
 namespace crun {
 namespace {
@@ -89,7 +90,7 @@ std::string FailureReport::to_json() const {
     j["addr"] = addr;
   }
   j["pid"] = pid;
-  j["exit_code"] = term_signal != 0 ? 128 + term_signal : exit_code;
+  j["exit_code"] = term_signal != 0 ? kExitSignalBase + term_signal : exit_code;
   if (term_signal != 0) {
     j["signal"] = signal_name(term_signal);
   } else {

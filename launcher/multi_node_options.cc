@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "launcher/launch_options.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 namespace crun {
 

@@ -116,10 +116,4 @@ struct RendezvousKeys {
   std::string round_prefix(int round) const { return base + "round/" + std::to_string(round) + "/"; }
 };
 
-// Exit codes of crun for rendezvous outcomes (documented in the README).
-inline constexpr int kExitRendezvousTimeout = 4;
-inline constexpr int kExitRendezvousClosed = 5;
-inline constexpr int kExitRendezvousRejected = 6;
-inline constexpr int kExitStoreLost = 7;
-
 }  // namespace crun

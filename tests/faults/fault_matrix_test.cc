@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "tests/agent/child_process.h"
+#include "tests/support/child_process.h"
 #include "tests/faults/proc_probe.h"
-#include "tests/multinode/cluster.h"
+#include "tests/support/cluster.h"
 
 using namespace crun::test;
 namespace fs = std::filesystem;
