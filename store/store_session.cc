@@ -89,8 +89,10 @@ void StoreSession::received(std::size_t n, Clock::time_point now) {
     end(e.what(), true);
   }
   if (ended()) used_ = 0;
-  if (used_ == 0 && in_.capacity() > 4 * kReadChunk) {  // give back the room a big frame needed
-    in_.clear();
+  // Give back the room a big frame needed, also when part of the next frame is buffered: the
+  // buffer stays within 4 x (what is buffered + one read chunk).
+  if (in_.capacity() > 4 * (used_ + kReadChunk)) {
+    in_.resize(used_);
     in_.shrink_to_fit();
   }
 }

@@ -5,8 +5,9 @@
 //     now). The session checks the handshake, decodes every complete frame and runs its request
 //     against the KeySpace, one member function per operation; replies are queued as output.
 //   - Memory follows the bytes actually received: before the handshake the input buffer holds at
-//     most the preamble and a token (about 1 KiB); after it, at most about twice the buffered bytes
-//     plus one read chunk, whatever size a frame header declares.
+//     most the preamble and a token (about 1 KiB); after it, at most 4 x (the buffered bytes + one
+//     read chunk) once received() returns, whatever size a frame header declares and however big
+//     the frames before were.
 //   - Blocking requests (get, wait, multi_get) park in the KeySpace; next_deadline() says when the
 //     owner must call expire(now) to time them out. Watches queue notifications. A notification
 //     caused by this connection's own request follows that request's reply.

@@ -172,6 +172,20 @@ TEST_CASE("a session's memory follows bytes received, not what a header declares
     CHECK(c.session->buffered() == 5);
     CHECK(c.session->buffer_capacity() <= 2 * StoreSession::kReadChunk);
   }
+  SECTION("the room a big frame needed is given back although a partial frame follows it") {
+    // Found by the store_session fuzz target (long run): the buffer shrank only when nothing was
+    // buffered, so a 4 MiB frame followed by 5 bytes of the next kept 4 MiB for those 5 bytes.
+    Client c(keys, limits, 1);
+    REQUIRE(c.hello("secret"));
+    const std::string big = set(1, "k", std::string(4u << 20, 'v'));
+    std::string header;
+    wire::Writer(header).u32(100);
+    c.send(big + header + "x");
+    REQUIRE_FALSE(c.session->ended());
+    CHECK(c.replies().size() == 1);
+    CHECK(c.session->buffered() == 5);
+    CHECK(c.session->buffer_capacity() <= 4 * (c.session->buffered() + StoreSession::kReadChunk));
+  }
 }
 
 // Defect: a connection closed while the keyspace was notifying on its behalf freed the value that
