@@ -2,8 +2,10 @@
 # scripts/check-layering.sh [ROOT]: the rooms' include rule (docs/architecture.md, "Rooms").
 #   base < store < rendezvous < agent < launcher; worker_runtime uses store and base only;
 #   examples use worker_runtime only. A room includes its own headers and those of the rooms below
-#   it, never one above; so there is no include cycle between rooms.
-# Prints every include that breaks the rule (file:line: include) and exits 1, else exits 0.
+#   it, never one above; so there is no include cycle between rooms. And no header of a room
+#   includes a heavy third-party header (Asio/Boost, nlohmann/json, CLI11, spdlog): they stay in
+#   .cc files, so that including a crun header stays cheap.
+# Prints every include that breaks a rule (file:line: what) and exits 1, else exits 0.
 set -euo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 declare -A allowed=(
@@ -32,6 +34,12 @@ for room in "${!allowed[@]}"; do
     }')
   if [ -n "$out" ]; then
     echo "$out"
+    bad=1
+  fi
+  heavy=$({ grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*<(boost|nlohmann|CLI|spdlog)/' "$root/$room" --include='*.h' || true; } |
+    sed -E "s#^$root/##; s#^([^:]+:[0-9]+):.*<([^>]+)>.*#\1: a header may not include <\2>#")
+  if [ -n "$heavy" ]; then
+    echo "$heavy"
     bad=1
   fi
 done
