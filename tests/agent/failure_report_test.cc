@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -93,4 +94,42 @@ TEST_CASE("failure report: the error file's traceback, unless stderr already sho
     REQUIRE(text.find("| frame 60\n") != std::string::npos);
     REQUIRE(text.find("| frame 99\n") != std::string::npos);
   }
+}
+
+TEST_CASE("failure report: its JSON reads back as the same report, so it can cross nodes", "[failure_report]") {
+  FailureReport r;
+  r.role = "trainer";
+  r.restart_count = 2;
+  r.restarting = true;
+  r.rank = 7;
+  r.local_rank = 3;
+  r.host = "node7";
+  r.addr = "10.0.0.7";
+  r.pid = 4321;
+  r.term_signal = SIGKILL;
+  r.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'790'000'123'456));
+  r.error_file = "/tmp/x/error.json";
+  r.error_message = "RuntimeError: boom";
+  r.error_traceback = "Traceback (most recent call last):\n  boom";
+  r.stderr_tail = {"a", "b \"quoted\""};
+  const auto back = FailureReport::from_json(r.to_json());
+  REQUIRE(back);
+  CHECK(back->to_json() == r.to_json());
+  CHECK(back->format_text() == r.format_text());
+  CHECK(back->time == r.time);
+  CHECK(back->term_signal == SIGKILL);
+  CHECK(back->exit_code == 0);
+
+  r.term_signal = 0;
+  r.exit_code = 3;
+  r.addr.clear();
+  const auto exited = FailureReport::from_json(r.to_json());
+  REQUIRE(exited);
+  CHECK(exited->exit_code == 3);
+  CHECK(exited->addr.empty());
+  CHECK(exited->to_json() == r.to_json());
+
+  CHECK_FALSE(FailureReport::from_json("crun: worker failed (root cause): rank 3"));  // old text form
+  CHECK_FALSE(FailureReport::from_json("{}"));
+  CHECK_FALSE(FailureReport::from_json("[1, 2]"));
 }
