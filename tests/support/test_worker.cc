@@ -92,6 +92,7 @@ void print_cgroup() {
 
 // `sleep 40` forked by the worker: it stays in the worker's process group.
 void start_child() {
+  std::fflush(stdout);  // a child must not inherit (and write again) lines still in our buffer
   const pid_t pid = ::fork();
   if (pid == 0) exec_sleep();
   std::printf("child rank=%d pid=%d\n", g_rank, pid);
@@ -101,6 +102,7 @@ void start_child() {
 void start_daemon(bool briefly) {
   int p[2];
   if (::pipe(p) != 0) return;
+  std::fflush(stdout);
   const pid_t mid = ::fork();
   if (mid == 0) {
     ::setsid();
