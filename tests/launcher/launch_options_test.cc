@@ -154,6 +154,16 @@ TEST_CASE("multi-node flags become the agent's rendezvous configuration", "[laun
   CHECK(m.rendezvous.last_call_timeout == std::chrono::milliseconds(500));
   CHECK(m.rendezvous.heartbeat_timeout == std::chrono::milliseconds(4000));  // interval x attempts
   CHECK(m.program == "true");
+  // One boolean reader for --rdzv-conf and PET_* flags: "on"/"off" were refused here before.
+  for (const char* word : {"on", "ON", "yes", "True"}) {
+    INFO(word);
+    const auto on = parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3", "--rdzv-conf",
+                           std::string("is_host=") + word, "/bin/true"});
+    CHECK(on.agent.multi_node->is_host == std::optional<bool>(true));
+  }
+  CHECK_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3", "--rdzv-conf",
+                           "is_host=maybe", "/bin/true"}),
+                    Catch::Contains("is_host must be true or false"));
 
   const auto fixed = parse({"--nnodes", "3", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29511",
                             "/bin/true"});
