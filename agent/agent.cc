@@ -22,6 +22,8 @@
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
+#include "base/exit_codes.h"
+#include "base/fd_io.h"
 
 namespace crun {
 
@@ -83,6 +85,7 @@ struct Agent::Impl {
   std::string parent_error_file;  // crun's own TORCHELASTIC_ERROR_FILE: gets the final root cause
   RoundInfo current_round;
   std::optional<int> exit_code;
+  std::optional<FailureReport> root_report;  // built once per root cause (report_for)
   std::uint64_t timer_generation = 0;  // a stale expiry (armed for an earlier stop) is ignored
 
   int run();
@@ -90,7 +93,8 @@ struct Agent::Impl {
   void perform(const AgentActions& actions);
   void start_group(int restart_count);
   void report_failure(const action::ReportFailure& r);
-  FailureReport build_report(const WorkerExit& e, bool restarting);
+  const FailureReport& report_for(const WorkerExit& e);
+  void write_report_file(const FailureReport& report);
   void start_multi_node();
   void on_round(const RoundResult& r);
   void on_control(const ControlEvent& e);
@@ -132,8 +136,8 @@ int Agent::Impl::run() {
     if (config.multi_node) {
       start_multi_node();
     } else {
-      rendezvous = std::make_unique<StandaloneRendezvous>(io, config.nproc_per_node,
-                                                          config.master_addr, config.master_port);
+      rendezvous = std::make_unique<StandaloneRendezvous>(config.nproc_per_node, config.master_addr,
+                                                          config.master_port);
     }
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
@@ -208,8 +212,9 @@ void Agent::Impl::perform(const AgentActions& actions) {
       c10d->request_round();
     } else if (auto* pub = std::get_if<action::PublishFailure>(&a)) {
       const auto us = std::chrono::duration_cast<std::chrono::microseconds>(pub->root_cause.wall_time.time_since_epoch());
+      // The coordinator decides restart or stop; node rank 0 sets `restarting` from its decision.
       c10d->publish_failure(rendezvous_round, pub->root_cause.crun_exit_code(), us.count(),
-                            build_report(pub->root_cause, machine.restart_count() < config.max_restarts).format_text());
+                            report_for(pub->root_cause).to_json());
     } else if (std::holds_alternative<action::PublishSuccess>(a)) {
       c10d->publish_success(rendezvous_round);
     }
@@ -288,7 +293,8 @@ void Agent::Impl::start_group(int restart_count) {
 }
 
 void Agent::Impl::report_failure(const action::ReportFailure& r) {
-  FailureReport report = build_report(r.root_cause, r.restarting);
+  FailureReport report = report_for(r.root_cause);
+  report.restarting = r.restarting;
   say(report.format_text());
   if (!r.restarting && !parent_error_file.empty()) {
     // Like torchrun under a scheduler that set TORCHELASTIC_ERROR_FILE for the launcher: the
@@ -299,24 +305,34 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
     say(why.empty() ? "crun: copied the root cause's error file to " + parent_error_file + "\n"
                     : "crun: " + parent_error_file + " (TORCHELASTIC_ERROR_FILE) left as it is: " + why + "\n");
   }
-  if (!remove_run_dir) {
-    const fs::path path = run_dir / "failure_report.json";
-    const std::string json = report.to_json();
-    const int fd = open_log(path);
-    if (fd >= 0) {
-      if (!write_all(fd, json.data(), json.size())) {
-        say("crun: cannot write " + path.string() + ": " + std::strerror(errno) + "\n");
-      }
-      ::close(fd);
+  write_report_file(report);
+}
+
+// failure_report.json in the log dir (not in a temporary run dir, which is removed at exit).
+void Agent::Impl::write_report_file(const FailureReport& report) {
+  if (remove_run_dir) return;
+  const fs::path path = run_dir / "failure_report.json";
+  const std::string json = report.to_json();
+  const int fd = open_log(path);
+  if (fd >= 0) {
+    if (!write_all(fd, json.data(), json.size())) {
+      say("crun: cannot write " + path.string() + ": " + std::strerror(errno) + "\n");
     }
+    ::close(fd);
   }
 }
 
-FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
+// The report of this node's root cause, built the first time it is needed (published to the
+// rendezvous at once, printed once the group has stopped): the stderr tail is complete by then,
+// as the worker's pipes were drained before its exit was delivered.
+const FailureReport& Agent::Impl::report_for(const WorkerExit& e) {
+  if (root_report && root_report->pid == e.pid && root_report->restart_count == e.restart_count &&
+      root_report->local_rank == e.local_rank) {
+    return *root_report;
+  }
   FailureReport report;
   report.role = config.role;
-  report.restart_count = e.round;
-  report.restarting = restarting;
+  report.restart_count = e.restart_count;
   report.rank = current_round.rank_offset + e.local_rank;
   report.local_rank = e.local_rank;
   report.host = config.hostname;
@@ -325,14 +341,15 @@ FailureReport Agent::Impl::build_report(const WorkerExit& e, bool restarting) {
   report.exit_code = e.exit_code;
   report.term_signal = e.term_signal;
   report.time = e.wall_time;
-  report.error_file = (attempt_dir(e.round, e.local_rank) / "error.json").string();
+  report.error_file = (attempt_dir(e.restart_count, e.local_rank) / "error.json").string();
   report.error_message = read_error_file_message(report.error_file);
   report.error_traceback = read_error_file_traceback(report.error_file);
   if (group) {
     const auto& tail = group->stderr_tail(e.local_rank);
     report.stderr_tail.assign(tail.begin(), tail.end());
   }
-  return report;
+  root_report = std::move(report);
+  return *root_report;
 }
 
 void Agent::Impl::start_multi_node() {
@@ -367,9 +384,9 @@ void Agent::Impl::on_round(const RoundResult& r) {
   rendezvous_round = r.rendezvous_round;
   current_round = r.info;
   say("crun: round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) + " of " +
-      std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.round) + ", master " +
+      std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.restart_count) + ", master " +
       r.info.master_addr + ":" + std::to_string(r.info.master_port) + "\n");
-  perform(machine.on_round(r.info.round));
+  perform(machine.on_round(r.info.restart_count));
 }
 
 void Agent::Impl::on_control(const ControlEvent& e) {
@@ -388,10 +405,18 @@ void Agent::Impl::on_control(const ControlEvent& e) {
   perform(machine.on_round_ended(now));
 }
 
-// Node rank 0 shows every node's root cause: the failing node printed its own already.
+// Node rank 0 shows every node's root cause (the failing node printed its own already) and
+// writes it to its failure_report.json, with the coordinator's decision (restart or not).
 void Agent::Impl::print_remote_report(const ControlEvent& e) {
   if (e.report.empty() || e.origin_node == c10d->node_id() || current_round.group_rank != 0) return;
-  say("crun: root cause reported by node " + e.origin_node + ":\n" + e.report);
+  auto report = FailureReport::from_json(e.report);
+  if (!report) {
+    say("crun: node " + e.origin_node + " reported a root cause that is not a failure report\n");
+    return;
+  }
+  report->restarting = e.kind == ControlEvent::Kind::kStop;
+  say("crun: root cause reported by node " + e.origin_node + ":\n" + report->format_text());
+  write_report_file(*report);
 }
 
 }  // namespace crun

@@ -1,14 +1,17 @@
-// Agent: crun's per-node elastic agent for one job (single node for now).
+// Agent: crun's per-node elastic agent for one job, on one node or as one of several.
 //
 // Contract
-//   run() drives AgentStateMachine on one boost::asio::io_context: rendezvous round -> start the
-//   worker group -> wait for the first event (a worker exit via pidfd, a handled signal, the stop
-//   grace timer) -> act. Returns crun's exit code:
+//   run() drives AgentStateMachine on one boost::asio::io_context: rendezvous round (single node:
+//   StandaloneRendezvous; several: C10dRendezvous) -> start the worker group -> wait for the first
+//   event (a worker exit via pidfd, a handled signal, the stop grace timer, the coordinator's
+//   control events) -> act. Returns crun's exit code (base/exit_codes.h):
 //     0            every worker of a round exited 0
 //     N            the root-cause worker's exit code when restarts are exhausted
 //     128 + S      the root-cause worker was killed by signal S, or crun itself got signal S
 //     3            the agent could not start (then the run dir it made is removed again) or
 //                  could not start workers (spawn failed, no free port)
+//     4-7          multi-node: the rendezvous timed out, was closed, refused this node, or its
+//                  store was lost
 //   The failure report is printed once per failed round to stderr (and written to the log dir as
 //   failure_report.json; without --log-dir, the temporary run dir is removed at exit unless it
 //   holds redirected logs). Worker output is routed per AgentConfig (passthrough, --redirects,
@@ -26,8 +29,6 @@
 #include "agent/agent_config.h"
 
 namespace crun {
-
-inline constexpr int kExitAgentError = 3;
 
 class Agent {
  public:

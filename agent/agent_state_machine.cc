@@ -65,7 +65,7 @@ AgentActions AgentStateMachine::start_round() {
 }
 
 AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
-  if (exit.round != restart_count_ || (state_ != State::kRunning && state_ != State::kStopping)) return {};
+  if (exit.restart_count != restart_count_ || (state_ != State::kRunning && state_ != State::kStopping)) return {};
   ++exited_;
   AgentActions actions;
   if (state_ == State::kRunning && exit.failed()) {
@@ -94,7 +94,7 @@ AgentActions AgentStateMachine::on_signal(int signo, AgentClock::time_point now)
     case State::kJoining:
     case State::kWaiting:
       state_ = State::kDone;
-      return {action::Exit{128 + signo}};
+      return {action::Exit{kExitSignalBase + signo}};
     case State::kRunning:
       return begin_stop(signo, now);
     case State::kStopping: {
@@ -131,7 +131,7 @@ AgentActions AgentStateMachine::on_all_exited() {
   actions.push_back(action::CancelStopTimer{});
   if (stop_signal_ != 0) {
     state_ = State::kDone;
-    actions.push_back(action::Exit{128 + stop_signal_});
+    actions.push_back(action::Exit{kExitSignalBase + stop_signal_});
     return actions;
   }
   if (closing_code_) {

@@ -38,13 +38,15 @@
 #include <variant>
 #include <vector>
 
+#include "base/exit_codes.h"
+
 namespace crun {
 
 using AgentClock = std::chrono::steady_clock;
 
 // One worker process ended (reaped).
 struct WorkerExit {
-  int round = 0;          // restart count of the group the worker belonged to
+  int restart_count = 0;  // of the group the worker belonged to
   int local_rank = 0;
   int pid = 0;
   int exit_code = 0;      // valid when term_signal == 0
@@ -54,7 +56,7 @@ struct WorkerExit {
 
   bool failed() const { return term_signal != 0 || exit_code != 0; }
   // The code crun exits with when this is the root cause: exit code, or 128 + signal.
-  int crun_exit_code() const { return term_signal != 0 ? 128 + term_signal : exit_code; }
+  int crun_exit_code() const { return term_signal != 0 ? kExitSignalBase + term_signal : exit_code; }
 };
 
 namespace action {
@@ -126,7 +128,7 @@ class AgentStateMachine {
   AgentPolicy policy_;
   State state_ = State::kIdle;
   int restart_count_ = 0;
-  int exited_ = 0;              // workers of the current round that have exited
+  int exited_ = 0;              // workers of the current group that have exited
   int stop_signal_ = 0;         // handled signal that caused the stop (0: a worker failure)
   bool killed_ = false;
   bool round_ended_ = false;          // the coordinator ended the round: rejoin once stopped

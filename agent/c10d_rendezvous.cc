@@ -5,11 +5,11 @@
 #include <mutex>
 #include <thread>
 
-#include "agent/standalone_rendezvous.h"
-#include "rendezvous/local_addresses.h"
+#include "base/addresses.h"
+#include "base/exit_codes.h"
 #include "rendezvous/rendezvous_coordinator.h"
 #include "rendezvous/rendezvous_participant.h"
-#include "rendezvous/store_server.h"
+#include "store/store_server.h"
 
 namespace crun {
 
@@ -98,14 +98,13 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       } else {
         result.rendezvous_round = a.round;
         RoundInfo& info = result.info;
-        info.round = a.restart_count;
+        info.restart_count = a.restart_count;
         info.group_rank = a.node_rank;
         info.group_world_size = a.nnodes;
         info.rank_offset = a.node_rank * config.nproc_per_node;
         info.world_size = a.nnodes * config.nproc_per_node;
         info.master_addr = a.master_addr;
         info.master_port = a.master_port;
-        info.store_prefix = participant->keys().round_prefix(a.round);
       }
     } catch (const RendezvousTimeout& e) {
       result.error = e.what();

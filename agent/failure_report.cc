@@ -1,11 +1,13 @@
 #include "agent/failure_report.h"
 
+#include <cstdio>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "agent/file_text.h"
 #include "agent/signal_names.h"
+#include "base/exit_codes.h"
 
 namespace crun {
 namespace {
@@ -21,6 +23,25 @@ std::string iso_time(std::chrono::system_clock::time_point t) {
   char out[80];
   std::snprintf(out, sizeof(out), "%s.%03dZ", buf, static_cast<int>(ms));
   return out;
+}
+
+// "2026-01-02T03:04:05.678Z" as iso_time writes it; nullopt for anything else.
+std::optional<std::chrono::system_clock::time_point> parse_iso_time(const std::string& text) {
+  std::tm tm{};
+  int ms = 0;
+  char z = 0;
+  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                  &tm.tm_min, &tm.tm_sec, &ms, &z) != 8 ||
+      z != 'Z' || tm.tm_year < 1970 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+      tm.tm_hour < 0 || tm.tm_hour > 23 || tm.tm_min < 0 || tm.tm_min > 59 || tm.tm_sec < 0 || tm.tm_sec > 60 ||
+      ms < 0 || ms > 999) {
+    return std::nullopt;  // also what iso_time cannot write back (before 1970)
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  const std::time_t secs = ::timegm(&tm);
+  if (secs == static_cast<std::time_t>(-1)) return std::nullopt;
+  return std::chrono::system_clock::from_time_t(secs) + std::chrono::milliseconds(ms);
 }
 
 constexpr std::size_t kTracebackLines = 40;
@@ -89,7 +110,7 @@ std::string FailureReport::to_json() const {
     j["addr"] = addr;
   }
   j["pid"] = pid;
-  j["exit_code"] = term_signal != 0 ? 128 + term_signal : exit_code;
+  j["exit_code"] = term_signal != 0 ? kExitSignalBase + term_signal : exit_code;
   if (term_signal != 0) {
     j["signal"] = signal_name(term_signal);
   } else {
@@ -102,6 +123,39 @@ std::string FailureReport::to_json() const {
   j["stderr_tail"] = stderr_tail;
   // A worker's stderr need not be UTF-8: invalid bytes become U+FFFD instead of an exception.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
+  try {
+    const auto j = nlohmann::json::parse(text);
+    if (!j.is_object()) return std::nullopt;
+    FailureReport r;
+    r.role = j.at("role").get<std::string>();
+    r.restart_count = j.at("attempt").get<int>();
+    r.restarting = j.at("restarting").get<bool>();
+    r.rank = j.at("rank").get<int>();
+    r.local_rank = j.at("local_rank").get<int>();
+    r.host = j.at("host").get<std::string>();
+    r.addr = j.at("addr").is_null() ? std::string() : j.at("addr").get<std::string>();
+    r.pid = j.at("pid").get<int>();
+    const int code = j.at("exit_code").get<int>();
+    if (j.at("signal").is_null()) {
+      r.exit_code = code;
+    } else {
+      r.term_signal = code - kExitSignalBase;
+      if (r.term_signal <= 0) return std::nullopt;
+    }
+    const auto time = parse_iso_time(j.at("time").get<std::string>());
+    if (!time) return std::nullopt;
+    r.time = *time;
+    r.error_file = j.at("error_file").get<std::string>();
+    r.error_message = j.at("error_message").get<std::string>();
+    r.error_traceback = j.at("error_traceback").get<std::string>();
+    r.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
+    return r;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
 }
 
 std::string read_error_file_message(const std::string& path) {

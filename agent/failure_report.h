@@ -6,7 +6,10 @@
 //     and time, then the error-file message (if any), the error file's traceback
 //     (its last 40 lines; left out when the stderr tail already ends the same way, i.e. Python
 //     printed it) and the last stderr lines.
-//   - to_json() carries the same fields (written to --log-dir as failure_report.json).
+//   - to_json() carries the same fields (written to --log-dir as failure_report.json, and what a
+//     node publishes to the rendezvous, so that node rank 0 can print and write a root cause
+//     from another node). from_json() reads it back (nullopt for text that is not such a report);
+//     from_json(to_json()) == the report, to the millisecond.
 //   - read_error_file_message() understands torch's @record JSON ({"message": {"message": ...,
 //     "extraInfo": {...}}} or {"message": "..."}); returns "" when the file is absent or unreadable.
 //   - copy_error_file_to_parent() does what torchrun's @record main does when the job fails: the
@@ -19,7 +22,9 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace crun {
@@ -43,6 +48,7 @@ struct FailureReport {
 
   std::string format_text() const;
   std::string to_json() const;
+  static std::optional<FailureReport> from_json(std::string_view text);
 };
 
 std::string read_error_file_message(const std::string& path);

@@ -1,5 +1,7 @@
 #include "agent/line_router.h"
 
+#include "base/fd_io.h"
+
 #include <poll.h>
 #include <unistd.h>
 
@@ -9,26 +11,6 @@
 namespace crun {
 namespace {
 constexpr std::size_t kMaxPartial = 1u << 20;
-}
-
-bool write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n > 0) {
-      data += n;
-      size -= static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, -1);
-      continue;
-    }
-    if (n == 0) errno = EIO;
-    return false;  // ENOSPC, EPIPE, a closed console: the caller decides
-  }
-  return true;
 }
 
 LineRouter::LineRouter(StreamRoute route) : route_(std::move(route)) {}

@@ -52,8 +52,4 @@ class LineRouter {
   std::deque<std::string> tail_;
 };
 
-// write() every byte, retrying on EINTR/EAGAIN (waiting for the fd when it is non-blocking).
-// False (errno set) when a write failed: the rest is not written.
-bool write_all(int fd, const char* data, std::size_t size);
-
 }  // namespace crun

@@ -16,14 +16,13 @@
 namespace crun {
 
 struct RoundInfo {
-  int round = 0;              // == restart count
+  int restart_count = 0;      // TORCHELASTIC_RESTART_COUNT of the group started for this round
   int group_rank = 0;         // this node's rank (GROUP_RANK)
   int group_world_size = 1;   // number of nodes
   int rank_offset = 0;        // global rank of this node's local rank 0
   int world_size = 1;         // total workers
   std::string master_addr;
   std::uint16_t master_port = 0;
-  std::string store_prefix;   // keys of this round live under it
 };
 
 class Rendezvous {

@@ -7,6 +7,12 @@
 extern char** environ;
 
 namespace crun {
+namespace {
+std::string_view key_of(std::string_view kv) {
+  const auto eq = kv.find('=');
+  return kv.substr(0, eq == std::string_view::npos ? kv.size() : eq);
+}
+}  // namespace
 
 std::vector<std::string> current_environment() {
   std::vector<std::string> env;
@@ -14,12 +20,8 @@ std::vector<std::string> current_environment() {
   return env;
 }
 
-std::vector<std::string> worker_environment(const std::vector<std::string>& base,
-                                            const RoundInfo& round, const WorkerIdentity& who) {
-  auto key_of = [](std::string_view kv) {
-    const auto eq = kv.find('=');
-    return kv.substr(0, eq == std::string_view::npos ? kv.size() : eq);
-  };
+EnvironmentList worker_variables(const std::vector<std::string>& base, const RoundInfo& place,
+                                 const WorkerIdentity& who) {
   bool has_omp = false;
   bool has_nccl = false;
   bool has_legacy_nccl = false;
@@ -30,25 +32,25 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     has_legacy_nccl = has_legacy_nccl || key == "NCCL_ASYNC_ERROR_HANDLING";
   }
 
-  std::vector<std::pair<std::string_view, std::string>> updates;
-  auto set = [&](std::string_view key, std::string value) { updates.emplace_back(key, std::move(value)); };
-  const int rank = round.rank_offset + who.local_rank;
+  EnvironmentList updates;
+  auto set = [&](const char* key, std::string value) { updates.emplace_back(key, std::move(value)); };
+  const int rank = place.rank_offset + who.local_rank;
   set("LOCAL_RANK", std::to_string(who.local_rank));
   set("RANK", std::to_string(rank));
-  set("GROUP_RANK", std::to_string(round.group_rank));
-  set("GROUP_WORLD_SIZE", std::to_string(round.group_world_size));
+  set("GROUP_RANK", std::to_string(place.group_rank));
+  set("GROUP_WORLD_SIZE", std::to_string(place.group_world_size));
   set("ROLE_NAME", who.role);
   set("ROLE_RANK", std::to_string(rank));
-  set("ROLE_WORLD_SIZE", std::to_string(round.world_size));
+  set("ROLE_WORLD_SIZE", std::to_string(place.world_size));
   set("LOCAL_WORLD_SIZE", std::to_string(who.local_world_size));
-  set("WORLD_SIZE", std::to_string(round.world_size));
-  set("MASTER_ADDR", round.master_addr);
-  set("MASTER_PORT", std::to_string(round.master_port));
+  set("WORLD_SIZE", std::to_string(place.world_size));
+  set("MASTER_ADDR", place.master_addr);
+  set("MASTER_PORT", std::to_string(place.master_port));
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(who.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(who.max_restarts));
   set("TORCHELASTIC_RUN_ID", who.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
-  set("TORCHELASTIC_ERROR_FILE", who.error_file);
+  if (!who.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", who.error_file);
   if (!who.agent_id.empty()) set("CRUN_AGENT_ID", who.agent_id);
   // torchrun sets OMP_NUM_THREADS=1 only when several workers share the node: one worker keeps
   // torch's default (all cores).
@@ -57,7 +59,12 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
   // NCCL_ASYNC_ERROR_HANDLING. Both, so that every torch version aborts on NCCL errors.
   if (!has_nccl) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!has_legacy_nccl) set("NCCL_ASYNC_ERROR_HANDLING", "1");
+  return updates;
+}
 
+std::vector<std::string> worker_environment(const std::vector<std::string>& base,
+                                            const RoundInfo& place, const WorkerIdentity& who) {
+  const EnvironmentList updates = worker_variables(base, place, who);
   std::vector<std::string> env;
   env.reserve(base.size() + updates.size());
   for (const auto& kv : base) {
@@ -71,7 +78,7 @@ std::vector<std::string> worker_environment(const std::vector<std::string>& base
     }
     if (!replaced) env.push_back(kv);
   }
-  for (auto& [key, value] : updates) {
+  for (const auto& [key, value] : updates) {
     std::string kv(key);
     kv += '=';
     kv += value;

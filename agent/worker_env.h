@@ -1,21 +1,25 @@
-// worker_environment: the environment of one worker, torchrun's contract (DESIGN.md, "Contracts").
+// worker_environment: the environment of one worker: torchrun's contract, variable for variable.
 //
 // Contract
-//   Starts from `base` ("KEY=VALUE" strings, usually the agent's own environ) and sets
-//   LOCAL_RANK RANK GROUP_RANK GROUP_WORLD_SIZE ROLE_NAME ROLE_RANK ROLE_WORLD_SIZE
-//   LOCAL_WORLD_SIZE WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
-//   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=False
-//   TORCHELASTIC_ERROR_FILE, and TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) /
-//   NCCL_ASYNC_ERROR_HANDLING=1 (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` already
-//   has them; OMP_NUM_THREADS=1 unless `base` has it or local_world_size is 1 (as torchrun).
-//   CRUN_AGENT_ID=<agent_id> (worker_containment.h) when agent_id is set: it replaces one crun's
-//   own parent agent may have set. Later entries never duplicate a key.
+//   worker_variables() returns what a worker gets on top of `base` ("KEY=VALUE" strings, usually
+//   the agent's own environ): LOCAL_RANK RANK GROUP_RANK GROUP_WORLD_SIZE ROLE_NAME ROLE_RANK
+//   ROLE_WORLD_SIZE LOCAL_WORLD_SIZE WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
+//   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=False, RANK =
+//   ROLE_RANK = place.rank_offset + local_rank; TORCHELASTIC_ERROR_FILE when who.error_file is
+//   set (else `base`'s value stays); TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) and
+//   NCCL_ASYNC_ERROR_HANDLING=1 (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` has them;
+//   OMP_NUM_THREADS=1 unless `base` has it or local_world_size is 1 (as torchrun);
+//   CRUN_AGENT_ID=<agent_id> (worker_containment.h) when agent_id is set. Each key once.
+//   worker_environment() is `base` with those variables set (replacing `base`'s own): the
+//   complete environment of one worker. The agent and `crun --slurm-tasks` both build their
+//   workers' environment here.
 //
 // Threading
-//   Pure function.
+//   Pure functions (current_environment() reads environ).
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/rendezvous.h"
@@ -33,8 +37,12 @@ struct WorkerIdentity {
   std::string agent_id;
 };
 
+using EnvironmentList = std::vector<std::pair<std::string, std::string>>;
+
+EnvironmentList worker_variables(const std::vector<std::string>& base, const RoundInfo& place,
+                                 const WorkerIdentity& who);
 std::vector<std::string> worker_environment(const std::vector<std::string>& base,
-                                            const RoundInfo& round, const WorkerIdentity& who);
+                                            const RoundInfo& place, const WorkerIdentity& who);
 
 // The calling process's environment as "KEY=VALUE" strings.
 std::vector<std::string> current_environment();

@@ -43,7 +43,7 @@ struct Worker {
 
 struct WorkerGroup::Impl {
   asio::io_context& io;
-  int round;
+  int restart_count;
   ExitHandler on_exit;
   WorkerContainment* containment;
   std::vector<std::shared_ptr<Worker>> workers;
@@ -106,7 +106,7 @@ struct WorkerGroup::Impl {
       return;
     }
     WorkerExit e;
-    e.round = round;
+    e.restart_count = restart_count;
     e.local_rank = w->local_rank;
     e.pid = w->pid;
     e.exit_code = status->exit_code;
@@ -153,8 +153,8 @@ struct WorkerGroup::Impl {
   }
 };
 
-WorkerGroup::WorkerGroup(asio::io_context& io, int round, ExitHandler on_exit, WorkerContainment* containment)
-    : impl_(std::make_unique<Impl>(Impl{io, round, std::move(on_exit), containment, {}, {}, 0, false})) {}
+WorkerGroup::WorkerGroup(asio::io_context& io, int restart_count, ExitHandler on_exit, WorkerContainment* containment)
+    : impl_(std::make_unique<Impl>(Impl{io, restart_count, std::move(on_exit), containment, {}, {}, 0, false})) {}
 
 WorkerGroup::~WorkerGroup() { impl_->shutdown(); }
 

@@ -1,4 +1,5 @@
-// WorkerGroup: the worker processes of one round on this node, watched on the agent's event loop.
+// WorkerGroup: this node's worker processes of one start of the group (one restart count),
+// watched on the agent's event loop.
 //
 // Contract
 //   - start() spawns every worker (spawn_worker: own process group, PDEATHSIG, only fds 0-2) and
@@ -49,7 +50,7 @@ class WorkerGroup {
  public:
   using ExitHandler = std::function<void(const WorkerExit&)>;
 
-  WorkerGroup(boost::asio::io_context& io, int round, ExitHandler on_exit,
+  WorkerGroup(boost::asio::io_context& io, int restart_count, ExitHandler on_exit,
               WorkerContainment* containment = nullptr);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "agent/agent.h"
+#include "base/exit_codes.h"
 #include "launcher/launch_options.h"
 #include "launcher/slurm_tasks.h"
 
@@ -15,7 +16,7 @@ int run_launch(int argc, char** argv) {
     options = parse_launch_options(argc, argv);
   } catch (const LaunchUsageError& e) {
     std::fprintf(stderr, "crun: error: %s\n", e.what());
-    return 2;
+    return kExitUsage;
   }
   if (options.exit_now) {
     std::fputs(options.exit_now->c_str(), stdout);
@@ -24,7 +25,7 @@ int run_launch(int argc, char** argv) {
   if (options.slurm_tasks) {
     const int err = exec_slurm_task(options.agent.worker_argv, options.task_env);
     std::fprintf(stderr, "crun: error: cannot run %s: %s\n", options.agent.worker_argv.front().c_str(), std::strerror(err));
-    return 3;
+    return kExitAgentError;
   }
   if (!options.note.empty()) std::fprintf(stderr, "%s\n", options.note.c_str());
   Agent agent(std::move(options.agent));

@@ -18,6 +18,7 @@
 #include "agent/worker_process.h"
 #include "launcher/job_environment.h"
 #include "launcher/multi_node_options.h"
+#include "launcher/option_values.h"
 #include "launcher/slurm_tasks.h"
 
 #ifndef CRUN_VERSION
@@ -151,10 +152,10 @@ bool is_regular_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// A PET_* variable of an on/off flag; set but empty means off.
 bool bool_text(const std::string& name, const std::string& text) {
-  const std::string t = trim(text);
-  if (t == "1" || t == "true" || t == "True" || t == "TRUE" || t == "yes" || t == "on") return true;
-  if (t.empty() || t == "0" || t == "false" || t == "False" || t == "FALSE" || t == "no" || t == "off") return false;
+  if (trim(text).empty()) return false;
+  if (auto b = parse_bool(text)) return *b;
   usage(name + ": expected true or false, got '" + text + "'");
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "base/exit_codes.h"
 #include "launcher/hostlist.h"
 #include "launcher/launch_command.h"
 #include "launcher/store_commands.h"
@@ -14,13 +15,13 @@ namespace {
 int expand_hostlist_command(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr, "crun: error: usage: crun --expand-hostlist EXPRESSION\n");
-    return 2;
+    return crun::kExitUsage;
   }
   try {
     for (const auto& host : crun::expand_hostlist(argv[2])) std::printf("%s\n", host.c_str());
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "crun: error: %s\n", e.what());
-    return 2;
+    return crun::kExitUsage;
   }
   return 0;
 }

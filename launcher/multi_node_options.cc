@@ -6,7 +6,8 @@
 #include <filesystem>
 
 #include "launcher/launch_options.h"
-#include "rendezvous/store_client.h"
+#include "launcher/option_values.h"
+#include "store/store_client.h"
 
 namespace crun {
 
@@ -24,9 +25,8 @@ std::chrono::milliseconds seconds_value(const std::string& key, const std::strin
 }
 
 bool bool_value(const std::string& key, const std::string& v) {
-  if (v == "1" || v == "true" || v == "True" || v == "yes") return true;
-  if (v == "0" || v == "false" || v == "False" || v == "no") return false;
-  usage("--rdzv-conf: " + key + " must be 0/1 or true/false, got '" + v + "'");
+  if (auto b = parse_bool(v)) return *b;
+  usage("--rdzv-conf: " + key + " must be true or false (1/0, yes/no, on/off), got '" + v + "'");
 }
 
 std::string trim(const std::string& s) {

@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 
+#include "agent/worker_env.h"
 #include "launcher/hostlist.h"
 #include "launcher/job_environment.h"
 
@@ -75,25 +78,32 @@ EnvironmentList slurm_task_environment(const std::optional<std::string>& master_
   }
   const int port = master_port ? *master_port : slurm_port(number("SLURM_JOB_ID", job), number("SLURM_STEP_ID", step));
   const auto restart = env_value("SLURM_RESTART_COUNT");
-  EnvironmentList env = {
-      {"RANK", rank},
-      {"LOCAL_RANK", local_rank},
-      {"WORLD_SIZE", world},
-      {"LOCAL_WORLD_SIZE", std::to_string(tasks[node_id])},
-      {"GROUP_RANK", node},
-      {"GROUP_WORLD_SIZE", nodes},
-      {"ROLE_NAME", role},
-      {"ROLE_RANK", rank},
-      {"ROLE_WORLD_SIZE", world},
-      {"MASTER_ADDR", addr},
-      {"MASTER_PORT", std::to_string(port)},
-      {"TORCHELASTIC_RUN_ID", job + "." + step},
-      {"TORCHELASTIC_RESTART_COUNT", restart ? *restart : "0"},
-      {"TORCHELASTIC_MAX_RESTARTS", "0"},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+  const auto as_int = [](const char* name, unsigned long long v) {
+    if (v > static_cast<unsigned long long>(std::numeric_limits<int>::max())) {
+      throw std::invalid_argument(std::string("--slurm-tasks: ") + name + " is out of range");
+    }
+    return static_cast<int>(v);
   };
-  if (!env_value("OMP_NUM_THREADS")) env.emplace_back("OMP_NUM_THREADS", "1");
-  return env;
+  const int global_rank = as_int("SLURM_PROCID", number("SLURM_PROCID", rank));
+  RoundInfo place;
+  place.restart_count = restart ? as_int("SLURM_RESTART_COUNT", number("SLURM_RESTART_COUNT", *restart)) : 0;
+  place.group_rank = as_int("SLURM_NODEID", node_id);
+  place.group_world_size = as_int("SLURM_STEP_NUM_NODES", number("SLURM_STEP_NUM_NODES", nodes));
+  place.world_size = as_int("SLURM_STEP_NUM_TASKS", number("SLURM_STEP_NUM_TASKS", world));
+  WorkerIdentity who;
+  who.local_rank = as_int("SLURM_LOCALID", number("SLURM_LOCALID", local_rank));
+  // RANK is SLURM_PROCID whatever the task distribution (block or cyclic).
+  place.rank_offset = global_rank - who.local_rank;
+  place.master_addr = addr;
+  place.master_port = static_cast<std::uint16_t>(port);
+  who.local_world_size = tasks[node_id];
+  who.restart_count = place.restart_count;
+  who.max_restarts = 0;  // Slurm requeues the job; crun restarts nothing here
+  who.role = role;
+  who.run_id = job + "." + step;
+  // No TORCHELASTIC_ERROR_FILE (no agent remains to read one; torch's @record then prints the
+  // error to stderr, which Slurm keeps) unless crun's own environment passes one on.
+  return worker_variables(current_environment(), place, who);
 }
 
 int exec_slurm_task(const std::vector<std::string>& argv, const EnvironmentList& env) {

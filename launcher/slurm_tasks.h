@@ -8,8 +8,10 @@
 //   ROLE_*, MASTER_ADDR = the step's first node (resolved as resolve_slurm_node does),
 //   MASTER_PORT = slurm_port(job, step), TORCHELASTIC_RUN_ID = JOB.STEP,
 //   TORCHELASTIC_RESTART_COUNT = SLURM_RESTART_COUNT (0 when unset), TORCHELASTIC_MAX_RESTARTS = 0,
-//   OMP_NUM_THREADS = 1 unless set. master_addr / master_port, when given (flag or PET_*), win.
-//   A missing or malformed variable throws std::invalid_argument naming it.
+//   and the rest of the contract as the agent sets it (agent/worker_env.h builds both: NCCL error
+//   handling, OMP_NUM_THREADS as torchrun; TORCHELASTIC_ERROR_FILE only when crun's own
+//   environment has one, as no agent remains to read it). master_addr / master_port, when given
+//   (flag or PET_*), win. A missing or malformed variable throws std::invalid_argument naming it.
 //
 //   exec_slurm_task() sets that environment and execs argv; it returns only on failure (errno).
 //
@@ -19,12 +21,11 @@
 
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
-namespace crun {
+#include "agent/worker_env.h"
 
-using EnvironmentList = std::vector<std::pair<std::string, std::string>>;
+namespace crun {
 
 EnvironmentList slurm_task_environment(const std::optional<std::string>& master_addr,
                                        const std::optional<int>& master_port, const std::string& role);

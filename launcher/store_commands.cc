@@ -7,8 +7,9 @@
 #include <cstdio>
 #include <iostream>
 
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "base/exit_codes.h"
+#include "store/store_client.h"
+#include "store/store_server.h"
 
 namespace crun {
 
@@ -20,7 +21,7 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e) {
     return 0;
   }
   std::fprintf(stderr, "crun %s: %s\n", app.get_name().c_str(), e.what());
-  return 2;
+  return kExitUsage;
 }
 
 std::string token_from_env(const std::string& flag) {
@@ -107,7 +108,7 @@ int run_store_client_command(int argc, char** argv) {
       for (auto& k : store.list_keys(prefix, limit)) std::cout << k << "\n";
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "crun store: %s\n", e.what());
-    return 2;
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "crun store: %s\n", e.what());
     return 1;

@@ -5,8 +5,9 @@
 //     last_call_timeout, at once when max_nodes have joined, and at once when every node of the
 //     previous round has rejoined (a restart does not wait out the last call). Node ranks are
 //     ordered by rank hint, then previous rank, then node id, so they are stable across rounds.
-//   - A node whose configuration differs from the first node's is answered with an error naming
-//     both nodes and every differing field.
+//   - A node whose configuration differs from the reference (the hosting agent's own record, else
+//     the first node's to join) is answered with an error naming both nodes and every differing
+//     field.
 //   - While a round runs: a failure report ends it (restart_count + 1 while restarts remain, else
 //     the job closes with the failure's exit code); a node that joins while there is room, or a
 //     participant that is lost (its connection closed, or no heartbeat for heartbeat_timeout),
@@ -29,7 +30,7 @@
 #include <string>
 
 #include "rendezvous/rendezvous_records.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 namespace crun {
 

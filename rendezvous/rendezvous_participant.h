@@ -26,7 +26,7 @@
 #include <string>
 
 #include "rendezvous/rendezvous_records.h"
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 namespace crun {
 

@@ -73,7 +73,7 @@ struct RoundOutcome {
   bool succeeded = false;
   int exit_code = 0;        // crun's exit code for the root cause (code or 128+signal)
   std::int64_t wall_time_us = 0;  // when the failure happened (for root-cause ordering)
-  std::string report;       // the agent's failure report (text), opaque to the rendezvous
+  std::string report;       // the agent's failure report (its JSON), opaque to the rendezvous
 
   std::string to_json() const;
   static RoundOutcome from_json(const std::string& text);
@@ -89,7 +89,7 @@ struct ControlEvent {
   int exit_code = 0;        // kClosed: what every agent exits with
   std::string detail;       // one line: why
   std::string origin_node;  // the node whose failure caused this, if any
-  std::string report;       // that node's failure report
+  std::string report;       // that node's failure report (its JSON)
 
   std::string to_json() const;
   static ControlEvent from_json(const std::string& text);
@@ -115,11 +115,5 @@ struct RendezvousKeys {
   // Worker-facing keys of one round (fresh per round, never reused).
   std::string round_prefix(int round) const { return base + "round/" + std::to_string(round) + "/"; }
 };
-
-// Exit codes of crun for rendezvous outcomes (documented in the README).
-inline constexpr int kExitRendezvousTimeout = 4;
-inline constexpr int kExitRendezvousClosed = 5;
-inline constexpr int kExitRendezvousRejected = 6;
-inline constexpr int kExitStoreLost = 7;
 
 }  // namespace crun

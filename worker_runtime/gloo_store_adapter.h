@@ -12,7 +12,7 @@
 #include <chrono>
 #include <gloo/rendezvous/store.h>
 
-#include "rendezvous/store.h"
+#include "store/store.h"
 
 namespace crun::rt {
 

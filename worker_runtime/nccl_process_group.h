@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/store.h"
+#include "store/store.h"
 #include "worker_runtime/process_group.h"
 
 namespace crun::rt {

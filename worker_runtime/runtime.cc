@@ -7,9 +7,9 @@
 #include <fstream>
 #include <mutex>
 
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/store_client.h"
-#include "rendezvous/store_server.h"
+#include "store/prefix_store.h"
+#include "store/store_client.h"
+#include "store/store_server.h"
 #include "worker_runtime/nccl_process_group.h"
 
 namespace crun::rt {

@@ -10,7 +10,8 @@
 //   - The process group ("gloo", "nccl" or "auto" = nccl when built with CUDA and a GPU is
 //     visible, else gloo) is connected and a barrier passed before init() returns; any failure
 //     (store unreachable, peer missing) throws InitError within `timeout`.
-//   - heartbeat() records "still making progress" for the agent's hang watchdog: it rewrites
+//   - heartbeat() records "still making progress" (for a hang watchdog; crun's agent does not
+//     watch it yet, see docs/architecture.md): it rewrites
 //     $CRUN_HEARTBEAT_FILE when set and sets store key "heartbeat/<rank>" to "<count> <unix_ms>".
 //     It records at most once per CRUN_HEARTBEAT_INTERVAL_MS (default 1000; the first call always
 //     records), so calling it every step is cheap. It never throws (a failed store write is
@@ -27,7 +28,7 @@
 #include <string>
 #include <string_view>
 
-#include "rendezvous/store.h"
+#include "store/store.h"
 #include "worker_runtime/env.h"
 #include "worker_runtime/gloo_process_group.h"
 #include "worker_runtime/process_group.h"

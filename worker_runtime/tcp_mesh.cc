@@ -3,7 +3,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -15,8 +14,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <utility>
 
+#include "base/addresses.h"
 #include "worker_runtime/types.h"
 
 namespace crun::rt {
@@ -121,27 +122,24 @@ struct Addr {
   socklen_t len = 0;
 };
 
+// Every address of the interface named `iface` (IPv4 first), up or not.
 std::vector<Addr> interface_addresses(const std::string& iface) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) throw InitError("getifaddrs: " + errno_text(errno));
-  std::vector<Addr> v4, v6;
-  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || iface != i->ifa_name) continue;
-    Addr a;
-    if (i->ifa_addr->sa_family == AF_INET) {
-      a.len = sizeof(sockaddr_in);
-      std::memcpy(&a.ss, i->ifa_addr, a.len);
-      v4.push_back(a);
-    } else if (i->ifa_addr->sa_family == AF_INET6) {
-      a.len = sizeof(sockaddr_in6);
-      std::memcpy(&a.ss, i->ifa_addr, a.len);
-      v6.push_back(a);
-    }
+  std::vector<InterfaceAddress> all;
+  try {
+    all = crun::interface_addresses();
+  } catch (const std::system_error& e) {
+    throw InitError(e.what());
   }
-  ::freeifaddrs(list);
-  v4.insert(v4.end(), v6.begin(), v6.end());
-  if (v4.empty()) throw InitError("interface " + iface + " has no IP address");
-  return v4;
+  std::vector<Addr> out;
+  for (const InterfaceAddress& i : all) {
+    if (i.interface != iface) continue;
+    Addr a;
+    a.ss = i.address;
+    a.len = i.length;
+    out.push_back(a);
+  }
+  if (out.empty()) throw InitError("interface " + iface + " has no IP address");
+  return out;
 }
 
 std::vector<Addr> resolve(const std::string& host, const char* port, int flags) {

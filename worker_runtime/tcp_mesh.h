@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/store.h"
+#include "store/store.h"
 
 namespace crun::rt {
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "rendezvous/rendezvous_coordinator.h"
-#include "rendezvous/store_server.h"
+#include "store/store_server.h"
 
 using namespace crun;
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "rendezvous/store_client.h"
+#include "store/store_client.h"
 
 int main(int argc, char** argv) {
   CLI::App app("crun store benchmark client");

@@ -13,7 +13,7 @@
 #include <set>
 #include <sstream>
 
-#include "tests/agent/child_process.h"
+#include "tests/support/child_process.h"
 
 using namespace crun::test;
 namespace fs = std::filesystem;

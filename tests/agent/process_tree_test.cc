@@ -11,7 +11,7 @@
 #include <regex>
 #include <sstream>
 
-#include "tests/agent/child_process.h"
+#include "tests/support/child_process.h"
 
 using namespace crun::test;
 namespace fs = std::filesystem;

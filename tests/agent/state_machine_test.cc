@@ -11,9 +11,9 @@ namespace {
 
 const AgentClock::time_point t0{};  // the fake clock: tests pick every time point
 
-WorkerExit exit_of(int round, int local_rank, int code, int sig = 0, AgentClock::duration at = 0ms) {
+WorkerExit exit_of(int restart_count, int local_rank, int code, int sig = 0, AgentClock::duration at = 0ms) {
   WorkerExit e;
-  e.round = round;
+  e.restart_count = restart_count;
   e.local_rank = local_rank;
   e.pid = 1000 + local_rank;
   e.exit_code = code;
@@ -32,7 +32,7 @@ const A* find(const AgentActions& actions) {
 
 }  // namespace
 
-TEST_CASE("start asks for round 0", "[state_machine]") {
+TEST_CASE("start starts the group with restart count 0", "[state_machine]") {
   AgentStateMachine sm({2, 0, 30s});
   const auto a = sm.start(t0);
   REQUIRE(a.size() == 1);
@@ -64,18 +64,18 @@ TEST_CASE("a failure stops the group with SIGTERM and arms the grace timer", "[s
 TEST_CASE("restarts count up, then the root cause's code is the exit code", "[state_machine]") {
   AgentStateMachine sm({2, 2, 30s});
   sm.start(t0);
-  for (int round = 0; round <= 2; ++round) {
-    sm.on_worker_exit(exit_of(round, 1, 7));
-    const auto a = sm.on_worker_exit(exit_of(round, 0, 0, SIGTERM));  // stopped by us
+  for (int restart = 0; restart <= 2; ++restart) {
+    sm.on_worker_exit(exit_of(restart, 1, 7));
+    const auto a = sm.on_worker_exit(exit_of(restart, 0, 0, SIGTERM));  // stopped by us
     REQUIRE(find<action::CancelStopTimer>(a) != nullptr);
     const auto* report = find<action::ReportFailure>(a);
     REQUIRE(report != nullptr);
     REQUIRE(report->root_cause.local_rank == 1);
     REQUIRE(report->root_cause.exit_code == 7);
-    if (round < 2) {
+    if (restart < 2) {
       REQUIRE(report->restarting);
-      REQUIRE(find<action::StartGroup>(a)->restart_count == round + 1);
-      REQUIRE(sm.restart_count() == round + 1);
+      REQUIRE(find<action::StartGroup>(a)->restart_count == restart + 1);
+      REQUIRE(sm.restart_count() == restart + 1);
     } else {
       REQUIRE_FALSE(report->restarting);
       REQUIRE(find<action::StartGroup>(a) == nullptr);
@@ -149,7 +149,7 @@ TEST_CASE("a signal during a failure stop wins over restarting", "[state_machine
   REQUIRE(find<action::Exit>(b)->code == 128 + SIGINT);
 }
 
-TEST_CASE("events of an older round are ignored", "[state_machine]") {
+TEST_CASE("exits from an earlier start of the group are ignored", "[state_machine]") {
   AgentStateMachine sm({1, 1, 30s});
   sm.start(t0);
   sm.on_worker_exit(exit_of(0, 0, 2));  // -> restart 1

@@ -18,7 +18,7 @@
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "agent/worker_process.h"
-#include "tests/agent/child_process.h"
+#include "tests/support/child_process.h"
 
 using namespace crun;
 using namespace std::chrono_literals;

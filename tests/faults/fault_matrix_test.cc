@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "tests/agent/child_process.h"
+#include "tests/support/child_process.h"
 #include "tests/faults/proc_probe.h"
-#include "tests/multinode/cluster.h"
+#include "tests/support/cluster.h"
 
 using namespace crun::test;
 namespace fs = std::filesystem;
@@ -134,6 +134,16 @@ void worker_failure_row(const std::string& row, int signo) {
   CHECK(report["exit_code"] == expected);
   if (signo == 0) CHECK(report["signal"].is_null());
   if (signo != 0) CHECK(report["signal"] == (signo == SIGKILL ? "SIGKILL" : "SIGSEGV"));
+  // Node rank 0's failure_report.json holds the same root cause, although it happened on host 2,
+  // with the coordinator's decision (no restarts left).
+  const auto at_rank0 = failure_report(logs1.path);
+  CHECK(at_rank0["rank"] == 3);
+  CHECK(at_rank0["addr"] == "10.77.0.2");
+  CHECK(at_rank0["pid"] == report["pid"]);
+  CHECK(at_rank0["exit_code"] == expected);
+  CHECK(at_rank0["time"] == report["time"]);
+  CHECK(at_rank0["stderr_tail"] == report["stderr_tail"]);
+  CHECK(at_rank0["restarting"] == false);
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
-#include "tests/agent/child_process.h"
+#include "tests/support/child_process.h"
 #include "tests/faults/proc_probe.h"
 
 using namespace crun::test;

@@ -8,7 +8,7 @@
 #include <iterator>
 #include <regex>
 
-#include "tests/agent/child_process.h"
+#include "tests/support/child_process.h"
 
 namespace crun::test {
 

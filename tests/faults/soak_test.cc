@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 
-#include "tests/agent/child_process.h"
+#include "tests/support/child_process.h"
 #include "tests/faults/proc_probe.h"
-#include "tests/multinode/cluster.h"
+#include "tests/support/cluster.h"
 
 using namespace crun::test;
 

@@ -8,8 +8,8 @@
 #include <map>
 #include <set>
 
-#include "tests/agent/child_process.h"
-#include "tests/multinode/cluster.h"
+#include "tests/support/child_process.h"
+#include "tests/support/cluster.h"
 
 using namespace crun::test;
 

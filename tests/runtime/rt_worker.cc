@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
   try {
     InitOptions o;
     o.timeout = Millis(30000);
-    // Small mesh rounds: every mesh collective runs in many rounds (see test_multiprocess.cc).
+    // Small mesh rounds: every mesh collective runs in many rounds (see collectives_test.cc).
     if (const char* m = std::getenv("CRUN_TEST_MESH_SCRATCH")) o.gloo.mesh_scratch_bytes = std::stoull(m);
     auto rt = Runtime::init(o);
     if (scenario == "collectives") collectives(*rt);

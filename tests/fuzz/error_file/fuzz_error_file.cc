@@ -2,7 +2,9 @@
 // the traceback, the copy into the launcher's own error file, and the report built from them.
 // The file lives in a memfd (/proc/self/fd/N), so nothing touches the disk. None of these may
 // throw: an unreadable or malformed file is a "" / a reason. The input's bytes also stand in for
-// the worker's last stderr lines, which need not be UTF-8.
+// the worker's last stderr lines, which need not be UTF-8, and for a failure report another node
+// published to the rendezvous (FailureReport::from_json): one that parses must survive
+// to_json -> from_json unchanged.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -47,5 +49,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)crun::copy_error_file_to_parent(worker, path_of(parent_fd), report.exit_code);
   // What was copied is read back the way torchrun's parent would read it.
   (void)crun::read_error_file_message(path_of(parent_fd));
+
+  if (auto remote = crun::FailureReport::from_json(raw)) {
+    (void)remote->format_text();
+    const std::string once = remote->to_json();
+    const auto again = crun::FailureReport::from_json(once);
+    if (!again || again->to_json() != once) std::abort();
+  }
   return 0;
 }

@@ -15,8 +15,8 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/store_keyspace.h"
-#include "rendezvous/store_session.h"
+#include "store/store_keyspace.h"
+#include "store/store_session.h"
 
 namespace {
 

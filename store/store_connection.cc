@@ -1,0 +1,230 @@
+#include "store/store_connection.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <thread>
+
+namespace crun {
+
+namespace {
+
+int poll_timeout_ms(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left <= 0) return 0;
+  return left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left + 1);
+}
+
+// One non-blocking connect attempt bounded by `deadline` (and cut short by `cancel`); returns the
+// fd or -1 with `reason`.
+int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCancel* cancel, std::string& reason) {
+  int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+  if (fd < 0) {
+    reason = std::strerror(errno);
+    return -1;
+  }
+  if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    reason = std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  int r = 0;
+  for (;;) {  // in slices of at most 100 ms, so that a cancel is honoured promptly
+    int left = poll_timeout_ms(deadline);
+    r = ::poll(&p, 1, cancel != nullptr && (left < 0 || left > 100) ? 100 : left);
+    if (r != 0 || left <= 100 || (cancel != nullptr && cancel->cancelled())) break;
+  }
+  if (r <= 0) {
+    reason = r == 0 ? (cancel != nullptr && cancel->cancelled() ? "cancelled" : "connect timed out") : std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  int err = 0;
+  socklen_t len = sizeof err;
+  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) {
+    reason = std::strerror(err);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string seconds_text(Clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(d).count());
+  return text;
+}
+
+}  // namespace
+
+StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClientOptions& options)
+    : name_("store " + endpoint.str()) {
+  const auto start = Clock::now();
+  const auto deadline = start + options.connect_timeout;
+  std::string hello = wire::encode_hello(options.token);
+  std::string reason;
+  std::mt19937 rng(std::random_device{}());
+  auto backoff = std::chrono::milliseconds(10);
+  for (int attempt = 1;; ++attempt) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* list = nullptr;
+    std::string port = std::to_string(endpoint.port);
+    int gai = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list);
+    if (gai != 0) {
+      reason = std::string("cannot resolve host: ") + ::gai_strerror(gai);
+    } else {
+      for (addrinfo* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) fd_ = try_connect(ai, deadline, options.cancel.get(), reason);
+      ::freeaddrinfo(list);
+    }
+    if (fd_ >= 0) break;
+    auto now = Clock::now();
+    if (options.cancel && options.cancel->cancelled()) throw StoreConnectionError(name_ + ": connecting cancelled");
+    if (now >= deadline) {
+      throw StoreConnectionError(name_ + ": cannot connect: " + reason + " (" + std::to_string(attempt) +
+                                 " attempts over " + seconds_text(now - start) + ")");
+    }
+    std::uniform_real_distribution<double> jitter(0.5, 1.5);
+    auto pause = std::chrono::duration_cast<Clock::duration>(backoff * jitter(rng));
+    auto wait = std::chrono::duration_cast<Millis>(std::min<Clock::duration>(pause, deadline - now));
+    if (options.cancel) options.cancel->wait_for(wait);  // backoff between attempts, cut short by cancel
+    else std::this_thread::sleep_for(wait);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  // Blocking from here on: receive() blocks in recv() bounded by SO_RCVTIMEO (one syscall per
+  // reply instead of poll + recv); send() passes MSG_DONTWAIT and polls only when the buffer is full.
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+
+  auto hello_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+  send(hello, hello_deadline);
+  while (end_ - begin_ < 8) fill(hello_deadline);
+  wire::Reader r(std::string_view(buf_.data() + begin_, 8));
+  std::uint32_t magic = r.u32();
+  r.u16();
+  auto status = static_cast<wire::HelloStatus>(r.u16());
+  begin_ += 8;
+  if (magic != wire::kMagic) throw StoreConnectionError(name_ + ": the peer is not a crun store (bad magic in handshake)");
+  if (status != wire::HelloStatus::kOk) {
+    throw StoreRejected(static_cast<int>(status), name_ + ": handshake refused: " + wire::hello_status_name(status));
+  }
+}
+
+StoreConnection::~StoreConnection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void StoreConnection::interrupt() { ::shutdown(fd_, SHUT_RDWR); }
+
+std::string StoreConnection::local_address() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};
+  char host[NI_MAXHOST];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return {};
+  return host;
+}
+
+void StoreConnection::send(std::string_view bytes, Clock::time_point deadline) {
+  while (!bytes.empty()) {
+    ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd_, POLLOUT, 0};
+      int r = ::poll(&p, 1, poll_timeout_ms(deadline));
+      if (r == 0) throw StoreTimeout(name_ + ": sending timed out (the server is not reading)");
+      continue;
+    }
+    throw StoreConnectionError(name_ + ": connection lost while sending: " + std::strerror(errno));
+  }
+}
+
+void StoreConnection::fill(Clock::time_point deadline) {
+  if (begin_ == end_) begin_ = end_ = 0;
+  if (buf_.size() - end_ < 64 * 1024) {
+    if (begin_ > 0) {
+      std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (buf_.size() - end_ < 64 * 1024) buf_.resize(end_ + 64 * 1024);
+  }
+  for (;;) {
+    bound_receive(deadline);
+    ssize_t n = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
+    if (n > 0) {
+      end_ += static_cast<std::size_t>(n);
+      return;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (Clock::now() >= deadline) throw StoreTimeout(name_ + ": no reply in time");
+      continue;
+    }
+    throw StoreConnectionError(name_ + (n == 0 ? ": the server closed the connection"
+                                               : std::string(": connection lost: ") + std::strerror(errno)));
+  }
+}
+
+void StoreConnection::bound_receive(Clock::time_point deadline) {
+  long long want = 0;  // 0: no deadline
+  if (deadline != Clock::time_point::max()) {
+    want = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count() + 1;
+    if (want < 1) want = 1;
+  }
+  // Keep the configured timeout while it is close enough: at most 5% + 10 ms past the deadline,
+  // and not less than half of what is left (a premature EAGAIN only costs another recv()).
+  bool keep = recv_timeout_ms_ >= 0 &&
+              (want == 0 ? recv_timeout_ms_ == 0
+                         : recv_timeout_ms_ != 0 && recv_timeout_ms_ <= want + want / 20 + 10 && recv_timeout_ms_ >= want / 2);
+  if (keep) return;
+  timeval tv{static_cast<time_t>(want / 1000), static_cast<suseconds_t>((want % 1000) * 1000)};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  recv_timeout_ms_ = want;
+}
+
+StoreConnection::Reply StoreConnection::receive(Clock::time_point deadline) {
+  while (end_ - begin_ < wire::kFrameHeaderSize) fill(deadline);
+  std::uint32_t len;
+  try {
+    len = wire::decode_frame_length(buf_.data() + begin_, kMaxFrameSize);
+  } catch (const wire::ProtocolError& e) {
+    throw StoreConnectionError(name_ + ": malformed reply: " + e.what());
+  }
+  std::size_t total = wire::kFrameHeaderSize + len;
+  if (buf_.size() - begin_ < total) {
+    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+    end_ -= begin_;
+    begin_ = 0;
+    buf_.resize(total + 64 * 1024);
+  }
+  while (end_ - begin_ < total) fill(deadline);
+  const char* body = buf_.data() + begin_ + wire::kFrameHeaderSize;
+  wire::Reader r(std::string_view(body, len));
+  Reply reply;
+  reply.status = static_cast<wire::Status>(r.u8());
+  reply.id = r.u32();
+  reply.payload = std::string_view(body + wire::kBodyHeaderSize, len - wire::kBodyHeaderSize);
+  begin_ += total;
+  return reply;
+}
+
+}  // namespace crun

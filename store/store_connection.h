@@ -1,0 +1,66 @@
+// StoreConnection: one TCP connection to a store server, after a completed handshake.
+// Internal to rendezvous/ (TcpStore and its watches use it).
+//
+// Contract
+//   - The constructor connects, retrying refused/unreachable/timed-out attempts with exponential
+//     backoff (10 ms doubling to 1 s, ±50% jitter) until `connect_timeout`, then performs the
+//     handshake; it throws StoreConnectionError naming the endpoint and the last reason, or
+//     StoreRejected when the server refuses the handshake (wrong token, version, full).
+//   - send()/receive() honour a deadline (StoreTimeout) and raise StoreConnectionError on a lost
+//     connection. receive() returns one reply frame; its payload stays valid until the next call.
+//   - interrupt() may be called from another thread to make a blocked receive() fail promptly.
+//
+// Threading
+//   One thread at a time, except interrupt().
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "store/store_client.h"
+#include "store/store_protocol.h"
+
+namespace crun {
+
+using Clock = std::chrono::steady_clock;
+
+class StoreConnection {
+ public:
+  StoreConnection(const StoreEndpoint& endpoint, const StoreClientOptions& options);
+  ~StoreConnection();
+  StoreConnection(const StoreConnection&) = delete;
+  StoreConnection& operator=(const StoreConnection&) = delete;
+
+  struct Reply {
+    wire::Status status;
+    std::uint32_t id;
+    std::string_view payload;
+  };
+
+  void send(std::string_view bytes, Clock::time_point deadline);
+  Reply receive(Clock::time_point deadline);  // Clock::time_point::max(): no deadline
+  void interrupt();
+  // "store 127.0.0.1:29500" — the prefix of every error message.
+  const std::string& name() const { return name_; }
+  // The local IP address of this connection (the interface that reaches the server).
+  std::string local_address() const;
+
+ private:
+  void fill(Clock::time_point deadline);
+  void bound_receive(Clock::time_point deadline);
+  int fd_ = -1;
+  long long recv_timeout_ms_ = -1;  // SO_RCVTIMEO as configured; -1 unset, 0 none
+  std::string name_;
+  std::string buf_;
+  std::size_t begin_ = 0, end_ = 0;
+};
+
+// Opens a watch connection (store_watch.cc); TcpStore::watch forwards here.
+std::unique_ptr<StoreWatch> open_store_watch(const StoreEndpoint& endpoint, const StoreClientOptions& options,
+                                             std::string prefix, std::function<void(const StoreEvent&)> on_event,
+                                             std::function<void(const std::string&)> on_lost);
+
+}  // namespace crun

@@ -1,0 +1,457 @@
+#include "store/store_server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <boost/asio.hpp>
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <thread>
+#include <unordered_set>
+
+#include "base/fd_io.h"
+#include "store/log_throttle.h"
+#include "store/store.h"
+#include "store/store_keyspace.h"
+#include "store/store_protocol.h"
+#include "store/store_session.h"
+
+namespace crun {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+constexpr std::size_t kMaxReadPerWake = 1u << 20;  // then other connections get a turn
+constexpr int kMaxAcceptsPerWake = 256;
+
+std::string peer_name(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto remote = socket.remote_endpoint(ec);
+  return ec ? std::string("unknown peer") : remote.address().to_string() + ":" + std::to_string(remote.port());
+}
+}  // namespace
+
+class Connection;
+
+struct StoreServer::Impl {
+  Impl(asio::io_context& io_ref, StoreServerOptions o)
+      : io(io_ref), opt(std::move(o)), acceptor(io), limits{opt.token, opt.max_pending_per_connection, opt.max_outbound_bytes} {}
+
+  void open();
+  void accept();
+  void on_acceptable();
+  void refuse_full(int fd);
+  void close_all();
+  // One line about a connection; throttled per kind, never blocking the loop.
+  void log(std::string_view kind, const std::string& line);
+
+  std::unique_ptr<asio::io_context> owned_io;
+  asio::io_context& io;
+  StoreServerOptions opt;
+  tcp::acceptor acceptor;
+  SessionLimits limits;
+  KeySpace keys;
+  LogThrottle throttle;
+  std::unordered_set<std::shared_ptr<Connection>> connections;
+  std::uint64_t next_serial = 0;
+  std::thread thread;
+  std::atomic<std::uint16_t> bound_port{0};
+  std::string bound_host;
+  std::atomic<bool> stopped{false};
+  StoreServerStats stats;
+};
+
+// One client connection's I/O: reads into its StoreSession, writes what the session queues, and
+// keeps the handshake/frame and parked-request timers. Lives on the server thread.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(StoreServer::Impl& server, tcp::socket socket)
+      : server_(server),
+        socket_(std::move(socket)),
+        io_timer_(server.io),
+        deadline_timer_(server.io),
+        peer_(peer_name(socket_)),
+        session_(server.keys, server.limits, ++server.next_serial, [this] { on_output(); }) {}
+
+  void start() {
+    boost::system::error_code ec;
+    socket_.set_option(tcp::no_delay(true), ec);
+    socket_.set_option(asio::socket_base::keep_alive(true), ec);
+    int fd = socket_.native_handle();
+    int idle = 30, interval = 5, count = 3;  // a vanished peer is noticed within ~45 s
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    arm_io_timer(server_.opt.handshake_timeout, "handshake not completed");
+    read();
+  }
+
+  // Closes the socket and takes the session's parked requests, watches and ephemeral keys out of
+  // the keyspace. Never called from inside a KeySpace callback (those post a close instead).
+  void close(const std::string& reason, bool fault) {
+    if (closed_) return;
+    closed_ = true;
+    if (fault) {
+      ++server_.stats.connections_dropped;
+      server_.log("dropped", "dropped connection from " + peer_ + ": " + reason);
+    } else if (server_.opt.log_closes) {
+      server_.log("closed", "connection from " + peer_ + " closed: " + reason);
+    }
+    boost::system::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    io_timer_.cancel();
+    deadline_timer_.cancel();
+    session_.detach();
+    server_.connections.erase(shared_from_this());
+  }
+
+  std::size_t parked_count() const { return session_.parked(); }
+  std::size_t input_buffer_bytes() const { return session_.buffer_capacity(); }
+
+ private:
+  // Waits for readability, then drains the socket itself: unlike async_read_some this costs no
+  // speculative recv() that fails with EAGAIN on every request/reply round trip.
+  void read() {
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      self->on_readable(ec);
+    });
+  }
+
+  void on_readable(boost::system::error_code ec) {
+    if (closed_) return;
+    if (ec) {
+      close(ec.message(), false);
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const std::size_t before = session_.buffered();
+    std::size_t total = 0;
+    bool more = false;
+    in_batch_ = true;
+    for (;;) {
+      std::span<char> space = session_.input_space();
+      const ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n <= 0) {
+        in_batch_ = false;
+        const bool partial = session_.buffered() != 0 || !session_.handshaken();
+        close(n == 0 ? (partial ? "peer closed mid-request" : "peer closed") : std::strerror(errno),
+              n == 0 && partial && session_.handshaken());
+        return;
+      }
+      session_.received(static_cast<std::size_t>(n), now);
+      server_.stats.bytes_received += static_cast<std::size_t>(n);
+      total += static_cast<std::size_t>(n);
+      if (session_.ended() || static_cast<std::size_t>(n) < space.size()) break;  // drained
+      if (total >= kMaxReadPerWake) {
+        more = true;
+        break;
+      }
+    }
+    in_batch_ = false;
+    if (session_.ended()) {
+      end_session();
+      return;
+    }
+    update_io_timer(session_.buffered() != before || total != 0);
+    update_deadline_timer();
+    flush();
+    if (closed_ || close_posted_) return;
+    if (more) {
+      asio::post(server_.io, [self = shared_from_this()] { self->on_readable({}); });
+    } else {
+      read();
+    }
+  }
+
+  // The session ended itself: flush its last words if it has any (a refused handshake), close.
+  void end_session() {
+    if (session_.flush_before_close()) {
+      close_after_write_ = true;
+      flush();
+      return;
+    }
+    close(session_.end_reason(), session_.fault());
+  }
+
+  // Before the handshake one timer bounds the whole handshake; after it, a frame started must
+  // keep making progress: re-armed on every read that brought bytes, cancelled when none are
+  // buffered. A slow sender is fine, a silent one is not.
+  void update_io_timer(bool progressed) {
+    if (!session_.handshaken()) return;
+    if (session_.buffered() != 0) {
+      if (progressed || !io_timer_armed_) arm_io_timer(server_.opt.frame_timeout, "no bytes of an incomplete frame");
+    } else if (io_timer_armed_) {
+      io_timer_armed_ = false;
+      io_timer_.cancel();
+    }
+  }
+
+  void arm_io_timer(std::chrono::milliseconds after, const char* what) {
+    io_timer_armed_ = true;
+    io_timer_.expires_after(after);
+    io_timer_.async_wait([self = shared_from_this(), what, after](boost::system::error_code ec) {
+      if (ec || !self->io_timer_armed_ || self->closed_) return;
+      self->close(std::string(what) + " within " + std::to_string(after.count()) + " ms", true);
+    });
+  }
+
+  // One timer for the earliest deadline of the session's parked requests.
+  void update_deadline_timer() {
+    const auto next = session_.next_deadline();
+    if (!next || (deadline_armed_ && *next == armed_deadline_)) return;
+    deadline_armed_ = true;
+    armed_deadline_ = *next;
+    deadline_timer_.expires_at(*next);
+    deadline_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->closed_) return;
+      self->deadline_armed_ = false;
+      self->session_.expire(std::chrono::steady_clock::now());
+      if (self->session_.ended()) return self->end_session();
+      self->update_deadline_timer();
+      self->flush();
+    });
+  }
+
+  // Output queued by another connection's request, from inside a KeySpace callback: write it now
+  // (a blocked get's answer should not wait), but leave any closing to a handler of our own.
+  void on_output() {
+    if (closed_ || in_batch_) return;
+    if (session_.ended()) {
+      post_close(session_.end_reason(), session_.fault());
+      return;
+    }
+    flush();
+  }
+
+  void post_close(std::string reason, bool fault) {
+    if (close_posted_ || closed_) return;
+    close_posted_ = true;
+    asio::post(server_.io, [self = shared_from_this(), reason = std::move(reason), fault] { self->close(reason, fault); });
+  }
+
+  // Writes everything queued: inline while the socket takes it, asynchronously for the rest
+  // (order is kept: nothing new is written while an asynchronous write is in flight).
+  void flush() {
+    if (closed_ || writing_ || close_posted_) return;
+    session_.take_output(out_);
+    if (out_.empty()) {
+      if (close_after_write_) close(session_.end_reason(), session_.fault());
+      return;
+    }
+    const ssize_t n = ::send(socket_.native_handle(), out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      post_close(std::string("write failed: ") + std::strerror(errno), false);
+      return;
+    }
+    const std::size_t sent = n > 0 ? static_cast<std::size_t>(n) : 0;
+    if (sent == out_.size()) {
+      out_.clear();
+      if (close_after_write_) close(session_.end_reason(), session_.fault());
+      return;
+    }
+    writing_ = true;
+    session_.set_in_flight(out_.size() - sent);
+    asio::async_write(socket_, asio::buffer(out_.data() + sent, out_.size() - sent),
+                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                        self->writing_ = false;
+                        self->out_.clear();
+                        if (self->closed_) return;  // the server may be gone: touch nothing else
+                        self->session_.set_in_flight(0);
+                        if (ec) return self->close("write failed: " + ec.message(), false);
+                        if (self->session_.ended() && !self->close_after_write_) return self->end_session();
+                        self->flush();
+                      });
+  }
+
+  StoreServer::Impl& server_;
+  tcp::socket socket_;
+  asio::steady_timer io_timer_;
+  asio::steady_timer deadline_timer_;
+  bool io_timer_armed_ = false;
+  bool deadline_armed_ = false;
+  std::chrono::steady_clock::time_point armed_deadline_{};
+  std::string peer_;
+  StoreSession session_;
+  std::string out_;  // bytes handed to the socket, in flight while writing_
+  bool closed_ = false;
+  bool close_posted_ = false;
+  bool in_batch_ = false;
+  bool writing_ = false;
+  bool close_after_write_ = false;
+};
+
+void run_with_adaptive_polling(asio::io_context& io, std::chrono::microseconds spin) {
+  for (;;) {
+    if (io.stopped()) return;
+    if (io.poll() > 0) {
+      auto until = std::chrono::steady_clock::now() + spin;
+      while (std::chrono::steady_clock::now() < until && !io.stopped()) {
+        if (io.poll() > 0) until = std::chrono::steady_clock::now() + spin;
+      }
+    }
+    if (io.stopped() || io.run_one() == 0) return;
+  }
+}
+
+void StoreServer::Impl::open() {
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(opt.host, ec);
+  if (ec) throw StoreError("store server: '" + opt.host + "' is not an IP address");
+  tcp::endpoint ep(address, opt.port);
+  // Close-on-exec from the start: workers and their children must never hold the store's port.
+  const int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw StoreError(std::string("store server: socket: ") + std::strerror(errno));
+  acceptor.assign(ep.protocol(), fd);
+  acceptor.set_option(asio::socket_base::reuse_address(true));
+  acceptor.bind(ep, ec);
+  if (ec) throw StoreError("store server: cannot listen on " + opt.host + ":" + std::to_string(opt.port) + ": " + ec.message());
+  acceptor.listen(asio::socket_base::max_listen_connections);
+  bound_port = acceptor.local_endpoint().port();
+  bound_host = opt.host;
+  accept();
+}
+
+void StoreServer::Impl::accept() {
+  acceptor.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    on_acceptable();
+    accept();
+  });
+}
+
+// Takes every connection waiting (bounded per wake), each close-on-exec and non-blocking from
+// accept4 on, so no exec elsewhere in the process can inherit one.
+void StoreServer::Impl::on_acceptable() {
+  for (int i = 0; i < kMaxAcceptsPerWake; ++i) {
+    const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        log("accept", std::string("accept failed: ") + std::strerror(errno) + " (raise the open-files limit)");
+      }
+      return;  // EAGAIN: none left
+    }
+    ++stats.connections_accepted;
+    if (connections.size() >= opt.max_connections) {
+      refuse_full(fd);
+      continue;
+    }
+    tcp::socket socket(io);
+    boost::system::error_code ec;
+    socket.assign(acceptor.local_endpoint().protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      continue;
+    }
+    auto conn = std::make_shared<Connection>(*this, std::move(socket));
+    connections.insert(conn);
+    conn->start();
+  }
+}
+
+// A connection over the limit gets the handshake's "full" answer (best effort) and is closed.
+void StoreServer::Impl::refuse_full(int fd) {
+  ++stats.connections_dropped;
+  log("refused", "refused a connection: at the limit of " + std::to_string(opt.max_connections) + " connections");
+  std::string reply;
+  wire::Writer w(reply);
+  w.u32(wire::kMagic);
+  w.u16(wire::kVersion);
+  w.u16(static_cast<std::uint16_t>(wire::HelloStatus::kServerFull));
+  ssize_t ignored = ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)ignored;
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+void StoreServer::Impl::log(std::string_view kind, const std::string& line) {
+  const auto suppressed = throttle.admit(kind, std::chrono::steady_clock::now());
+  if (!suppressed) return;
+  std::string text = "crun: store: " + line;
+  if (*suppressed != 0) text += " (" + std::to_string(*suppressed) + " similar lines suppressed)";
+  text += "\n";
+  if (opt.log) {
+    opt.log(text);
+  } else {
+    write_without_blocking(2, text);
+  }
+}
+
+void StoreServer::Impl::close_all() {
+  boost::system::error_code ec;
+  acceptor.close(ec);
+  auto all = connections;  // close() erases from the set
+  for (auto& c : all) c->close("server stopping", false);
+}
+
+StoreServer::StoreServer(StoreServerOptions options) {
+  auto io = std::make_unique<asio::io_context>(1);
+  impl_ = std::make_unique<Impl>(*io, std::move(options));
+  impl_->owned_io = std::move(io);
+  impl_->open();
+}
+
+StoreServer::StoreServer(asio::io_context& io, StoreServerOptions options)
+    : impl_(std::make_unique<Impl>(io, std::move(options))) {
+  impl_->open();
+}
+
+StoreServer::~StoreServer() { stop(); }
+
+void StoreServer::start() {
+  if (!impl_->owned_io || impl_->thread.joinable()) return;
+  impl_->thread = std::thread([this] { run_with_adaptive_polling(*impl_->owned_io, std::chrono::microseconds(200)); });
+}
+
+void StoreServer::stop() {
+  if (impl_->stopped.exchange(true)) return;
+  if (impl_->owned_io) {
+    if (impl_->thread.joinable()) {
+      asio::post(*impl_->owned_io, [this] { impl_->close_all(); });
+      impl_->thread.join();
+    } else {
+      impl_->close_all();
+    }
+  } else if (impl_->io.get_executor().running_in_this_thread() || impl_->io.stopped()) {
+    impl_->close_all();
+  } else {
+    std::promise<void> done;
+    asio::post(impl_->io, [&] {
+      impl_->close_all();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+}
+
+std::uint16_t StoreServer::port() const { return impl_->bound_port; }
+std::string StoreServer::host() const { return impl_->bound_host; }
+std::string StoreServer::endpoint() const {
+  const std::string& h = impl_->bound_host;
+  return (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string(port());
+}
+
+StoreServerStats StoreServer::stats() {
+  auto snapshot = [this] {
+    StoreServerStats s = impl_->stats;
+    s.open_connections = impl_->connections.size();
+    s.keys = impl_->keys.size();
+    for (auto& c : impl_->connections) {
+      s.parked_requests += c->parked_count();
+      s.input_buffer_bytes += c->input_buffer_bytes();
+    }
+    return s;
+  };
+  if (impl_->io.get_executor().running_in_this_thread() || (impl_->owned_io && !impl_->thread.joinable())) return snapshot();
+  std::promise<StoreServerStats> result;
+  asio::post(impl_->io, [&] { result.set_value(snapshot()); });
+  return result.get_future().get();
+}
+
+}  // namespace crun

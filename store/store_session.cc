@@ -1,0 +1,515 @@
+#include "store/store_session.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "store/store.h"
+#include "store/store_keyspace.h"
+
+namespace crun {
+
+using wire::Op;
+using wire::Status;
+
+namespace {
+
+bool equal_constant_time(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string timeout_text(std::uint32_t ms) {
+  return ms == wire::kForever ? std::string("forever") : std::to_string(ms) + " ms";
+}
+
+std::vector<std::string> read_keys(wire::Reader& r) {
+  std::uint32_t n = r.count(4);
+  if (n > kMaxKeysPerRequest) throw wire::ProtocolError("more than " + std::to_string(kMaxKeysPerRequest) + " keys in one request");
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) keys.emplace_back(r.str());
+  return keys;
+}
+
+constexpr std::size_t kMaxPreamble = wire::kPreambleSize + wire::kMaxTokenLength;
+
+}  // namespace
+
+// A blocking request waiting in the KeySpace. `session` is cleared when the session lets go of
+// it, so a KeySpace that still holds it never calls into a session that is gone.
+struct StoreSession::Parked : ParkedRequest {
+  StoreSession* session = nullptr;
+  std::uint32_t id = 0;
+  Op op = Op::kGet;
+  std::uint32_t timeout_ms = 0;
+  std::multimap<Clock::time_point, Parked*>::iterator deadline;
+  bool has_deadline = false;
+  void ready() override {
+    if (session != nullptr) session->complete(*this);
+  }
+};
+
+struct StoreSession::SessionWatch : Watch {
+  StoreSession* session = nullptr;
+  std::uint32_t id = 0;
+  void changed(std::uint8_t kind, const std::string& key, const std::string* value) override {
+    if (session != nullptr) session->notify(id, kind, key, value);
+  }
+};
+
+StoreSession::StoreSession(KeySpace& keys, const SessionLimits& limits, std::uint64_t serial,
+                           std::function<void()> output_ready)
+    : keys_(keys), limits_(limits), serial_(serial), output_ready_(std::move(output_ready)) {}
+
+StoreSession::~StoreSession() { detach(); }
+
+// ---- input ----------------------------------------------------------------------------------
+
+std::span<char> StoreSession::input_space() {
+  // Before the handshake nothing beyond the largest preamble is read; after it, one chunk more
+  // than what is buffered (the vector's growth keeps this amortised), never what a header claims.
+  std::size_t want = handshaken_ ? kReadChunk : kMaxPreamble - std::min(used_, kMaxPreamble);
+  if (in_.size() < used_ + want) in_.resize(used_ + want);
+  return {in_.data() + used_, want};
+}
+
+void StoreSession::received(std::size_t n, Clock::time_point now) {
+  used_ += n;
+  now_ = now;
+  if (ended()) {
+    used_ = 0;
+    return;
+  }
+  try {
+    decode();
+  } catch (const wire::ProtocolError& e) {
+    end(e.what(), true);
+  }
+  if (ended()) used_ = 0;
+  // Give back the room a big frame needed, also when part of the next frame is buffered: the
+  // buffer stays within 4 x (what is buffered + one read chunk).
+  if (in_.capacity() > 4 * (used_ + kReadChunk)) {
+    in_.resize(used_);
+    in_.shrink_to_fit();
+  }
+}
+
+void StoreSession::decode() {
+  std::size_t pos = 0;
+  if (!handshaken_) {
+    pos = decode_handshake();
+    if (pos == 0) return;
+  }
+  while (!ended() && used_ - pos >= wire::kFrameHeaderSize) {
+    std::uint32_t len = wire::decode_frame_length(in_.data() + pos, kMaxFrameSize);
+    if (used_ - pos < wire::kFrameHeaderSize + len) break;
+    handle_frame(std::string_view(in_.data() + pos + wire::kFrameHeaderSize, len));
+    pos += wire::kFrameHeaderSize + len;
+  }
+  if (ended()) return;
+  if (pos != 0) {
+    std::memmove(in_.data(), in_.data() + pos, used_ - pos);
+    used_ -= pos;
+  }
+}
+
+// The preamble's size once a valid handshake was answered with OK, else 0; throws for a peer
+// that is not a crun client.
+std::size_t StoreSession::decode_handshake() {
+  if (used_ < wire::kPreambleSize) return 0;
+  wire::Reader r(std::string_view(in_.data(), wire::kPreambleSize));
+  std::uint32_t magic = r.u32();
+  std::uint16_t version = r.u16();
+  std::uint16_t token_len = r.u16();
+  if (magic != wire::kMagic) throw wire::ProtocolError("bad magic (not a crun store client)");
+  if (token_len > wire::kMaxTokenLength) throw wire::ProtocolError("token longer than the limit");
+  if (used_ < wire::kPreambleSize + token_len) return 0;
+  std::string_view token(in_.data() + wire::kPreambleSize, token_len);
+  auto status = wire::HelloStatus::kOk;
+  if (version != wire::kVersion) {
+    status = wire::HelloStatus::kBadVersion;
+  } else if (!limits_.token.empty() && !equal_constant_time(token, limits_.token)) {
+    status = wire::HelloStatus::kBadToken;
+  }  // a token sent to a server without one is tolerated
+  wire::Writer w(out_);
+  w.u32(wire::kMagic);
+  w.u16(wire::kVersion);
+  w.u16(static_cast<std::uint16_t>(status));
+  if (status != wire::HelloStatus::kOk) {
+    flush_before_close_ = true;
+    end(std::string("rejected: ") + wire::hello_status_name(status), true);
+    return 0;
+  }
+  handshaken_ = true;
+  return wire::kPreambleSize + token_len;
+}
+
+void StoreSession::end(std::string reason, bool fault) {
+  if (ended()) return;
+  end_reason_ = std::move(reason);
+  fault_ = fault;
+}
+
+// ---- requests -------------------------------------------------------------------------------
+
+void StoreSession::handle_frame(std::string_view body) {
+  wire::Reader r(body);
+  auto op = static_cast<Op>(r.u8());
+  std::uint32_t id = r.u32();
+  in_request_ = true;
+  struct Done {
+    StoreSession& s;
+    ~Done() {
+      s.in_request_ = false;
+      if (!s.own_notes_.empty()) {
+        s.out_.append(s.own_notes_);
+        s.own_notes_.clear();
+      }
+      s.check_outbound();
+    }
+  } done{*this};
+  switch (op) {
+    case Op::kSet: return op_set(id, r, false);
+    case Op::kSetEphemeral: return op_set(id, r, true);
+    case Op::kGet:
+    case Op::kWait:
+    case Op::kMultiGet: return op_blocking(op, id, r);
+    case Op::kAdd: return op_add(id, r);
+    case Op::kCompareSet: return op_compare_set(id, r);
+    case Op::kCheck: return op_check(id, r);
+    case Op::kDelete: return op_delete(id, r);
+    case Op::kNumKeys: return op_num_keys(id, r);
+    case Op::kMultiSet: return op_multi_set(id, r);
+    case Op::kAppend: return op_append(id, r);
+    case Op::kListKeys: return op_list_keys(id, r);
+    case Op::kTryGet: return op_try_get(id, r);
+    case Op::kWatch: return op_watch(id, r);
+    case Op::kUnwatch: return op_unwatch(id, r);
+    case Op::kPing:
+      r.expect_done();
+      return reply_ok(id);
+  }
+  reply_error(Status::kUnknownOp, id, "unknown operation code " + std::to_string(static_cast<int>(op)));
+}
+
+void StoreSession::op_set(std::uint32_t id, wire::Reader& r, bool ephemeral) {
+  auto key = r.str();
+  auto value = r.str();
+  r.expect_done();
+  if (!key_ok(key, id) || !value_ok(value, id)) return;
+  if (ephemeral) {
+    if (std::find(ephemeral_.begin(), ephemeral_.end(), key) == ephemeral_.end()) ephemeral_.emplace_back(key);
+    keys_.set_owned(key, value, serial_);
+  } else {
+    keys_.set(key, value);
+  }
+  reply_ok(id);
+}
+
+void StoreSession::op_blocking(Op op, std::uint32_t id, wire::Reader& r) {
+  std::vector<std::string> keys;
+  std::uint32_t timeout_ms;
+  if (op == Op::kGet) {
+    keys.emplace_back(r.str());
+    timeout_ms = r.u32();
+  } else {
+    timeout_ms = r.u32();
+    keys = read_keys(r);
+  }
+  r.expect_done();
+  for (auto& k : keys)
+    if (!key_ok(k, id)) return;
+  if (keys_.has_all(keys)) return answer_blocking(op, id, keys);
+  if (timeout_ms == 0) return reply_error(Status::kTimeout, id, "key '" + first_missing(keys) + "' not set within 0 ms");
+  if (parked_.size() >= limits_.max_pending) {
+    return reply_error(Status::kTooManyPending, id,
+                       "more than " + std::to_string(limits_.max_pending) + " blocked requests on one connection");
+  }
+  park(op, id, std::move(keys), timeout_ms);
+}
+
+void StoreSession::op_add(std::uint32_t id, wire::Reader& r) {
+  auto key = r.str();
+  std::int64_t delta = r.i64();
+  r.expect_done();
+  if (!key_ok(key, id)) return;
+  try {
+    std::int64_t v = keys_.add(key, delta);
+    reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(v); });
+  } catch (const std::invalid_argument& e) {
+    reply_error(Status::kNotInteger, id, e.what());
+  }
+}
+
+void StoreSession::op_compare_set(std::uint32_t id, wire::Reader& r) {
+  auto key = r.str();
+  auto expected = r.str();
+  auto desired = r.str();
+  r.expect_done();
+  if (!key_ok(key, id) || !value_ok(desired, id)) return;
+  std::string now = keys_.compare_set(key, expected, desired);
+  reply(Status::kOk, id, [&](wire::Writer& w) { w.str(now); });
+}
+
+void StoreSession::op_check(std::uint32_t id, wire::Reader& r) {
+  auto keys = read_keys(r);
+  r.expect_done();
+  bool all = keys_.has_all(keys);
+  reply(Status::kOk, id, [&](wire::Writer& w) { w.u8(all ? 1 : 0); });
+}
+
+void StoreSession::op_delete(std::uint32_t id, wire::Reader& r) {
+  auto key = r.str();
+  r.expect_done();
+  bool existed = keys_.remove(key);
+  reply(Status::kOk, id, [&](wire::Writer& w) { w.u8(existed ? 1 : 0); });
+}
+
+void StoreSession::op_num_keys(std::uint32_t id, wire::Reader& r) {
+  auto prefix = r.str();
+  r.expect_done();
+  std::int64_t n = keys_.count(prefix);
+  reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(n); });
+}
+
+void StoreSession::op_multi_set(std::uint32_t id, wire::Reader& r) {
+  std::uint32_t n = r.count(8);
+  if (n > kMaxKeysPerRequest) throw wire::ProtocolError("more than " + std::to_string(kMaxKeysPerRequest) + " keys in one request");
+  std::vector<std::pair<std::string_view, std::string_view>> kv;
+  kv.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto k = r.str();
+    auto v = r.str();
+    kv.emplace_back(k, v);
+  }
+  r.expect_done();
+  for (auto& [k, v] : kv)
+    if (!key_ok(k, id) || !value_ok(v, id)) return;
+  for (auto& [k, v] : kv) keys_.set(k, v);
+  reply_ok(id);
+}
+
+void StoreSession::op_append(std::uint32_t id, wire::Reader& r) {
+  auto key = r.str();
+  auto value = r.str();
+  r.expect_done();
+  if (!key_ok(key, id)) return;
+  try {
+    std::int64_t len = keys_.append(key, value, kMaxValueSize);
+    reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(len); });
+  } catch (const std::length_error& e) {
+    reply_error(Status::kValueTooLarge, id, e.what());
+  }
+}
+
+void StoreSession::op_list_keys(std::uint32_t id, wire::Reader& r) {
+  auto prefix = r.str();
+  std::uint32_t limit = r.u32();
+  r.expect_done();
+  auto keys = keys_.list(prefix, std::min<std::size_t>(limit, kMaxKeysPerRequest));
+  reply(Status::kOk, id, [&](wire::Writer& w) {
+    w.u32(static_cast<std::uint32_t>(keys.size()));
+    for (auto& k : keys) w.str(k);
+  });
+}
+
+void StoreSession::op_try_get(std::uint32_t id, wire::Reader& r) {
+  auto key = r.str();
+  r.expect_done();
+  const std::string* v = keys_.find(key);
+  reply(Status::kOk, id, [&](wire::Writer& w) {
+    w.u8(v ? 1 : 0);
+    w.str(v ? std::string_view(*v) : std::string_view());
+  });
+}
+
+void StoreSession::op_watch(std::uint32_t id, wire::Reader& r) {
+  auto prefix = r.str();
+  r.expect_done();
+  if (!key_ok(prefix, id)) return;
+  if (watches_.size() >= limits_.max_pending) return reply_error(Status::kTooManyPending, id, "too many watches on one connection");
+  auto w = std::make_shared<SessionWatch>();
+  w->prefix = std::string(prefix);
+  w->session = this;
+  w->id = id;
+  watches_.push_back(w);
+  keys_.add_watch(w);
+  reply_ok(id);
+}
+
+void StoreSession::op_unwatch(std::uint32_t id, wire::Reader& r) {
+  std::uint32_t watch_id = r.u32();
+  r.expect_done();
+  for (auto it = watches_.begin(); it != watches_.end(); ++it) {
+    if ((*it)->id == watch_id) {
+      (*it)->session = nullptr;
+      keys_.remove_watch(*it);
+      watches_.erase(it);
+      break;
+    }
+  }
+  reply_ok(id);
+}
+
+// ---- replies --------------------------------------------------------------------------------
+
+template <typename Fill>
+void StoreSession::reply(Status status, std::uint32_t id, Fill&& fill) {
+  wire::Writer w(out_);
+  std::size_t at = w.begin_frame(static_cast<std::uint8_t>(status), id);
+  fill(w);
+  w.finish_frame(at);
+}
+
+void StoreSession::reply_ok(std::uint32_t id) {
+  reply(Status::kOk, id, [](wire::Writer&) {});
+}
+
+void StoreSession::reply_error(Status status, std::uint32_t id, const std::string& message) {
+  reply(status, id, [&](wire::Writer& w) { w.str(message); });
+}
+
+bool StoreSession::key_ok(std::string_view key, std::uint32_t id) {
+  if (key.size() <= kMaxKeyLength) return true;
+  reply_error(Status::kKeyTooLong, id, "key of " + std::to_string(key.size()) + " bytes exceeds " + std::to_string(kMaxKeyLength));
+  return false;
+}
+
+bool StoreSession::value_ok(std::string_view value, std::uint32_t id) {
+  if (value.size() <= kMaxValueSize) return true;
+  reply_error(Status::kValueTooLarge, id, "value of " + std::to_string(value.size()) + " bytes exceeds " + std::to_string(kMaxValueSize));
+  return false;
+}
+
+std::string StoreSession::first_missing(const std::vector<std::string>& keys) const {
+  for (auto& k : keys)
+    if (!keys_.find(k)) return k;
+  return {};
+}
+
+void StoreSession::answer_blocking(Op op, std::uint32_t id, const std::vector<std::string>& keys) {
+  if (op == Op::kWait) {
+    reply_ok(id);
+  } else if (op == Op::kGet) {
+    reply(Status::kOk, id, [&](wire::Writer& w) { w.str(*keys_.find(keys[0])); });
+  } else {
+    reply(Status::kOk, id, [&](wire::Writer& w) {
+      w.u32(static_cast<std::uint32_t>(keys.size()));
+      for (auto& k : keys) w.str(*keys_.find(k));
+    });
+  }
+}
+
+// ---- parked requests ------------------------------------------------------------------------
+
+void StoreSession::park(Op op, std::uint32_t id, std::vector<std::string> keys, std::uint32_t timeout_ms) {
+  auto p = std::make_shared<Parked>();
+  p->keys = std::move(keys);
+  p->session = this;
+  p->id = id;
+  p->op = op;
+  p->timeout_ms = timeout_ms;
+  if (timeout_ms != wire::kForever) {
+    p->deadline = deadlines_.emplace(now_ + std::chrono::milliseconds(timeout_ms), p.get());
+    p->has_deadline = true;
+  }
+  parked_.emplace(p.get(), p);
+  keys_.park(p);
+}
+
+// Called by the KeySpace (Parked::ready) when the last key of a parked request appeared.
+void StoreSession::complete(Parked& p) {
+  auto keep = parked_.at(&p);
+  parked_.erase(&p);
+  if (p.has_deadline) deadlines_.erase(p.deadline);
+  p.session = nullptr;
+  if (ended()) return;
+  answer_blocking(p.op, p.id, p.keys);
+  queued_from_outside();
+}
+
+std::optional<StoreSession::Clock::time_point> StoreSession::next_deadline() const {
+  if (deadlines_.empty()) return std::nullopt;
+  return deadlines_.begin()->first;
+}
+
+void StoreSession::expire(Clock::time_point now) {
+  while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+    Parked* raw = deadlines_.begin()->second;
+    deadlines_.erase(deadlines_.begin());
+    auto p = parked_.at(raw);
+    parked_.erase(raw);
+    p->has_deadline = false;
+    p->session = nullptr;
+    p->done = true;
+    keys_.unpark(p);
+    reply_error(Status::kTimeout, p->id,
+                std::string(wire::op_name(p->op)) + ": key '" + first_missing(p->keys) + "' not set within " + timeout_text(p->timeout_ms));
+  }
+  check_outbound();
+}
+
+// ---- output ---------------------------------------------------------------------------------
+
+void StoreSession::notify(std::uint32_t watch_id, std::uint8_t kind, const std::string& key, const std::string* value) {
+  if (ended()) return;
+  wire::Writer w(in_request_ ? own_notes_ : out_);
+  std::size_t at = w.begin_frame(static_cast<std::uint8_t>(Status::kNotify), watch_id);
+  w.u8(kind);
+  w.str(key);
+  w.str(value ? std::string_view(*value) : std::string_view());
+  w.finish_frame(at);
+  queued_from_outside();
+}
+
+// Output queued by another connection's request (or by this one's, which handle_frame covers).
+void StoreSession::queued_from_outside() {
+  if (in_request_) return;
+  check_outbound();
+  if (output_ready_) output_ready_();  // also when the session just ended: the owner closes it
+}
+
+void StoreSession::check_outbound() {
+  if (ended() || out_.size() + own_notes_.size() + in_flight_ <= limits_.max_outbound_bytes) return;
+  out_.clear();
+  own_notes_.clear();
+  end("client is not reading its replies (over " + std::to_string(limits_.max_outbound_bytes) + " bytes queued)", true);
+}
+
+void StoreSession::take_output(std::string& into) {
+  into.clear();
+  into.swap(out_);
+}
+
+void StoreSession::set_in_flight(std::size_t bytes) {
+  in_flight_ = bytes;
+  check_outbound();
+}
+
+// ---- teardown -------------------------------------------------------------------------------
+
+void StoreSession::detach() {
+  if (detached_) return;
+  detached_ = true;
+  for (auto& [raw, p] : parked_) {
+    p->session = nullptr;
+    p->done = true;
+    keys_.unpark(p);
+  }
+  parked_.clear();
+  deadlines_.clear();
+  for (auto& w : watches_) {
+    w->session = nullptr;
+    keys_.remove_watch(w);
+  }
+  watches_.clear();
+  // After the watches: its own deletes are not echoed to it. Deferred by the KeySpace when a
+  // notification is running.
+  keys_.release(serial_, std::move(ephemeral_));
+  ephemeral_.clear();
+}
+
+}  // namespace crun

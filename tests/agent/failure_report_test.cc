@@ -1,0 +1,135 @@
+// agent/failure_report: the root cause from torch's @record error file and the stderr tail,
+// as text and JSON.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "agent/failure_report.h"
+
+using namespace crun;
+
+TEST_CASE("failure report: torch @record error file, text and json", "[failure_report]") {
+  char path[] = "/tmp/crun-error-XXXXXX";
+  const int fd = ::mkstemp(path);
+  const std::string json =
+      R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack": "...", "timestamp": "1"}}})";
+  REQUIRE(::write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size()));
+  ::close(fd);
+  REQUIRE(read_error_file_message(path) == "RuntimeError: boom");
+  REQUIRE(read_error_file_message("/nonexistent/file").empty());
+  ::unlink(path);
+
+  FailureReport r;
+  r.rank = 5;
+  r.local_rank = 1;
+  r.host = "node7";
+  r.pid = 1234;
+  r.term_signal = SIGSEGV;
+  r.error_message = "RuntimeError: boom";
+  r.stderr_tail = {"a", "b"};
+  const std::string text = r.format_text();
+  REQUIRE(text.find("rank 5 (local rank 1") != std::string::npos);
+  REQUIRE(text.find("node7, pid 1234, killed by SIGSEGV") != std::string::npos);
+  REQUIRE(r.to_json().find("\"addr\": null") != std::string::npos);  // standalone: no address
+  REQUIRE(text.find("RuntimeError: boom") != std::string::npos);
+  REQUIRE(text.find("| b") != std::string::npos);
+  const std::string j = r.to_json();
+  REQUIRE(j.find("\"exit_code\": 139") != std::string::npos);
+  REQUIRE(j.find("\"signal\": \"SIGSEGV\"") != std::string::npos);
+  r.addr = "10.0.0.7";  // multi-node: two hosts may share a name; the address tells them apart
+  REQUIRE(r.format_text().find(" on node7 (10.0.0.7), pid 1234,") != std::string::npos);
+  REQUIRE(r.to_json().find("\"addr\": \"10.0.0.7\"") != std::string::npos);
+}
+
+TEST_CASE("failure report: a worker's stderr need not be UTF-8", "[failure_report]") {
+  // Found by tests/fuzz/error_file: to_json threw nlohmann's type_error 316, and crun --log-dir
+  // died of SIGABRT writing failure_report.json for a worker that printed a byte like 0xff.
+  FailureReport r;
+  r.stderr_tail = {"bad \xff byte", "cut \xe2\x82"};
+  r.error_message = "ok";
+  std::string j;
+  REQUIRE_NOTHROW(j = r.to_json());
+  CHECK(j.find("\"bad \xef\xbf\xbd byte\"") != std::string::npos);  // U+FFFD in its place
+  CHECK(r.format_text().find("| bad \xff byte") != std::string::npos);  // the console gets the bytes
+}
+
+TEST_CASE("failure report: the error file's traceback, unless stderr already shows it", "[failure_report]") {
+  char path[] = "/tmp/crun-error-XXXXXX";
+  const int fd = ::mkstemp(path);
+  const std::string json = R"({"message": {"message": "RuntimeError: boom", "extraInfo": {"py_callstack":)"
+                           R"( "Traceback (most recent call last):\n  File \"t.py\", line 3, in main\n)"
+                           R"(    raise RuntimeError(\"boom\")\nRuntimeError: boom\n", "timestamp": "1"}}})";
+  REQUIRE(::write(fd, json.data(), json.size()) == static_cast<ssize_t>(json.size()));
+  ::close(fd);
+  FailureReport r;
+  r.error_message = read_error_file_message(path);
+  r.error_traceback = read_error_file_traceback(path);
+  ::unlink(path);
+  REQUIRE(read_error_file_traceback("/nonexistent/file").empty());
+  SECTION("the worker caught the exception (nothing on stderr): the report shows the traceback") {
+    const std::string text = r.format_text();
+    REQUIRE(text.find("crun:   traceback from the error file:\ncrun:   | Traceback (most recent call last):\n") !=
+            std::string::npos);
+    REQUIRE(text.find("crun:   |     raise RuntimeError(\"boom\")\ncrun:   | RuntimeError: boom\n") != std::string::npos);
+    REQUIRE(r.to_json().find("\"error_traceback\": \"Traceback") != std::string::npos);
+  }
+  SECTION("Python printed it: only the stderr tail shows it") {
+    r.stderr_tail = {"Traceback (most recent call last):", "    raise RuntimeError(\"boom\")", "RuntimeError: boom"};
+    const std::string text = r.format_text();
+    REQUIRE(text.find("traceback from the error file") == std::string::npos);
+    REQUIRE(text.find("| RuntimeError: boom") != std::string::npos);
+  }
+  SECTION("a deep traceback: its last 40 lines") {
+    r.error_traceback.clear();
+    for (int i = 0; i < 100; ++i) r.error_traceback += "frame " + std::to_string(i) + "\n";
+    const std::string text = r.format_text();
+    REQUIRE(text.find("traceback from the error file (last 40 of 100 lines):") != std::string::npos);
+    REQUIRE(text.find("| frame 59\n") == std::string::npos);
+    REQUIRE(text.find("| frame 60\n") != std::string::npos);
+    REQUIRE(text.find("| frame 99\n") != std::string::npos);
+  }
+}
+
+TEST_CASE("failure report: its JSON reads back as the same report, so it can cross nodes", "[failure_report]") {
+  FailureReport r;
+  r.role = "trainer";
+  r.restart_count = 2;
+  r.restarting = true;
+  r.rank = 7;
+  r.local_rank = 3;
+  r.host = "node7";
+  r.addr = "10.0.0.7";
+  r.pid = 4321;
+  r.term_signal = SIGKILL;
+  r.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'790'000'123'456));
+  r.error_file = "/tmp/x/error.json";
+  r.error_message = "RuntimeError: boom";
+  r.error_traceback = "Traceback (most recent call last):\n  boom";
+  r.stderr_tail = {"a", "b \"quoted\""};
+  const auto back = FailureReport::from_json(r.to_json());
+  REQUIRE(back);
+  CHECK(back->to_json() == r.to_json());
+  CHECK(back->format_text() == r.format_text());
+  CHECK(back->time == r.time);
+  CHECK(back->term_signal == SIGKILL);
+  CHECK(back->exit_code == 0);
+
+  r.term_signal = 0;
+  r.exit_code = 3;
+  r.addr.clear();
+  const auto exited = FailureReport::from_json(r.to_json());
+  REQUIRE(exited);
+  CHECK(exited->exit_code == 3);
+  CHECK(exited->addr.empty());
+  CHECK(exited->to_json() == r.to_json());
+
+  CHECK_FALSE(FailureReport::from_json("crun: worker failed (root cause): rank 3"));  // old text form
+  CHECK_FALSE(FailureReport::from_json("{}"));
+  CHECK_FALSE(FailureReport::from_json("[1, 2]"));
+}

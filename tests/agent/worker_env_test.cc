@@ -1,0 +1,79 @@
+// agent/worker_env: the worker environment, torchrun's contract.
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/worker_env.h"
+
+using namespace crun;
+
+namespace {
+std::map<std::string, std::string> as_map(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> m;
+  for (const auto& kv : env) {
+    const auto eq = kv.find('=');
+    REQUIRE(m.count(kv.substr(0, eq)) == 0);  // no duplicate keys
+    m[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return m;
+}
+}  // namespace
+
+TEST_CASE("worker environment: torchrun's contract", "[worker_env]") {
+  RoundInfo round;
+  round.world_size = 4;
+  round.master_addr = "127.0.0.1";
+  round.master_port = 4242;
+  WorkerIdentity who;
+  who.local_rank = 3;
+  who.local_world_size = 4;
+  who.restart_count = 1;
+  who.max_restarts = 5;
+  who.role = "trainer";
+  who.run_id = "job";
+  who.error_file = "/tmp/e.json";
+  auto env = as_map(worker_environment({"PATH=/bin", "RANK=99", "OMP_NUM_THREADS=8"}, round, who));
+  REQUIRE(env["PATH"] == "/bin");
+  REQUIRE(env["RANK"] == "3");
+  REQUIRE(env["LOCAL_RANK"] == "3");
+  REQUIRE(env["GROUP_RANK"] == "0");
+  REQUIRE(env["GROUP_WORLD_SIZE"] == "1");
+  REQUIRE(env["ROLE_NAME"] == "trainer");
+  REQUIRE(env["ROLE_RANK"] == "3");
+  REQUIRE(env["ROLE_WORLD_SIZE"] == "4");
+  REQUIRE(env["LOCAL_WORLD_SIZE"] == "4");
+  REQUIRE(env["WORLD_SIZE"] == "4");
+  REQUIRE(env["MASTER_ADDR"] == "127.0.0.1");
+  REQUIRE(env["MASTER_PORT"] == "4242");
+  REQUIRE(env["TORCHELASTIC_RESTART_COUNT"] == "1");
+  REQUIRE(env["TORCHELASTIC_MAX_RESTARTS"] == "5");
+  REQUIRE(env["TORCHELASTIC_RUN_ID"] == "job");
+  REQUIRE(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+  REQUIRE(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/e.json");
+  REQUIRE(env["OMP_NUM_THREADS"] == "8");  // kept: the user set it
+  REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  REQUIRE(env["NCCL_ASYNC_ERROR_HANDLING"] == "1");  // torch 1.13's name, as its torchrun sets
+}
+
+TEST_CASE("worker environment: OMP_NUM_THREADS and NCCL error handling as torchrun sets them", "[worker_env]") {
+  RoundInfo round;
+  round.world_size = 2;
+  WorkerIdentity who;
+  SECTION("several workers per node: OMP_NUM_THREADS=1") {
+    who.local_world_size = 2;
+    auto env = as_map(worker_environment({"PATH=/bin"}, round, who));
+    REQUIRE(env["OMP_NUM_THREADS"] == "1");
+  }
+  SECTION("one worker per node: OMP_NUM_THREADS stays unset (torch uses every core)") {
+    who.local_world_size = 1;
+    auto env = as_map(worker_environment({"PATH=/bin"}, round, who));
+    REQUIRE(env.count("OMP_NUM_THREADS") == 0);
+  }
+  SECTION("the user's NCCL settings are kept, under either name") {
+    who.local_world_size = 2;
+    auto env = as_map(worker_environment({"NCCL_ASYNC_ERROR_HANDLING=0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=2"}, round, who));
+    REQUIRE(env["NCCL_ASYNC_ERROR_HANDLING"] == "0");
+    REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2");
+  }
+}

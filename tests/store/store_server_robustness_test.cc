@@ -1,0 +1,397 @@
+// Bad input from raw sockets, every limit, tokens, and a server that goes away.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <thread>
+
+#include "store/store_session.h"
+#include "tests/support/store_fixture.h"
+#include "tests/support/child_process.h"
+
+using namespace crun;
+using namespace crun::test;
+
+namespace {
+StoreServerOptions quick_options() {
+  StoreServerOptions o;
+  o.handshake_timeout = 300ms;
+  o.frame_timeout = 300ms;
+  return o;
+}
+
+// After each abuse, a well-behaved client is still served.
+void check_still_serving(ServerFixture& f) {
+  auto c = f.client();
+  c->set("health", "ok");
+  CHECK(c->get("health", 1s) == "ok");
+}
+}  // namespace
+
+TEST_CASE("garbage and a wrong magic number drop only that connection", "[robustness]") {
+  ServerFixture f(quick_options());
+  auto bystander = f.client();
+  RawSocket garbage(f.server.port());
+  garbage.send("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(garbage.closed_by_peer_within(5s));
+  check_still_serving(f);
+  bystander->set("still", "here");  // an existing connection was not disturbed
+  CHECK(bystander->get("still", 1s) == "here");
+  CHECK(f.server.stats().connections_dropped >= 1);
+}
+
+TEST_CASE("a frame longer than the limit drops the connection", "[robustness][limits]") {
+  ServerFixture f(quick_options());
+  RawSocket s(f.server.port());
+  REQUIRE(s.handshake());
+  std::string header;
+  wire::Writer(header).u32(static_cast<std::uint32_t>(kMaxFrameSize + 1));
+  s.send(header);
+  CHECK(s.closed_by_peer_within(5s));
+  check_still_serving(f);
+}
+
+TEST_CASE("a frame shorter than its own header drops the connection", "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket s(f.server.port());
+  REQUIRE(s.handshake());
+  std::string header;
+  wire::Writer(header).u32(2);
+  s.send(header + "xx");
+  CHECK(s.closed_by_peer_within(5s));
+  check_still_serving(f);
+}
+
+TEST_CASE("a truncated payload inside a frame drops the connection", "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket s(f.server.port());
+  REQUIRE(s.handshake());
+  // A set whose key claims 1,000 bytes in a 20-byte frame.
+  s.send(frame(wire::Op::kSet, 1, [](wire::Writer& w) {
+    w.u32(1000);
+    w.u32(0);
+    w.u32(0);
+  }));
+  CHECK(s.closed_by_peer_within(5s));
+  check_still_serving(f);
+}
+
+TEST_CASE("a half-sent frame or handshake is dropped after the read timeout", "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket silent_hello(f.server.port());
+  silent_hello.send(std::string("\x43\x52", 2));  // half a magic number, then silence
+  RawSocket half_frame(f.server.port());
+  REQUIRE(half_frame.handshake());
+  auto full = frame(wire::Op::kSet, 1, [](wire::Writer& w) {
+    w.str("k");
+    w.str("v");
+  });
+  half_frame.send(full.substr(0, full.size() - 3));
+  CHECK(silent_hello.closed_by_peer_within(5s));
+  CHECK(half_frame.closed_by_peer_within(5s));
+  check_still_serving(f);
+}
+
+TEST_CASE("an idle but complete connection is kept", "[robustness]") {
+  ServerFixture f(quick_options());
+  auto c = f.client();
+  RawSocket idle(f.server.port());
+  REQUIRE(idle.handshake());
+  CHECK_FALSE(idle.closed_by_peer_within(600ms));  // longer than both read timeouts
+  c->ping();
+}
+
+TEST_CASE("unknown operations and trailing bytes", "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket s(f.server.port());
+  REQUIRE(s.handshake());
+  s.send(frame(static_cast<wire::Op>(200), 7, [](wire::Writer&) {}));
+  std::string reply = s.recv_n(4 + 5);
+  REQUIRE(reply.size() == 9);
+  wire::Reader r(reply);
+  r.u32();
+  CHECK(r.u8() == static_cast<std::uint8_t>(wire::Status::kUnknownOp));
+  CHECK(r.u32() == 7);
+  s.recv_n(64, 200ms);  // the message text
+  // A ping with a trailing byte is malformed: dropped.
+  s.send(frame(wire::Op::kPing, 8, [](wire::Writer& w) { w.u8(1); }));
+  CHECK(s.closed_by_peer_within(5s));
+}
+
+TEST_CASE("clients vanishing mid-request leave nothing parked", "[robustness]") {
+  ServerFixture f(quick_options());
+  for (int i = 0; i < 20; ++i) {
+    RawSocket s(f.server.port());
+    REQUIRE(s.handshake());
+    s.send(frame(wire::Op::kGet, 1, [&](wire::Writer& w) {
+      w.str("never/" + std::to_string(i));
+      w.u32(wire::kForever);
+    }));
+    s.send(frame(wire::Op::kWatch, 2, [](wire::Writer& w) { w.str("never/"); }));
+    s.recv_n(9 + 0, 1s);  // the watch's OK
+  }  // every socket closes here, with its get still parked
+  REQUIRE(eventually([&] { return f.server.stats().open_connections == 0; }));
+  auto st = f.server.stats();
+  CHECK(st.open_connections == 0);
+  CHECK(st.parked_requests == 0);
+  auto c = f.client();
+  c->set("never/0", "finally");  // wakes nothing, notifies nobody, and does not crash
+  CHECK(c->get("never/0", 1s) == "finally");
+}
+
+TEST_CASE("each limit is enforced with a named error", "[robustness][limits]") {
+  StoreServerOptions o = quick_options();
+  o.max_pending_per_connection = 4;
+  o.max_connections = 3;
+  ServerFixture f(o);
+  auto c = f.client();
+
+  SECTION("key length") {
+    std::string long_key(kMaxKeyLength + 1, 'k');
+    try {
+      c->set(long_key, "v");
+      FAIL("an over-long key must be rejected");
+    } catch (const StoreRejected& e) {
+      CHECK(e.code() == static_cast<int>(wire::Status::kKeyTooLong));
+      CHECK_THAT(e.what(), Catch::Contains("exceeds 4096"));
+    }
+    c->set(std::string(kMaxKeyLength, 'k'), "v");  // exactly at the limit is fine
+  }
+  SECTION("value size, checked by the client and by the server") {
+    std::string big(kMaxValueSize + 1, 'v');
+    CHECK_THROWS_AS(c->set("big", big), StoreRejected);
+    RawSocket s(f.server.port());
+    REQUIRE(s.handshake());
+    s.send(frame(wire::Op::kSet, 3, [&](wire::Writer& w) {
+      w.str("big");
+      w.str(big);
+    }));
+    std::string reply = s.recv_n(9, 10s);
+    REQUIRE(reply.size() == 9);
+    wire::Reader r(reply);
+    r.u32();
+    CHECK(r.u8() == static_cast<std::uint8_t>(wire::Status::kValueTooLarge));
+    c->append("grow", std::string(kMaxValueSize, 'a'));
+    CHECK_THROWS_AS(c->append("grow", "b"), StoreRejected);
+  }
+  SECTION("parked requests per connection") {
+    RawSocket s(f.server.port());
+    REQUIRE(s.handshake());
+    for (std::uint32_t id = 1; id <= 5; ++id) {
+      s.send(frame(wire::Op::kGet, id, [&](wire::Writer& w) {
+        w.str("missing" + std::to_string(id));
+        w.u32(wire::kForever);
+      }));
+    }
+    std::string reply = s.recv_n(9, 5s);  // only the fifth is answered, with an error
+    REQUIRE(reply.size() == 9);
+    wire::Reader r(reply);
+    r.u32();
+    CHECK(r.u8() == static_cast<std::uint8_t>(wire::Status::kTooManyPending));
+    CHECK(r.u32() == 5);
+  }
+  SECTION("keys per request") {
+    RawSocket s(f.server.port());
+    REQUIRE(s.handshake());
+    s.send(frame(wire::Op::kCheck, 1, [&](wire::Writer& w) {
+      w.u32(static_cast<std::uint32_t>(kMaxKeysPerRequest + 1));
+      for (std::size_t i = 0; i <= kMaxKeysPerRequest; ++i) w.str("");
+    }));
+    CHECK(s.closed_by_peer_within(5s));
+  }
+  SECTION("connections") {
+    auto c2 = f.client();
+    auto c3 = f.client();
+    StoreClientOptions quick;
+    quick.connect_timeout = 2s;
+    try {
+      TcpStore c4(f.endpoint(), quick);
+      FAIL("a fourth connection must be refused");
+    } catch (const StoreRejected& e) {
+      CHECK_THAT(e.what(), Catch::Contains("connection limit"));
+    }
+    c3.reset();
+    REQUIRE(eventually([&] { return f.server.stats().open_connections == 2; }));
+    TcpStore c5(f.endpoint(), quick);  // room again
+    c5.ping();
+  }
+}
+
+TEST_CASE("a token-protected server admits only holders of the token", "[robustness][token]") {
+  StoreServerOptions o = quick_options();
+  o.token = "s3cret";
+  ServerFixture f(o);
+  StoreClientOptions good;
+  good.token = "s3cret";
+  TcpStore ok(f.endpoint(), good);
+  ok.set("k", "v");
+  for (std::string wrong : {"", "s3cre", "s3cret!", "other"}) {
+    StoreClientOptions bad;
+    bad.token = wrong;
+    try {
+      TcpStore c(f.endpoint(), bad);
+      c.get("k", 1s);
+      FAIL("token '" << wrong << "' must be rejected");
+    } catch (const StoreRejected& e) {
+      CHECK_THAT(e.what(), Catch::Contains("wrong or missing token"));
+    }
+  }
+  // A raw client that skips the token cannot read either.
+  RawSocket raw(f.server.port());
+  raw.send(wire::encode_hello(""));
+  std::string reply = raw.recv_n(8);
+  REQUIRE(reply.size() == 8);
+  raw.send(frame(wire::Op::kGet, 1, [](wire::Writer& w) {
+    w.str("k");
+    w.u32(0);
+  }));
+  CHECK(raw.closed_by_peer_within(5s));
+}
+
+TEST_CASE("a server that is gone gives a clear client error", "[robustness][gone]") {
+  auto f = std::make_unique<ServerFixture>();
+  auto endpoint = f->endpoint();
+  auto c = f->client();
+  c->set("k", "v");
+  f.reset();  // the server stops and closes every connection
+  try {
+    c->get("k", 1s);
+    FAIL("a call after the server stopped must fail");
+  } catch (const StoreConnectionError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(endpoint.str()));
+  }
+  CHECK_THROWS_AS(c->ping(), StoreConnectionError);  // and keeps failing, never hangs
+
+  StoreClientOptions quick;
+  quick.connect_timeout = 300ms;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    TcpStore nobody(endpoint, quick);
+    FAIL("connecting to a closed port must fail");
+  } catch (const StoreConnectionError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(endpoint.str()) && Catch::Contains("refused"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+}
+
+TEST_CASE("a blocked get is released with an error when the server stops", "[robustness][gone]") {
+  auto f = std::make_unique<ServerFixture>();
+  auto c = f->client();
+  std::string error;
+  std::thread t([&] {
+    try {
+      c->get("never", 60s);
+    } catch (const StoreError& e) {
+      error = e.what();
+    }
+  });
+  REQUIRE(eventually([&] { return f->server.stats().parked_requests == 1; }));
+  f.reset();
+  t.join();
+  CHECK_THAT(error, Catch::Contains("closed the connection"));
+}
+
+// Defect: connection A was closed inside KeySpace::changed (its queue overflowed when its parked
+// get completed), and closing released A's ephemeral key, freeing the value the keyspace was
+// passing on to another connection's watch (heap use-after-free; silent in a release build,
+// where the watcher saw the delete before the set).
+TEST_CASE("a client dropped while being notified leaves other watchers a valid value", "[robustness][defect]") {
+  StoreServerOptions o = quick_options();
+  o.max_outbound_bytes = 1u << 20;
+  ServerFixture f(o);
+  auto setter = f.client();
+  const std::string big(254 * 1024, 'b');  // four replies fill A's queue to just under 1 MiB
+  setter->set("big", big);
+  EventQueue<StoreEvent> events;
+  auto watcher = f.client();
+  auto w = watcher->watch("", [&](const StoreEvent& e) {
+    if (e.key == "k") events.push(e);
+  });
+  const std::string value(8 * 1024, 'e');
+  RawSocket a(f.server.port());
+  REQUIRE(a.handshake());
+  auto get = [](std::uint32_t id, const std::string& key, std::uint32_t timeout) {
+    return frame(wire::Op::kGet, id, [&](wire::Writer& w) {
+      w.str(key);
+      w.u32(timeout);
+    });
+  };
+  a.send(get(1, "k", wire::kForever) + get(2, "big", 0) + get(3, "big", 0) + get(4, "big", 0) + get(5, "big", 0) +
+         frame(wire::Op::kSetEphemeral, 6, [&](wire::Writer& w) {
+           w.str("k");
+           w.str(value);
+         }));
+  auto first = events.pop(5s);
+  auto second = events.pop(5s);
+  REQUIRE(first);
+  REQUIRE(second);
+  CHECK(first->kind == StoreEvent::Kind::kSet);
+  CHECK(first->value == value);
+  CHECK(second->kind == StoreEvent::Kind::kDelete);
+  CHECK(a.closed_by_peer_within(5s));
+  check_still_serving(f);
+  CHECK_FALSE(setter->try_get("k").has_value());
+}
+
+namespace {
+std::size_t rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+}  // namespace
+
+// Defect: a handshake and a frame header declaring a 65 MiB body made the server allocate and zero
+// the whole body as soon as one more byte arrived (ten such connections: +680 MB).
+TEST_CASE("memory grows with bytes received, not with a declared frame size", "[robustness][limits][defect]") {
+  StoreServerOptions o = quick_options();
+  o.frame_timeout = 30s;  // the connections stay while we measure
+  o.token = GENERATE(std::string(), std::string("s3cret"));
+  ServerFixture f(o);
+  const std::size_t rss_before = rss_bytes();
+  std::string header;
+  wire::Writer(header).u32(static_cast<std::uint32_t>(kMaxFrameSize));
+  std::vector<std::unique_ptr<RawSocket>> clients;
+  std::size_t sent = 0;
+  for (int i = 0; i < 10; ++i) {
+    clients.push_back(std::make_unique<RawSocket>(f.server.port()));
+    // With a token set, a wrong one: the header and body that follow must not be buffered either.
+    std::string hello = wire::encode_hello(o.token.empty() ? "" : "wrong");
+    if (o.token.empty()) REQUIRE(clients.back()->handshake());
+    std::string bytes = (o.token.empty() ? std::string() : hello) + header + std::string(1000, 'x');
+    clients.back()->send(bytes);
+    sent += bytes.size() + (o.token.empty() ? hello.size() : 0);
+  }
+  if (o.token.empty()) {
+    // Once the server has seen the headers, one more byte each (the old code allocated the whole
+    // declared body at this point).
+    REQUIRE(eventually([&] { return f.server.stats().bytes_received >= sent; }));
+    for (auto& c : clients) c->send("y");
+    REQUIRE(eventually([&] { return f.server.stats().bytes_received >= sent + clients.size(); }));
+    CHECK(f.server.stats().input_buffer_bytes <= 10 * 2 * StoreSession::kReadChunk);
+  } else {
+    for (auto& c : clients) CHECK(c->closed_by_peer_within(5s));
+  }
+  CHECK(rss_bytes() < rss_before + (64u << 20));
+  StoreClientOptions holder;
+  holder.token = o.token;
+  auto c = f.client(holder);
+  c->set("health", "ok");
+  CHECK(c->get("health", 1s) == "ok");
+}
+
+// Defect: the store's listening and accepted sockets were inherited by every program the process
+// exec'd (the agent's workers), which kept the rendezvous port and connections open.
+TEST_CASE("a program exec'd while the store serves inherits none of its sockets", "[robustness][cloexec][defect]") {
+  ServerFixture f(quick_options());
+  auto c = f.client();
+  c->set("k", "v");
+  RawSocket raw(f.server.port());
+  REQUIRE(raw.handshake());
+  REQUIRE(eventually([&] { return f.server.stats().open_connections == 2; }));
+  ChildProcess ls({"/bin/sh", "-c", "for f in /proc/$$/fd/*; do echo \"$f -> $(readlink $f)\"; done"});
+  REQUIRE(ls.wait_exit(10s) == 0);
+  INFO(ls.out());
+  CHECK(ls.out().find("socket:") == std::string::npos);
+}
