@@ -242,7 +242,6 @@ void Agent::Impl::start_group(int restart_count) {
       WorkerIdentity who;
       who.local_rank = lr;
       who.local_world_size = config.nproc_per_node;
-      who.restart_count = restart_count;
       who.max_restarts = config.max_restarts;
       who.role = config.role;
       who.run_id = config.run_id;

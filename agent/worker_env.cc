@@ -46,7 +46,7 @@ EnvironmentList worker_variables(const std::vector<std::string>& base, const Rou
   set("WORLD_SIZE", std::to_string(place.world_size));
   set("MASTER_ADDR", place.master_addr);
   set("MASTER_PORT", std::to_string(place.master_port));
-  set("TORCHELASTIC_RESTART_COUNT", std::to_string(who.restart_count));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(place.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(who.max_restarts));
   set("TORCHELASTIC_RUN_ID", who.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");

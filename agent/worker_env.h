@@ -4,12 +4,13 @@
 //   worker_variables() returns what a worker gets on top of `base` ("KEY=VALUE" strings, usually
 //   the agent's own environ): LOCAL_RANK RANK GROUP_RANK GROUP_WORLD_SIZE ROLE_NAME ROLE_RANK
 //   ROLE_WORLD_SIZE LOCAL_WORLD_SIZE WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
-//   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=False, RANK =
-//   ROLE_RANK = place.rank_offset + local_rank; TORCHELASTIC_ERROR_FILE when who.error_file is
-//   set (else `base`'s value stays); TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) and
-//   NCCL_ASYNC_ERROR_HANDLING=1 (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` has them;
-//   OMP_NUM_THREADS=1 unless `base` has it or local_world_size is 1 (as torchrun);
-//   CRUN_AGENT_ID=<agent_id> (worker_containment.h) when agent_id is set. Each key once.
+//   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=False, with RANK =
+//   ROLE_RANK = place.rank_offset + local_rank and the restart count the round's;
+//   TORCHELASTIC_ERROR_FILE when who.error_file is set (else `base`'s value stays);
+//   TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) and NCCL_ASYNC_ERROR_HANDLING=1
+//   (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` has them; OMP_NUM_THREADS=1 unless
+//   `base` has it or local_world_size is 1 (as torchrun); CRUN_AGENT_ID=<agent_id>
+//   (worker_containment.h) when agent_id is set. Each key once.
 //   worker_environment() is `base` with those variables set (replacing `base`'s own): the
 //   complete environment of one worker. The agent and `crun --slurm-tasks` both build their
 //   workers' environment here.
@@ -29,7 +30,6 @@ namespace crun {
 struct WorkerIdentity {
   int local_rank = 0;
   int local_world_size = 1;
-  int restart_count = 0;
   int max_restarts = 0;
   std::string role = "default";
   std::string run_id = "none";

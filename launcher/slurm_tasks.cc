@@ -97,7 +97,6 @@ EnvironmentList slurm_task_environment(const std::optional<std::string>& master_
   place.master_addr = addr;
   place.master_port = static_cast<std::uint16_t>(port);
   who.local_world_size = tasks[node_id];
-  who.restart_count = place.restart_count;
   who.max_restarts = 0;  // Slurm requeues the job; crun restarts nothing here
   who.role = role;
   who.run_id = job + "." + step;

@@ -25,10 +25,10 @@ TEST_CASE("worker environment: torchrun's contract", "[worker_env]") {
   round.world_size = 4;
   round.master_addr = "127.0.0.1";
   round.master_port = 4242;
+  round.restart_count = 1;
   WorkerIdentity who;
   who.local_rank = 3;
   who.local_world_size = 4;
-  who.restart_count = 1;
   who.max_restarts = 5;
   who.role = "trainer";
   who.run_id = "job";
