@@ -13,21 +13,13 @@
 #include <set>
 #include <sstream>
 
+#include "tests/agent/crun_command.h"
 #include "tests/support/child_process.h"
 
 using namespace crun::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::string> crun_cmd(std::vector<std::string> crun_args, std::vector<std::string> worker_args) {
-  std::vector<std::string> argv{CRUN_BIN};
-  argv.insert(argv.end(), crun_args.begin(), crun_args.end());
-  argv.push_back("--no-python");
-  argv.push_back(CRUN_TEST_WORKER);
-  argv.insert(argv.end(), worker_args.begin(), worker_args.end());
-  return argv;
-}
 
 struct TempDir {
   TempDir() {

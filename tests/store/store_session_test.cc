@@ -11,22 +11,14 @@
 #include "store/store.h"
 #include "store/store_keyspace.h"
 #include "store/store_session.h"
+#include "tests/support/store_fixture.h"
 
 using namespace crun;
+using crun::test::frame;
 using namespace std::chrono_literals;
 using Clock = StoreSession::Clock;
 
 namespace {
-
-template <typename Fill>
-std::string frame(wire::Op op, std::uint32_t id, Fill&& fill) {
-  std::string out;
-  wire::Writer w(out);
-  auto at = w.begin_frame(static_cast<std::uint8_t>(op), id);
-  fill(w);
-  w.finish_frame(at);
-  return out;
-}
 
 struct Reply {
   wire::Status status;
