@@ -336,12 +336,14 @@ struct RendezvousCoordinator::Impl {
     ev.detail = detail;
     ev.origin_node = origin;
     ev.report = report;
-    store.set(keys.closed(), ev.to_json());
+    // Closed before it is published: an agent that reads the close and asks closed() or
+    // wait_until_drained() must never find the coordinator still open.
     phase = Phase::kClosed;
     {
       std::lock_guard lock(mu);
       job_closed = true;
     }
+    store.set(keys.closed(), ev.to_json());
     log("rendezvous: closed: " + detail);
     for (auto& [id, rec] : waiting) answer_error(rec, "the rendezvous of run '" + cfg.run_id + "' is closed", true);
     waiting.clear();

@@ -48,7 +48,10 @@ struct Node {
     r.max_nodes = job.cfg.max_nodes;
     r.program = "train";
     ParticipantEvents ev;
-    ev.on_control = [this](const ControlEvent& e) { control.push(e); };
+    ev.on_control = [this, &job](const ControlEvent& e) {
+      if (e.kind == ControlEvent::Kind::kClosed) coordinator_closed_at_close.push(job.coordinator.closed());
+      control.push(e);
+    };
     ev.on_progress = [this](const std::string& p) { progress.push(p); };
     ev.on_store_lost = [this](const std::string& w) { lost.push(w); };
     participant = std::make_unique<RendezvousParticipant>(job.fixture.endpoint(), StoreClientOptions{}, job.cfg, r, ev);
@@ -58,6 +61,7 @@ struct Node {
   }
   // The queues outlive the participant, whose threads push into them until it is destroyed.
   EventQueue<ControlEvent> control;
+  EventQueue<bool> coordinator_closed_at_close;  // what closed() said while the close event was handled
   EventQueue<std::string> progress;
   EventQueue<std::string> lost;
   std::unique_ptr<RendezvousParticipant> participant;
@@ -148,6 +152,14 @@ TEST_CASE("a node with a different configuration is rejected with both names", "
   Job job(config(2, 2));
   Node a(job, "a1", -1, 2);
   auto fa = a.join_async();
+  // The first node to join sets the reference configuration: z9 joins only once a1 is counted,
+  // else z9 would be the reference and a1 the one rejected.
+  bool a_counted = false;
+  while (!a_counted) {
+    auto p = a.progress.pop(10s);
+    REQUIRE(p);
+    a_counted = p->find("1/2 nodes") != std::string::npos;
+  }
   Node odd(job, "z9", -1, 4);
   auto fz = odd.join_async();
   RoundAnswer rz = get(fz);
@@ -212,6 +224,13 @@ TEST_CASE("success on every node closes the job and drains", "[rendezvous]") {
   REQUIRE(ev);
   CHECK(ev->kind == ControlEvent::Kind::kClosed);
   CHECK(ev->exit_code == 0);
+  // The coordinator counts itself closed before any agent can read the close: the store host's
+  // agent asks closed() to decide whether to wait for the others to leave.
+  for (Node* n : {a.get(), b.get()}) {
+    auto closed = n->coordinator_closed_at_close.pop();
+    REQUIRE(closed);
+    CHECK(*closed);
+  }
   a.reset();
   b.reset();
   CHECK(job.coordinator.wait_until_drained(5s));
