@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
 
 #include "store/store.h"
 #include "store/store_keyspace.h"
+#include "store/store_operations.h"
 
 namespace crun {
 
@@ -19,10 +19,6 @@ bool equal_constant_time(std::string_view a, std::string_view b) {
   unsigned char diff = 0;
   for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
-}
-
-std::string timeout_text(std::uint32_t ms) {
-  return ms == wire::kForever ? std::string("forever") : std::to_string(ms) + " ms";
 }
 
 std::vector<std::string> read_keys(wire::Reader& r) {
@@ -190,23 +186,18 @@ void StoreSession::handle_frame(std::string_view body) {
     case Op::kUnwatch: return op_unwatch(id, r);
     case Op::kPing:
       r.expect_done();
-      return reply_ok(id);
+      return queue_reply(id, Status::kOk);
   }
-  reply_error(Status::kUnknownOp, id, "unknown operation code " + std::to_string(static_cast<int>(op)));
+  queue_reply(id, store_ops::error(Status::kUnknownOp, "unknown operation code " + std::to_string(static_cast<int>(op)),
+                                   payload_));
 }
 
 void StoreSession::op_set(std::uint32_t id, wire::Reader& r, bool ephemeral) {
   auto key = r.str();
   auto value = r.str();
   r.expect_done();
-  if (!key_ok(key, id) || !value_ok(value, id)) return;
-  if (ephemeral) {
-    if (std::find(ephemeral_.begin(), ephemeral_.end(), key) == ephemeral_.end()) ephemeral_.emplace_back(key);
-    keys_.set_owned(key, value, serial_);
-  } else {
-    keys_.set(key, value);
-  }
-  reply_ok(id);
+  queue_reply(id, ephemeral ? store_ops::set_ephemeral(keys_, key, value, serial_, ephemeral_, payload_)
+                            : store_ops::set(keys_, key, value, payload_));
 }
 
 void StoreSession::op_blocking(Op op, std::uint32_t id, wire::Reader& r) {
@@ -220,13 +211,12 @@ void StoreSession::op_blocking(Op op, std::uint32_t id, wire::Reader& r) {
     keys = read_keys(r);
   }
   r.expect_done();
-  for (auto& k : keys)
-    if (!key_ok(k, id)) return;
-  if (keys_.has_all(keys)) return answer_blocking(op, id, keys);
-  if (timeout_ms == 0) return reply_error(Status::kTimeout, id, "key '" + first_missing(keys) + "' not set within 0 ms");
+  if (auto status = store_ops::read_now(keys_, op, keys, timeout_ms, payload_)) return queue_reply(id, *status);
   if (parked_.size() >= limits_.max_pending) {
-    return reply_error(Status::kTooManyPending, id,
-                       "more than " + std::to_string(limits_.max_pending) + " blocked requests on one connection");
+    return queue_reply(id, store_ops::error(Status::kTooManyPending,
+                                            "more than " + std::to_string(limits_.max_pending) +
+                                                " blocked requests on one connection",
+                                            payload_));
   }
   park(op, id, std::move(keys), timeout_ms);
 }
@@ -235,13 +225,7 @@ void StoreSession::op_add(std::uint32_t id, wire::Reader& r) {
   auto key = r.str();
   std::int64_t delta = r.i64();
   r.expect_done();
-  if (!key_ok(key, id)) return;
-  try {
-    std::int64_t v = keys_.add(key, delta);
-    reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(v); });
-  } catch (const std::invalid_argument& e) {
-    reply_error(Status::kNotInteger, id, e.what());
-  }
+  queue_reply(id, store_ops::add(keys_, key, delta, payload_));
 }
 
 void StoreSession::op_compare_set(std::uint32_t id, wire::Reader& r) {
@@ -249,30 +233,25 @@ void StoreSession::op_compare_set(std::uint32_t id, wire::Reader& r) {
   auto expected = r.str();
   auto desired = r.str();
   r.expect_done();
-  if (!key_ok(key, id) || !value_ok(desired, id)) return;
-  std::string now = keys_.compare_set(key, expected, desired);
-  reply(Status::kOk, id, [&](wire::Writer& w) { w.str(now); });
+  queue_reply(id, store_ops::compare_set(keys_, key, expected, desired, payload_));
 }
 
 void StoreSession::op_check(std::uint32_t id, wire::Reader& r) {
   auto keys = read_keys(r);
   r.expect_done();
-  bool all = keys_.has_all(keys);
-  reply(Status::kOk, id, [&](wire::Writer& w) { w.u8(all ? 1 : 0); });
+  queue_reply(id, store_ops::check(keys_, keys, payload_));
 }
 
 void StoreSession::op_delete(std::uint32_t id, wire::Reader& r) {
   auto key = r.str();
   r.expect_done();
-  bool existed = keys_.remove(key);
-  reply(Status::kOk, id, [&](wire::Writer& w) { w.u8(existed ? 1 : 0); });
+  queue_reply(id, store_ops::remove(keys_, key, payload_));
 }
 
 void StoreSession::op_num_keys(std::uint32_t id, wire::Reader& r) {
   auto prefix = r.str();
   r.expect_done();
-  std::int64_t n = keys_.count(prefix);
-  reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(n); });
+  queue_reply(id, store_ops::num_keys(keys_, prefix, payload_));
 }
 
 void StoreSession::op_multi_set(std::uint32_t id, wire::Reader& r) {
@@ -286,60 +265,42 @@ void StoreSession::op_multi_set(std::uint32_t id, wire::Reader& r) {
     kv.emplace_back(k, v);
   }
   r.expect_done();
-  for (auto& [k, v] : kv)
-    if (!key_ok(k, id) || !value_ok(v, id)) return;
-  for (auto& [k, v] : kv) keys_.set(k, v);
-  reply_ok(id);
+  queue_reply(id, store_ops::multi_set(keys_, kv, payload_));
 }
 
 void StoreSession::op_append(std::uint32_t id, wire::Reader& r) {
   auto key = r.str();
   auto value = r.str();
   r.expect_done();
-  if (!key_ok(key, id)) return;
-  try {
-    std::int64_t len = keys_.append(key, value, kMaxValueSize);
-    reply(Status::kOk, id, [&](wire::Writer& w) { w.i64(len); });
-  } catch (const std::length_error& e) {
-    reply_error(Status::kValueTooLarge, id, e.what());
-  }
+  queue_reply(id, store_ops::append(keys_, key, value, payload_));
 }
 
 void StoreSession::op_list_keys(std::uint32_t id, wire::Reader& r) {
   auto prefix = r.str();
   std::uint32_t limit = r.u32();
   r.expect_done();
-  auto keys = keys_.list(prefix, std::min<std::size_t>(limit, kMaxKeysPerRequest));
-  reply(Status::kOk, id, [&](wire::Writer& w) {
-    w.u32(static_cast<std::uint32_t>(keys.size()));
-    for (auto& k : keys) w.str(k);
-  });
+  queue_reply(id, store_ops::list_keys(keys_, prefix, limit, payload_));
 }
 
 void StoreSession::op_try_get(std::uint32_t id, wire::Reader& r) {
   auto key = r.str();
   r.expect_done();
-  const std::string* v = keys_.find(key);
-  reply(Status::kOk, id, [&](wire::Writer& w) {
-    w.u8(v ? 1 : 0);
-    w.str(v ? std::string_view(*v) : std::string_view());
-  });
+  queue_reply(id, store_ops::try_get(keys_, key, payload_));
 }
 
 void StoreSession::op_watch(std::uint32_t id, wire::Reader& r) {
   auto prefix = r.str();
   r.expect_done();
-  if (!key_ok(prefix, id)) return;
-  if (watches_.size() >= limits_.max_pending) return reply_error(Status::kTooManyPending, id, "too many watches on one connection");
   auto w = std::make_shared<SessionWatch>();
   w->prefix = std::string(prefix);
   w->session = this;
   w->id = id;
-  watches_.push_back(w);
-  keys_.add_watch(w);
-  reply_ok(id);
+  Status status = store_ops::watch(keys_, w, watches_.size(), limits_.max_pending, payload_);
+  if (status == Status::kOk) watches_.push_back(std::move(w));
+  queue_reply(id, status);
 }
 
+// A watch is the connection's own: unwatch looks it up among this session's watches.
 void StoreSession::op_unwatch(std::uint32_t id, wire::Reader& r) {
   std::uint32_t watch_id = r.u32();
   r.expect_done();
@@ -351,56 +312,22 @@ void StoreSession::op_unwatch(std::uint32_t id, wire::Reader& r) {
       break;
     }
   }
-  reply_ok(id);
+  queue_reply(id, Status::kOk);
 }
 
 // ---- replies --------------------------------------------------------------------------------
 
-template <typename Fill>
-void StoreSession::reply(Status status, std::uint32_t id, Fill&& fill) {
+// Frames the payload an operation wrote to reply_ as the reply to request `id`. The payload is
+// gathered apart from out_ because a mutation may complete a parked request of this session,
+// whose reply goes to out_ first; operations write it only outside KeySpace callbacks, so
+// reply_ is empty whenever complete() runs.
+void StoreSession::queue_reply(std::uint32_t id, Status status) {
   wire::Writer w(out_);
   std::size_t at = w.begin_frame(static_cast<std::uint8_t>(status), id);
-  fill(w);
+  out_.append(reply_);
   w.finish_frame(at);
-}
-
-void StoreSession::reply_ok(std::uint32_t id) {
-  reply(Status::kOk, id, [](wire::Writer&) {});
-}
-
-void StoreSession::reply_error(Status status, std::uint32_t id, const std::string& message) {
-  reply(status, id, [&](wire::Writer& w) { w.str(message); });
-}
-
-bool StoreSession::key_ok(std::string_view key, std::uint32_t id) {
-  if (key.size() <= kMaxKeyLength) return true;
-  reply_error(Status::kKeyTooLong, id, "key of " + std::to_string(key.size()) + " bytes exceeds " + std::to_string(kMaxKeyLength));
-  return false;
-}
-
-bool StoreSession::value_ok(std::string_view value, std::uint32_t id) {
-  if (value.size() <= kMaxValueSize) return true;
-  reply_error(Status::kValueTooLarge, id, "value of " + std::to_string(value.size()) + " bytes exceeds " + std::to_string(kMaxValueSize));
-  return false;
-}
-
-std::string StoreSession::first_missing(const std::vector<std::string>& keys) const {
-  for (auto& k : keys)
-    if (!keys_.find(k)) return k;
-  return {};
-}
-
-void StoreSession::answer_blocking(Op op, std::uint32_t id, const std::vector<std::string>& keys) {
-  if (op == Op::kWait) {
-    reply_ok(id);
-  } else if (op == Op::kGet) {
-    reply(Status::kOk, id, [&](wire::Writer& w) { w.str(*keys_.find(keys[0])); });
-  } else {
-    reply(Status::kOk, id, [&](wire::Writer& w) {
-      w.u32(static_cast<std::uint32_t>(keys.size()));
-      for (auto& k : keys) w.str(*keys_.find(k));
-    });
-  }
+  reply_.clear();
+  if (reply_.capacity() > kReadChunk) std::string().swap(reply_);  // a big value's room goes back
 }
 
 // ---- parked requests ------------------------------------------------------------------------
@@ -427,7 +354,7 @@ void StoreSession::complete(Parked& p) {
   if (p.has_deadline) deadlines_.erase(p.deadline);
   p.session = nullptr;
   if (ended()) return;
-  answer_blocking(p.op, p.id, p.keys);
+  queue_reply(p.id, store_ops::read_ready(keys_, p.op, p.keys, payload_));
   queued_from_outside();
 }
 
@@ -446,8 +373,7 @@ void StoreSession::expire(Clock::time_point now) {
     p->session = nullptr;
     p->done = true;
     keys_.unpark(p);
-    reply_error(Status::kTimeout, p->id,
-                std::string(wire::op_name(p->op)) + ": key '" + first_missing(p->keys) + "' not set within " + timeout_text(p->timeout_ms));
+    queue_reply(p->id, store_ops::read_timed_out(keys_, p->op, p->keys, p->timeout_ms, payload_));
   }
   check_outbound();
 }

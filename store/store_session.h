@@ -3,7 +3,8 @@
 // Contract
 //   - The owner (the server's connection) reads into input_space() and then calls received(n,
 //     now). The session checks the handshake, decodes every complete frame and runs its request
-//     against the KeySpace, one member function per operation; replies are queued as output.
+//     against the KeySpace with the operation's function (store_operations.h); replies are
+//     queued as output. Parked requests, watches and ephemeral keys are the session's state.
 //   - Memory follows the bytes actually received: before the handshake the input buffer holds at
 //     most the preamble and a token (about 1 KiB); after it, at most 4 x (the buffered bytes + one
 //     read chunk) once received() returns, whatever size a frame header declares and however big
@@ -97,7 +98,8 @@ class StoreSession {
   void handle_frame(std::string_view body);
   void end(std::string reason, bool fault);
 
-  // One function per operation; each reads its payload from `r` and queues one reply (or parks).
+  // One function per operation: each decodes its payload from `r`, runs the operation
+  // (store_operations.h) and queues its reply, or parks a blocking read.
   void op_set(std::uint32_t id, wire::Reader& r, bool ephemeral);
   void op_blocking(wire::Op op, std::uint32_t id, wire::Reader& r);
   void op_add(std::uint32_t id, wire::Reader& r);
@@ -112,14 +114,7 @@ class StoreSession {
   void op_watch(std::uint32_t id, wire::Reader& r);
   void op_unwatch(std::uint32_t id, wire::Reader& r);
 
-  bool key_ok(std::string_view key, std::uint32_t id);
-  bool value_ok(std::string_view value, std::uint32_t id);
-  template <typename Fill>
-  void reply(wire::Status status, std::uint32_t id, Fill&& fill);
-  void reply_ok(std::uint32_t id);
-  void reply_error(wire::Status status, std::uint32_t id, const std::string& message);
-  void answer_blocking(wire::Op op, std::uint32_t id, const std::vector<std::string>& keys);
-  std::string first_missing(const std::vector<std::string>& keys) const;
+  void queue_reply(std::uint32_t id, wire::Status status);
   void park(wire::Op op, std::uint32_t id, std::vector<std::string> keys, std::uint32_t timeout_ms);
   void complete(Parked& p);
   void notify(std::uint32_t watch_id, std::uint8_t kind, const std::string& key, const std::string* value);
@@ -139,6 +134,8 @@ class StoreSession {
   bool in_request_ = false;  // a request of this session is being handled
   std::string out_;
   std::string own_notes_;    // notifications caused by the request being handled
+  std::string reply_;        // the payload of the reply being built
+  wire::Writer payload_{reply_};
   std::size_t in_flight_ = 0;
 
   std::unordered_map<Parked*, std::shared_ptr<Parked>> parked_;
