@@ -298,9 +298,7 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
   if (!r.restarting && !parent_error_file.empty()) {
     // Like torchrun under a scheduler that set TORCHELASTIC_ERROR_FILE for the launcher: the
     // final root cause's error file (if the worker wrote one) becomes the launcher's.
-    const auto& e = r.root_cause;
-    const std::string why = copy_error_file_to_parent(report.error_file, parent_error_file,
-                                                      e.term_signal != 0 ? -e.term_signal : e.exit_code);
+    const std::string why = copy_error_file_to_parent(report.error_file, parent_error_file, r.root_cause.status);
     say(why.empty() ? "crun: copied the root cause's error file to " + parent_error_file + "\n"
                     : "crun: " + parent_error_file + " (TORCHELASTIC_ERROR_FILE) left as it is: " + why + "\n");
   }
@@ -337,8 +335,7 @@ const FailureReport& Agent::Impl::report_for(const WorkerExit& e) {
   report.host = config.hostname;
   if (c10d) report.addr = c10d->node_address();
   report.pid = e.pid;
-  report.exit_code = e.exit_code;
-  report.term_signal = e.term_signal;
+  report.status = e.status;
   report.time = e.wall_time;
   report.error_file = (attempt_dir(e.restart_count, e.local_rank) / "error.json").string();
   report.error_message = read_error_file_message(report.error_file);

@@ -38,6 +38,7 @@
 #include <variant>
 #include <vector>
 
+#include "agent/exit_status.h"
 #include "base/exit_codes.h"
 
 namespace crun {
@@ -49,14 +50,13 @@ struct WorkerExit {
   int restart_count = 0;  // of the group the worker belonged to
   int local_rank = 0;
   int pid = 0;
-  int exit_code = 0;      // valid when term_signal == 0
-  int term_signal = 0;    // non-zero when killed by a signal
+  ExitStatus status;       // exit code or signal
   AgentClock::time_point when{};
   std::chrono::system_clock::time_point wall_time{};
 
-  bool failed() const { return term_signal != 0 || exit_code != 0; }
+  bool failed() const { return status.failed(); }
   // The code crun exits with when this is the root cause: exit code, or 128 + signal.
-  int crun_exit_code() const { return term_signal != 0 ? kExitSignalBase + term_signal : exit_code; }
+  int crun_exit_code() const { return status.crun_exit_code(); }
 };
 
 namespace action {

@@ -7,7 +7,6 @@
 
 #include "agent/file_text.h"
 #include "agent/signal_names.h"
-#include "base/exit_codes.h"
 
 namespace crun {
 namespace {
@@ -67,17 +66,12 @@ bool tail_shows(const std::vector<std::string>& tail, const std::string& line) {
   return false;
 }
 
-std::string how_it_ended(const FailureReport& r) {
-  if (r.term_signal != 0) return "killed by " + signal_name(r.term_signal);
-  return "exit code " + std::to_string(r.exit_code);
-}
-
 }  // namespace
 
 std::string FailureReport::format_text() const {
   std::ostringstream os;
   os << "crun: worker failed (root cause): rank " << rank << " (local rank " << local_rank
-     << ", role " << role << ") on " << host << (addr.empty() ? "" : " (" + addr + ")") << ", pid " << pid << ", " << how_it_ended(*this)
+     << ", role " << role << ") on " << host << (addr.empty() ? "" : " (" + addr + ")") << ", pid " << pid << ", " << status.describe()
      << ", at " << iso_time(time) << ", attempt " << restart_count << "; "
      << (restarting ? "restarting the group" : "no restarts left") << "\n";
   if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
@@ -110,9 +104,9 @@ std::string FailureReport::to_json() const {
     j["addr"] = addr;
   }
   j["pid"] = pid;
-  j["exit_code"] = term_signal != 0 ? kExitSignalBase + term_signal : exit_code;
-  if (term_signal != 0) {
-    j["signal"] = signal_name(term_signal);
+  j["exit_code"] = status.crun_exit_code();
+  if (status.signaled()) {
+    j["signal"] = signal_name(status.signal());
   } else {
     j["signal"] = nullptr;
   }
@@ -138,13 +132,9 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
     r.host = j.at("host").get<std::string>();
     r.addr = j.at("addr").is_null() ? std::string() : j.at("addr").get<std::string>();
     r.pid = j.at("pid").get<int>();
-    const int code = j.at("exit_code").get<int>();
-    if (j.at("signal").is_null()) {
-      r.exit_code = code;
-    } else {
-      r.term_signal = code - kExitSignalBase;
-      if (r.term_signal <= 0) return std::nullopt;
-    }
+    const auto status = ExitStatus::from_crun_exit_code(j.at("exit_code").get<int>(), !j.at("signal").is_null());
+    if (!status) return std::nullopt;
+    r.status = *status;
     const auto time = parse_iso_time(j.at("time").get<std::string>());
     if (!time) return std::nullopt;
     r.time = *time;
@@ -189,7 +179,7 @@ std::string read_error_file_traceback(const std::string& path) {
 }
 
 std::string copy_error_file_to_parent(const std::string& worker_file, const std::string& parent_file,
-                                      int error_code) {
+                                      const ExitStatus& status) {
   const auto text = read_text_file(worker_file);
   if (!text) return "the worker wrote no error file";
   nlohmann::json j;
@@ -198,6 +188,7 @@ std::string copy_error_file_to_parent(const std::string& worker_file, const std:
   } catch (const std::exception& e) {
     return std::string("the worker's error file is not JSON (") + e.what() + ")";
   }
+  const int error_code = status.torch_exitcode();
   if (error_code != 0 && j.is_object() && j.contains("message") && j["message"].is_object()) {
     j["message"]["errorCode"] = error_code;  // the worker could not know it when a signal killed it
   }

@@ -14,8 +14,9 @@
 //     "extraInfo": {...}}} or {"message": "..."}); returns "" when the file is absent or unreadable.
 //   - copy_error_file_to_parent() does what torchrun's @record main does when the job fails: the
 //     root cause's error file replaces the launcher's own TORCHELASTIC_ERROR_FILE, with
-//     message.errorCode set to the worker's exit code (torchrun's: -N when killed by signal N)
-//     when the message has torch's object form. Returns "" when written, else why not.
+//     message.errorCode set to the worker's status as torchrun encodes it (ExitStatus::
+//     torch_exitcode(): -N when killed by signal N) when the message has torch's object form and
+//     the worker failed. Returns "" when written, else why not.
 //
 // Threading
 //   Pure value type and functions; safe from any thread.
@@ -26,6 +27,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "agent/exit_status.h"
 
 namespace crun {
 
@@ -38,8 +41,7 @@ struct FailureReport {
   std::string host;
   std::string addr;  // multi-node: the address the other nodes reach this node at; "" standalone
   int pid = 0;
-  int exit_code = 0;
-  int term_signal = 0;  // non-zero when the worker was killed by a signal
+  ExitStatus status;  // the worker's exit code or signal
   std::chrono::system_clock::time_point time{};
   std::string error_file;
   std::string error_message;  // from the worker's error file, if it wrote one
@@ -56,6 +58,6 @@ std::string read_error_file_message(const std::string& path);
 std::string read_error_file_traceback(const std::string& path);
 
 std::string copy_error_file_to_parent(const std::string& worker_file, const std::string& parent_file,
-                                      int error_code);
+                                      const ExitStatus& status);
 
 }  // namespace crun

@@ -13,6 +13,7 @@
 #include <string>
 #include <system_error>
 
+#include "agent/exit_status.h"
 #include "agent/job_cgroup.h"
 #include "agent/keeper_process.h"
 
@@ -58,8 +59,9 @@ constexpr int kFinishWaitMs = 11000;  // the keeper's own clean-up is bounded by
 }
 
 std::string describe(const siginfo_t& info) {
-  if (info.si_code == CLD_EXITED) return "exited with code " + std::to_string(info.si_status);
-  return "killed by signal " + std::to_string(info.si_status);
+  const auto status = ExitStatus::from_siginfo(info);
+  if (!status.signaled()) return "exited with code " + std::to_string(status.exit_code());
+  return "killed by signal " + std::to_string(status.signal());
 }
 
 }  // namespace

@@ -109,8 +109,7 @@ struct WorkerGroup::Impl {
     e.restart_count = restart_count;
     e.local_rank = w->local_rank;
     e.pid = w->pid;
-    e.exit_code = status->exit_code;
-    e.term_signal = status->term_signal;
+    e.status = *status;
     e.when = AgentClock::now();
     e.wall_time = std::chrono::system_clock::now();
     w->exited = true;

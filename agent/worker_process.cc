@@ -164,7 +164,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   return w;
 }
 
-std::optional<ReapedStatus> reap_worker(int pid, int pidfd) {
+std::optional<ExitStatus> reap_worker(int pid, int pidfd) {
   siginfo_t info;
   std::memset(&info, 0, sizeof(info));
   int rc;
@@ -174,13 +174,7 @@ std::optional<ReapedStatus> reap_worker(int pid, int pidfd) {
                     : ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0 || info.si_pid == 0) return std::nullopt;
-  ReapedStatus s;
-  if (info.si_code == CLD_EXITED) {
-    s.exit_code = info.si_status;
-  } else {
-    s.term_signal = info.si_status;
-  }
-  return s;
+  return ExitStatus::from_siginfo(info);
 }
 
 std::optional<std::string> resolve_executable(const std::string& name) {

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "agent/exit_status.h"
+
 namespace crun {
 
 struct SpawnedWorker {
@@ -30,11 +32,6 @@ struct SpawnedWorker {
   int pidfd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
-};
-
-struct ReapedStatus {
-  int exit_code = 0;
-  int term_signal = 0;
 };
 
 struct SpawnOptions {
@@ -48,7 +45,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
                            const SpawnOptions& options = {});
 
 // Non-blocking reap of `pid` (via waitid on its pidfd); nullopt when it is still running.
-std::optional<ReapedStatus> reap_worker(int pid, int pidfd);
+std::optional<ExitStatus> reap_worker(int pid, int pidfd);
 
 // The path execve should run for `name`: itself when it contains '/', else the first executable
 // match on $PATH. nullopt when none is found.

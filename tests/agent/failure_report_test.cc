@@ -30,7 +30,7 @@ TEST_CASE("failure report: torch @record error file, text and json", "[failure_r
   r.local_rank = 1;
   r.host = "node7";
   r.pid = 1234;
-  r.term_signal = SIGSEGV;
+  r.status = ExitStatus::killed(SIGSEGV);
   r.error_message = "RuntimeError: boom";
   r.stderr_tail = {"a", "b"};
   const std::string text = r.format_text();
@@ -106,7 +106,7 @@ TEST_CASE("failure report: its JSON reads back as the same report, so it can cro
   r.host = "node7";
   r.addr = "10.0.0.7";
   r.pid = 4321;
-  r.term_signal = SIGKILL;
+  r.status = ExitStatus::killed(SIGKILL);
   r.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'790'000'123'456));
   r.error_file = "/tmp/x/error.json";
   r.error_message = "RuntimeError: boom";
@@ -117,15 +117,13 @@ TEST_CASE("failure report: its JSON reads back as the same report, so it can cro
   CHECK(back->to_json() == r.to_json());
   CHECK(back->format_text() == r.format_text());
   CHECK(back->time == r.time);
-  CHECK(back->term_signal == SIGKILL);
-  CHECK(back->exit_code == 0);
+  CHECK(back->status == ExitStatus::killed(SIGKILL));
 
-  r.term_signal = 0;
-  r.exit_code = 3;
+  r.status = ExitStatus::exited(3);
   r.addr.clear();
   const auto exited = FailureReport::from_json(r.to_json());
   REQUIRE(exited);
-  CHECK(exited->exit_code == 3);
+  CHECK(exited->status == ExitStatus::exited(3));
   CHECK(exited->addr.empty());
   CHECK(exited->to_json() == r.to_json());
 

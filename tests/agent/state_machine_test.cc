@@ -16,8 +16,7 @@ WorkerExit exit_of(int restart_count, int local_rank, int code, int sig = 0, Age
   e.restart_count = restart_count;
   e.local_rank = local_rank;
   e.pid = 1000 + local_rank;
-  e.exit_code = code;
-  e.term_signal = sig;
+  e.status = sig != 0 ? ExitStatus::killed(sig) : ExitStatus::exited(code);
   e.when = t0 + at;
   return e;
 }
@@ -71,7 +70,7 @@ TEST_CASE("restarts count up, then the root cause's code is the exit code", "[st
     const auto* report = find<action::ReportFailure>(a);
     REQUIRE(report != nullptr);
     REQUIRE(report->root_cause.local_rank == 1);
-    REQUIRE(report->root_cause.exit_code == 7);
+    REQUIRE(report->root_cause.status == ExitStatus::exited(7));
     if (restart < 2) {
       REQUIRE(report->restarting);
       REQUIRE(find<action::StartGroup>(a)->restart_count == restart + 1);
@@ -184,7 +183,7 @@ TEST_CASE("coordinated: a local failure is published at once, then the node wait
   sm.on_round(0);
   auto a = sm.on_worker_exit(exit_of(0, 1, 9, 0, 10ms));
   REQUIRE(find<action::PublishFailure>(a) != nullptr);
-  REQUIRE(find<action::PublishFailure>(a)->root_cause.exit_code == 9);
+  REQUIRE(find<action::PublishFailure>(a)->root_cause.status == ExitStatus::exited(9));
   REQUIRE(find<action::SignalGroup>(a)->signo == SIGTERM);
   a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 20ms));
   REQUIRE(find<action::ReportFailure>(a) != nullptr);
@@ -258,7 +257,7 @@ TEST_CASE("coordinated: a close that overtakes the stop of a local failure still
   REQUIRE(sm.on_job_closed(128 + SIGKILL, t0 + 20ms).empty());  // our report closed the job
   a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 30ms));
   REQUIRE(find<action::ReportFailure>(a) != nullptr);
-  CHECK(find<action::ReportFailure>(a)->root_cause.term_signal == SIGKILL);
+  CHECK(find<action::ReportFailure>(a)->root_cause.status == ExitStatus::killed(SIGKILL));
   CHECK_FALSE(find<action::ReportFailure>(a)->restarting);
   REQUIRE(std::get<action::Exit>(a.back()).code == 128 + SIGKILL);
 }

@@ -66,9 +66,9 @@ TEST_CASE("exit codes and signals are reported; last words are routed first", "[
   REQUIRE(exits.size() == 3);
   REQUIRE(group.running() == 0);
   REQUIRE_FALSE(exits[0].failed());
-  REQUIRE(exits[1].exit_code == 42);
+  REQUIRE(exits[1].status == ExitStatus::exited(42));
   REQUIRE(exits[1].crun_exit_code() == 42);
-  REQUIRE(exits[2].term_signal == SIGUSR2);
+  REQUIRE(exits[2].status == ExitStatus::killed(SIGUSR2));
   REQUIRE(exits[2].crun_exit_code() == 128 + SIGUSR2);
   REQUIRE(tails[1].size() == 20);
   REQUIRE(tails[1].back() == "dying words");
@@ -99,8 +99,8 @@ TEST_CASE("signal_all reaches every worker's process group", "[worker_group]") {
   group.signal_all(SIGUSR1);
   io.run_for(20s);
   REQUIRE(exits.size() == 2);
-  REQUIRE(exits[0].exit_code == 0);  // the trap exits 0
-  REQUIRE(exits[1].exit_code == 0);
+  REQUIRE(exits[0].status == ExitStatus::exited(0));  // the trap exits 0
+  REQUIRE(exits[1].status == ExitStatus::exited(0));
   ::close(ready_pipe[0]);
   ::close(ready_pipe[1]);
 }

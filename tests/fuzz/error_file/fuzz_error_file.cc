@@ -41,12 +41,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   report.error_traceback = crun::read_error_file_traceback(worker);
   const std::string raw(reinterpret_cast<const char*>(data), size);
   report.stderr_tail = {raw.substr(0, raw.find('\n')), report.error_message};
-  report.term_signal = size > 0 ? data[0] % 65 : 0;
-  report.exit_code = size > 1 ? data[1] : 1;
+  const int signo = size > 0 ? data[0] % 65 : 0;
+  report.status = signo != 0 ? crun::ExitStatus::killed(signo) : crun::ExitStatus::exited(size > 1 ? data[1] : 1);
   (void)report.format_text();
   (void)report.to_json();
 
-  (void)crun::copy_error_file_to_parent(worker, path_of(parent_fd), report.exit_code);
+  (void)crun::copy_error_file_to_parent(worker, path_of(parent_fd), report.status);
   // What was copied is read back the way torchrun's parent would read it.
   (void)crun::read_error_file_message(path_of(parent_fd));
 
