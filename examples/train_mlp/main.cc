@@ -8,16 +8,24 @@
 // the data, the sampler order and the reduction order are all deterministic.
 // Preemption: SIGUSR1 (crun forwards Slurm's notice) makes every rank stop at the same step
 // boundary, checkpoint there, and exit 0; rank 0 prints "preempted: checkpoint at step N".
+//
+// Reading order: parse_args (the flags), TrainState with resume/save_checkpoint_at (what a
+// checkpoint holds), Stepper (one SGD step on the CPU or the GPU), Trainer (the epochs and steps,
+// failure injection, the preemption vote), evaluate, and main, which strings them together.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "examples/train_mlp/dataset.h"
 #include "examples/train_mlp/mlp.h"
@@ -48,6 +56,8 @@ void install_preempt_handler() {
   ::sigaction(SIGUSR1, &sa, nullptr);
 }
 
+// ---- configuration ----------------------------------------------------------------------------
+
 struct Args {
   int epochs = 5;
   // Defaults: ~6.5 ms of compute per step on this VM against ~0.1 ms for the step's all_reduce of
@@ -67,28 +77,8 @@ struct Args {
   std::string device = "cpu";
 };
 
-Checkpoint make_checkpoint(const Mlp& m, const std::vector<std::vector<float>>& mom, std::uint64_t step,
-                           std::uint64_t epoch, std::uint64_t batch) {
-  Checkpoint c;
-  c.step = step;
-  for (std::size_t k = 0; k < m.params.size(); ++k) {
-    c.sections["param" + std::to_string(k)] = to_bytes(m.params[k]);
-    c.sections["momentum" + std::to_string(k)] = to_bytes(mom[k]);
-  }
-  c.sections["position"] = to_bytes(std::vector<std::uint64_t>{epoch, batch, step});
-  return c;
-}
-
-std::string weights_sha256(const Mlp& m) {
-  Sha256 h;
-  for (const auto& p : m.params) h.update(p.data(), p.size() * sizeof(float));
-  return h.hex();
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args a;
+// The flags into `a`; an exit code when the program must end now (--help, a bad flag).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
   CLI::App app{"crun example: data-parallel MLP training on synthetic data"};
   app.add_option("--epochs", a.epochs, "epochs")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", a.batch_size, "per-rank batch size")->check(CLI::PositiveNumber);
@@ -110,161 +100,306 @@ int main(int argc, char** argv) {
       "'preempted: checkpoint at step N', and the program exits 0. Run it again with the same\n"
       "--checkpoint-dir to resume; the final weights equal an uninterrupted run's.");
   CLI11_PARSE(app, argc, argv);
+  return std::nullopt;
+}
+
+InitOptions init_options(const Args& a) {
+  InitOptions io;
+  io.backend = !a.backend.empty() ? a.backend : (a.device == "cuda" ? "nccl" : "gloo");
+#ifndef TRAIN_MLP_WITH_CUDA
+  if (a.device == "cuda") throw std::runtime_error("--device cuda: this build has no CUDA (CRUN_WITH_CUDA=OFF)");
+#endif
+  io.timeout = Millis(120000);
+  return io;
+}
+
+// ---- the model's state and its checkpoints ----------------------------------------------------
+
+// Where training stands: the next batch to train and the number of steps taken.
+struct Position {
+  std::uint64_t epoch = 0, batch = 0, step = 0;
+};
+
+// What a checkpoint holds: the weights, their momentum (one vector per parameter) and the position.
+struct TrainState {
+  Mlp model;
+  std::vector<std::vector<float>> momentum;
+  Position at;
+
+  TrainState(const Dataset& train, int hidden, std::uint64_t seed) : model(train.dim, hidden, train.classes, seed) {
+    for (auto& p : model.params) momentum.emplace_back(p.size(), 0.0f);
+  }
+};
+
+Checkpoint make_checkpoint(const TrainState& s, const Position& at) {
+  Checkpoint c;
+  c.step = at.step;
+  for (std::size_t k = 0; k < s.model.params.size(); ++k) {
+    c.sections["param" + std::to_string(k)] = to_bytes(s.model.params[k]);
+    c.sections["momentum" + std::to_string(k)] = to_bytes(s.momentum[k]);
+  }
+  c.sections["position"] = to_bytes(std::vector<std::uint64_t>{at.epoch, at.batch, at.step});
+  return c;
+}
+
+// Resumes from the latest checkpoint in `dir`, if there is one (rank 0 says so).
+void resume(ProcessGroup& cpu, const std::string& dir, int rank, TrainState& s) {
+  auto c = load_checkpoint(cpu, dir);
+  if (!c) return;
+  for (std::size_t k = 0; k < s.model.params.size(); ++k) {
+    s.model.params[k] = from_bytes<float>(c->sections.at("param" + std::to_string(k)));
+    s.momentum[k] = from_bytes<float>(c->sections.at("momentum" + std::to_string(k)));
+  }
+  auto pos = from_bytes<std::uint64_t>(c->sections.at("position"));
+  s.at.epoch = pos.at(0);
+  s.at.batch = pos.at(1);
+  s.at.step = pos.at(2);
+  if (rank == 0) std::printf("resumed from checkpoint at step %llu (epoch %llu, batch %llu)\n",
+                             static_cast<unsigned long long>(s.at.step), static_cast<unsigned long long>(s.at.epoch),
+                             static_cast<unsigned long long>(s.at.batch));
+}
+
+std::string weights_sha256(const Mlp& m) {
+  Sha256 h;
+  for (const auto& p : m.params) h.update(p.data(), p.size() * sizeof(float));
+  return h.hex();
+}
+
+// ---- one SGD step -------------------------------------------------------------------------------
+
+// Runs training steps on the state's model: on the CPU, where the bucketer all-reduces each
+// layer's gradients as backward produces them, or with --device cuda on the GPU (the state then
+// lags behind until sync_to_host()).
+class Stepper {
+ public:
+  Stepper(TrainState& s, const Args& a, ProcessGroup& pg, [[maybe_unused]] const Dataset& train,
+          [[maybe_unused]] int local_rank)
+      : s_(s),
+        a_(a),
+        pg_(pg),
+#ifdef TRAIN_MLP_WITH_CUDA
+        gpu_(make_gpu(s, a, train, local_rank)),
+#endif
+        // One bucket per layer: the output layer's gradients (ready first in backward) all-reduce
+        // while the hidden layer's backward still runs. (The default 25 MB would be one bucket.)
+        bucketer_(pg, grad_spans(s.model), (s.model.params[2].size() + s.model.params[3].size()) * sizeof(float)) {}
+
+  // One step on the batch `x`, `y` of a.batch_size rows; returns its mean loss.
+  double step(const float* x, const int* y) {
+#ifdef TRAIN_MLP_WITH_CUDA
+    if (gpu_) return gpu_->step(x, y, a_.batch_size, pg_, a_.lr, a_.momentum);
+#endif
+    double loss = s_.model.forward_backward(x, y, a_.batch_size, [&](std::size_t k) { bucketer_.mark_ready(k); });
+    bucketer_.wait_all();
+    for (std::size_t k = 0; k < s_.model.params.size(); ++k) {
+      auto& p = s_.model.params[k];
+      auto& v = s_.momentum[k];
+      const auto& g = s_.model.grads[k];
+      for (std::size_t i = 0; i < p.size(); ++i) {
+        v[i] = a_.momentum * v[i] + g[i];
+        p[i] -= a_.lr * v[i];
+      }
+    }
+    return loss;
+  }
+
+  // Brings the GPU's weights and momentum back into the state (checkpoints, evaluation).
+  void sync_to_host() {
+#ifdef TRAIN_MLP_WITH_CUDA
+    if (gpu_) gpu_->to_host(s_.model, s_.momentum);
+#endif
+  }
+
+ private:
+  static std::vector<std::span<float>> grad_spans(Mlp& m) {
+    std::vector<std::span<float>> spans;
+    for (auto& g : m.grads) spans.emplace_back(g);
+    return spans;
+  }
+#ifdef TRAIN_MLP_WITH_CUDA
+  static std::unique_ptr<CudaMlp> make_gpu(const TrainState& s, const Args& a, const Dataset& train, int local_rank) {
+    if (a.device != "cuda") return nullptr;
+    auto gpu = std::make_unique<CudaMlp>(train.dim, a.hidden, train.classes, a.batch_size, local_rank);
+    gpu->from_host(s.model, s.momentum);
+    return gpu;
+  }
+#endif
+
+  TrainState& s_;
+  const Args& a_;
+  ProcessGroup& pg_;
+#ifdef TRAIN_MLP_WITH_CUDA
+  std::unique_ptr<CudaMlp> gpu_;
+#endif
+  GradBucketer bucketer_;
+};
+
+// ---- the training loop --------------------------------------------------------------------------
+
+// The epochs from the state's position to --epochs: per-rank batches from the sampler, a step
+// each, checkpoints, the injected failure, and the preemption vote.
+class Trainer {
+ public:
+  Trainer(const Args& a, Runtime& rt, const Dataset& train, TrainState& s, Stepper& stepper)
+      : a_(a),
+        rt_(rt),
+        cpu_(rt.cpu_pg()),
+        train_(train),
+        s_(s),
+        stepper_(stepper),
+        rank_(rt.rank()),
+        world_(rt.world_size()),
+        sampler_(train.size(), world_, rank_, true, a.seed),
+        batches_(sampler_.num_samples() / static_cast<std::size_t>(a.batch_size)),
+        first_attempt_(rt.env().restart_count == 0),
+        xb_(static_cast<std::size_t>(a.batch_size) * train.dim),
+        yb_(a.batch_size) {}
+
+  // Trains to the last epoch; false when a preemption stopped every rank at the same step.
+  bool run() {
+    for (; s_.at.epoch < static_cast<std::uint64_t>(a_.epochs); ++s_.at.epoch, s_.at.batch = 0) {
+      if (!run_epoch()) return false;
+    }
+    return true;
+  }
+
+  std::uint64_t samples() const { return samples_; }  // trained by all ranks together
+
+ private:
+  // The rest of the current epoch; false when preempted.
+  bool run_epoch() {
+    sampler_.set_epoch(s_.at.epoch);
+    const auto idx = sampler_.indices();
+    double loss_sum = 0;
+    for (; s_.at.batch < batches_; ++s_.at.batch) {
+      if (!run_step(idx, loss_sum)) return false;
+      rt_.heartbeat();
+    }
+    if (!a_.checkpoint_dir.empty() && a_.checkpoint_every == 0) save_checkpoint_at({s_.at.epoch + 1, 0, s_.at.step});
+    if (rank_ == 0) std::printf("epoch %llu: train_loss=%.4f\n", static_cast<unsigned long long>(s_.at.epoch),
+                                batches_ ? loss_sum / static_cast<double>(batches_) : 0.0);
+    std::fflush(stdout);
+    return true;
+  }
+
+  // One step on the current batch, adding its loss to `loss_sum`; false when preempted.
+  bool run_step(const std::vector<std::size_t>& idx, double& loss_sum) {
+    if (first_attempt_ && static_cast<long>(s_.at.step) == a_.fail_at_step && rank_ == a_.fail_rank) fail_now();
+    // Preemption vote: launched at the start of the step (it completes in the background while the
+    // step computes), read at its end; the max over ranks is the same on every rank.
+    stop_vote_ = g_preempt_requested ? 1 : 0;
+    WorkPtr vote = cpu_.all_reduce(&stop_vote_, 1, DType::kInt32, ReduceOp::kMax);
+    fill_batch(idx);
+    loss_sum += stepper_.step(xb_.data(), yb_.data());
+    ++s_.at.step;
+    samples_ += static_cast<std::uint64_t>(a_.batch_size) * world_;
+    const bool periodic = a_.checkpoint_every > 0 && s_.at.step % a_.checkpoint_every == 0;
+    vote->wait();
+    const bool preempted = stop_vote_ != 0;
+    if (!a_.checkpoint_dir.empty() && (periodic || preempted)) {
+      save_checkpoint_at({s_.at.epoch, s_.at.batch + 1, s_.at.step});
+    }
+    if (preempted) report_preemption();
+    return !preempted;
+  }
+
+  void fill_batch(const std::vector<std::size_t>& idx) {
+    for (int i = 0; i < a_.batch_size; ++i) {
+      const std::size_t s = idx[s_.at.batch * a_.batch_size + i];
+      std::copy_n(&train_.x[s * train_.dim], train_.dim, &xb_[static_cast<std::size_t>(i) * train_.dim]);
+      yb_[i] = train_.y[s];
+    }
+  }
+
+  // The checkpoint of the state as it is, to resume at `at`.
+  void save_checkpoint_at(const Position& at) {
+    stepper_.sync_to_host();
+    save_checkpoint(cpu_, a_.checkpoint_dir, make_checkpoint(s_, at));
+  }
+
+  [[noreturn]] void fail_now() const {
+    std::fprintf(stderr, "train_mlp: injected failure at step %llu on rank %d\n",
+                 static_cast<unsigned long long>(s_.at.step), rank_);
+    std::fflush(stderr);
+    std::_Exit(13);
+  }
+
+  void report_preemption() const {
+    if (rank_ != 0) return;
+    if (a_.checkpoint_dir.empty()) {
+      std::printf("preempted: at step %llu, no --checkpoint-dir so no checkpoint\n",
+                  static_cast<unsigned long long>(s_.at.step));
+    } else {
+      std::printf("preempted: checkpoint at step %llu\n", static_cast<unsigned long long>(s_.at.step));
+    }
+    std::fflush(stdout);
+  }
+
+  const Args& a_;
+  Runtime& rt_;
+  ProcessGroup& cpu_;
+  const Dataset& train_;
+  TrainState& s_;
+  Stepper& stepper_;
+  const int rank_, world_;
+  DistributedSampler sampler_;
+  const std::uint64_t batches_;
+  const bool first_attempt_;
+  std::vector<float> xb_;
+  std::vector<int> yb_;
+  std::int32_t stop_vote_ = 0;
+  std::uint64_t samples_ = 0;
+};
+
+// ---- evaluation ---------------------------------------------------------------------------------
+
+// Distributed evaluation: rank r takes test rows r, r+W, ...; the sums go to rank 0.
+EvalMetrics evaluate(ProcessGroup& cpu, const Mlp& model, const Dataset& test, int rank, int world) {
+  EvalMetrics local;
+  for (std::size_t i = static_cast<std::size_t>(rank); i < test.size(); i += static_cast<std::size_t>(world)) {
+    std::size_t correct = 0;
+    local.loss_sum += model.evaluate(&test.x[i * test.dim], &test.y[i], 1, correct);
+    local.correct += static_cast<double>(correct);
+    local.total += 1;
+  }
+  return reduce_metrics(cpu, local, 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (auto code = parse_args(argc, argv, a)) return *code;
   install_preempt_handler();  // before init: a notice during start-up stops at the first step
 
   try {
-    InitOptions io;
-    io.backend = !a.backend.empty() ? a.backend : (a.device == "cuda" ? "nccl" : "gloo");
-#ifndef TRAIN_MLP_WITH_CUDA
-    if (a.device == "cuda") throw std::runtime_error("--device cuda: this build has no CUDA (CRUN_WITH_CUDA=OFF)");
-#endif
-    io.timeout = Millis(120000);
-    auto rt = Runtime::init(io);
+    auto rt = Runtime::init(init_options(a));
     ProcessGroup& pg = rt->pg();       // gradients (gloo, or nccl with --device cuda)
     ProcessGroup& cpu = rt->cpu_pg();  // host memory: checkpoints and metrics
     const int rank = rt->rank(), world = rt->world_size();
 
     Dataset train, test;
     make_datasets(DatasetSpec{}, a.seed, a.train_size, a.test_size, train, test);
-    Mlp model(train.dim, a.hidden, train.classes, a.seed + 1);
-    std::vector<std::vector<float>> mom;
-    for (auto& p : model.params) mom.emplace_back(p.size(), 0.0f);
+    TrainState state(train, a.hidden, a.seed + 1);
+    if (!a.checkpoint_dir.empty()) resume(cpu, a.checkpoint_dir, rank, state);
 
-    std::uint64_t epoch = 0, batch_pos = 0, step = 0;
-    if (!a.checkpoint_dir.empty()) {
-      if (auto c = load_checkpoint(cpu, a.checkpoint_dir)) {
-        for (std::size_t k = 0; k < model.params.size(); ++k) {
-          model.params[k] = from_bytes<float>(c->sections.at("param" + std::to_string(k)));
-          mom[k] = from_bytes<float>(c->sections.at("momentum" + std::to_string(k)));
-        }
-        auto pos = from_bytes<std::uint64_t>(c->sections.at("position"));
-        epoch = pos.at(0);
-        batch_pos = pos.at(1);
-        step = pos.at(2);
-        if (rank == 0) std::printf("resumed from checkpoint at step %llu (epoch %llu, batch %llu)\n",
-                                   static_cast<unsigned long long>(step), static_cast<unsigned long long>(epoch),
-                                   static_cast<unsigned long long>(batch_pos));
-      }
-    }
-
-#ifdef TRAIN_MLP_WITH_CUDA
-    std::unique_ptr<CudaMlp> gpu;
-    if (a.device == "cuda") {
-      gpu = std::make_unique<CudaMlp>(train.dim, a.hidden, train.classes, a.batch_size, rt->env().local_rank);
-      gpu->from_host(model, mom);
-    }
-    auto sync_to_host = [&] { if (gpu) gpu->to_host(model, mom); };
-#else
-    auto sync_to_host = [] {};
-#endif
-    std::vector<std::span<float>> grad_spans;
-    for (auto& g : model.grads) grad_spans.emplace_back(g);
-    // One bucket per layer: the output layer's gradients (ready first in backward) all-reduce
-    // while the hidden layer's backward still runs. (The default 25 MB would be one bucket.)
-    GradBucketer bucketer(pg, grad_spans, (model.params[2].size() + model.params[3].size()) * sizeof(float));
-    DistributedSampler sampler(train.size(), world, rank, true, a.seed);
-    const std::uint64_t batches = sampler.num_samples() / static_cast<std::size_t>(a.batch_size);
-    const bool first_attempt = rt->env().restart_count == 0;
-
-    std::vector<float> xb(static_cast<std::size_t>(a.batch_size) * train.dim);
-    std::vector<int> yb(a.batch_size);
-    std::uint64_t samples = 0;
-    // Preemption vote: launched at the start of each step (it completes in the background while the
-    // step computes), read at its end; the max over ranks is the same on every rank.
-    std::int32_t stop_vote = 0;
-    bool preempted = false;
+    Stepper stepper(state, a, pg, train, rt->env().local_rank);
+    Trainer trainer(a, *rt, train, state, stepper);
     const auto t0 = std::chrono::steady_clock::now();
-    for (; epoch < static_cast<std::uint64_t>(a.epochs); ++epoch, batch_pos = 0) {
-      sampler.set_epoch(epoch);
-      const auto idx = sampler.indices();
-      double loss_sum = 0;
-      for (; batch_pos < batches; ++batch_pos) {
-        if (first_attempt && static_cast<long>(step) == a.fail_at_step && rank == a.fail_rank) {
-          std::fprintf(stderr, "train_mlp: injected failure at step %llu on rank %d\n",
-                       static_cast<unsigned long long>(step), rank);
-          std::fflush(stderr);
-          std::_Exit(13);
-        }
-        stop_vote = g_preempt_requested ? 1 : 0;
-        WorkPtr vote = cpu.all_reduce(&stop_vote, 1, DType::kInt32, ReduceOp::kMax);
-        for (int i = 0; i < a.batch_size; ++i) {
-          const std::size_t s = idx[batch_pos * a.batch_size + i];
-          std::copy_n(&train.x[s * train.dim], train.dim, &xb[static_cast<std::size_t>(i) * train.dim]);
-          yb[i] = train.y[s];
-        }
-#ifdef TRAIN_MLP_WITH_CUDA
-        if (gpu) {
-          loss_sum += gpu->step(xb.data(), yb.data(), a.batch_size, pg, a.lr, a.momentum);
-        } else
-#endif
-        {
-          loss_sum += model.forward_backward(xb.data(), yb.data(), a.batch_size,
-                                             [&](std::size_t k) { bucketer.mark_ready(k); });
-          bucketer.wait_all();
-          for (std::size_t k = 0; k < model.params.size(); ++k) {
-            auto& p = model.params[k];
-            auto& v = mom[k];
-            const auto& g = model.grads[k];
-            for (std::size_t i = 0; i < p.size(); ++i) {
-              v[i] = a.momentum * v[i] + g[i];
-              p[i] -= a.lr * v[i];
-            }
-          }
-        }
-        ++step;
-        samples += static_cast<std::uint64_t>(a.batch_size) * world;
-        const bool periodic = a.checkpoint_every > 0 && step % a.checkpoint_every == 0;
-        vote->wait();
-        preempted = stop_vote != 0;
-        if (!a.checkpoint_dir.empty() && (periodic || preempted)) {
-          sync_to_host();
-          save_checkpoint(cpu, a.checkpoint_dir, make_checkpoint(model, mom, step, epoch, batch_pos + 1));
-        }
-        if (preempted) {
-          if (rank == 0) {
-            if (a.checkpoint_dir.empty()) {
-              std::printf("preempted: at step %llu, no --checkpoint-dir so no checkpoint\n",
-                          static_cast<unsigned long long>(step));
-            } else {
-              std::printf("preempted: checkpoint at step %llu\n", static_cast<unsigned long long>(step));
-            }
-            std::fflush(stdout);
-          }
-          break;
-        }
-        rt->heartbeat();
-      }
-      if (preempted) break;
-      if (!a.checkpoint_dir.empty() && a.checkpoint_every == 0) {
-        sync_to_host();
-        save_checkpoint(cpu, a.checkpoint_dir, make_checkpoint(model, mom, step, epoch + 1, 0));
-      }
-      if (rank == 0) std::printf("epoch %llu: train_loss=%.4f\n", static_cast<unsigned long long>(epoch),
-                                 batches ? loss_sum / static_cast<double>(batches) : 0.0);
-      std::fflush(stdout);
-    }
-    if (preempted) {
+    if (!trainer.run()) {  // preempted
       rt->finish();
       return 0;
     }
-    sync_to_host();
+    stepper.sync_to_host();
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    // Distributed evaluation: rank r takes test rows r, r+W, ...; sums go to rank 0.
-    EvalMetrics local;
-    std::vector<float> xr;
-    for (std::size_t i = static_cast<std::size_t>(rank); i < test.size(); i += static_cast<std::size_t>(world)) {
-      std::size_t correct = 0;
-      local.loss_sum += model.evaluate(&test.x[i * test.dim], &test.y[i], 1, correct);
-      local.correct += static_cast<double>(correct);
-      local.total += 1;
-    }
-    EvalMetrics all = reduce_metrics(cpu, local, 0);
+    EvalMetrics all = evaluate(cpu, state.model, test, rank, world);
     rt->finish();
     if (rank == 0) {
+      const double samples = static_cast<double>(trainer.samples());
       std::printf("throughput: samples_per_sec=%.0f ranks=%d seconds=%.3f\n", secs > 0 ? samples / secs : 0.0, world,
                   secs);
-      std::printf("final: accuracy=%.4f weights_sha256=%s\n", all.accuracy(), weights_sha256(model).c_str());
+      std::printf("final: accuracy=%.4f weights_sha256=%s\n", all.accuracy(), weights_sha256(state.model).c_str());
       std::fflush(stdout);
     }
   } catch (const std::exception& e) {
