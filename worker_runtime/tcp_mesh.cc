@@ -1,4 +1,5 @@
-// TcpMesh. See tcp_mesh.h for the contract.
+// TcpMesh. See tcp_mesh.h for the contract. The steps: setting up (listen_on, dial_lower_rank,
+// accept_peer, check_hello) and one exchange (send_some, receive_some, check_header, wait_ready).
 #include "worker_runtime/tcp_mesh.h"
 
 #include <arpa/inet.h>
@@ -226,6 +227,147 @@ Fd connect_to(const std::string& endpoint, Clock::time_point deadline, const std
 
 std::string rank_name(int r) { return "rank " + std::to_string(r); }
 
+// ---- setting up the mesh --------------------------------------------------------------------
+
+// Connects to lower rank `peer` at the address it published and says who we are.
+Fd dial_lower_rank(crun::Store& store, const std::string& key_prefix, int peer, const Hello& mine,
+                   Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  std::string endpoint;
+  try {
+    endpoint = store.get(key_prefix + std::to_string(peer), std::max(left, std::chrono::milliseconds(1)));
+  } catch (const crun::StoreError& e) {
+    throw InitError("no address from " + rank_name(peer) + ": " + e.what());
+  }
+  Fd fd = connect_to(endpoint, deadline, rank_name(peer));
+  write_all(fd.get(), &mine, sizeof mine, deadline, rank_name(peer));
+  set_options(fd.get());
+  return fd;
+}
+
+// The next connection to `listener` and the hello it starts with; an empty Fd when there is none
+// to take (accept failed for a passing reason, or the peer is not a crun mesh peer: dropped).
+Fd accept_peer(int listener, int still_expected, Clock::time_point deadline, Hello& hello) {
+  if (!wait_fd(listener, POLLIN, deadline)) {
+    throw InitError("timed out waiting for " + std::to_string(still_expected) + " higher rank(s) to connect");
+  }
+  Fd fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+  if (fd.get() < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return Fd();
+    throw InitError("accept: " + errno_text(errno));
+  }
+  read_all(fd.get(), &hello, sizeof hello, deadline, "a connecting peer");
+  if (hello.magic != kHelloMagic) return Fd();
+  return fd;
+}
+
+// A hello must come from a higher rank of the same world that is not connected yet.
+void check_hello(const Hello& h, int rank, int size, const std::vector<int>& fds) {
+  if (h.size != static_cast<std::uint32_t>(size) || h.rank <= static_cast<std::uint32_t>(rank) ||
+      h.rank >= static_cast<std::uint32_t>(size) || fds[h.rank] >= 0) {
+    throw InitError("unexpected hello from rank " + std::to_string(h.rank) + " of world size " +
+                    std::to_string(h.size));
+  }
+}
+
+// ---- one exchange ---------------------------------------------------------------------------
+
+// One Transfer in flight: its message headers and how far each direction got.
+struct Pending {
+  const TcpMesh::Transfer* t;
+  Header out;
+  Header in;
+  std::size_t sent = 0;  // header + payload bytes
+  std::size_t got = 0;
+  bool out_done() const { return sent == sizeof(Header) + t->send_bytes; }
+  bool in_done() const { return got == sizeof(Header) + t->recv_bytes; }
+  // What poll() must wait for; 0 once both directions are done.
+  short events() const {
+    short e = 0;
+    if (!out_done()) e |= POLLOUT;
+    if (!in_done()) e |= POLLIN;
+    return e;
+  }
+};
+
+// Sends as much of the header and payload as the socket takes without blocking.
+void send_some(int fd, Pending& s, const std::string& who) {
+  while (!s.out_done()) {
+    iovec iov[2];
+    int n = 0;
+    if (s.sent < sizeof(Header)) {
+      iov[n++] = {reinterpret_cast<char*>(&s.out) + s.sent, sizeof(Header) - s.sent};
+      if (s.t->send_bytes > 0) iov[n++] = {const_cast<void*>(s.t->send), s.t->send_bytes};
+    } else {
+      const std::size_t off = s.sent - sizeof(Header);
+      iov[n++] = {static_cast<char*>(const_cast<void*>(s.t->send)) + off, s.t->send_bytes - off};
+    }
+    msghdr m{};
+    m.msg_iov = iov;
+    m.msg_iovlen = static_cast<std::size_t>(n);
+    const ssize_t w = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w >= 0) {
+      s.sent += static_cast<std::size_t>(w);
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return;
+    } else if (errno != EINTR) {
+      throw MeshError("sending to " + who + ": " + errno_text(errno));
+    }
+  }
+}
+
+// The header just received must be message `expected_seq` (then counted) of the agreed length.
+void check_header(const Pending& s, std::uint64_t& expected_seq, const std::string& who) {
+  if (s.in.seq != expected_seq || s.in.length != s.t->recv_bytes) {
+    throw MeshError(who + " sent message " + std::to_string(s.in.seq) + " of " + std::to_string(s.in.length) +
+                    " bytes, expected message " + std::to_string(expected_seq) + " of " +
+                    std::to_string(s.t->recv_bytes) + " (ranks issued different collectives)");
+  }
+  ++expected_seq;
+}
+
+// Reads as much of the header and payload as has arrived, checking the header once it is in.
+void receive_some(int fd, Pending& s, std::uint64_t& expected_seq, const std::string& who) {
+  while (!s.in_done()) {
+    iovec iov[2];
+    int n = 0;
+    if (s.got < sizeof(Header)) {
+      iov[n++] = {reinterpret_cast<char*>(&s.in) + s.got, sizeof(Header) - s.got};
+      if (s.t->recv_bytes > 0) iov[n++] = {s.t->recv, s.t->recv_bytes};
+    } else {
+      const std::size_t off = s.got - sizeof(Header);
+      iov[n++] = {static_cast<char*>(s.t->recv) + off, s.t->recv_bytes - off};
+    }
+    const bool had_header = s.got >= sizeof(Header);
+    const ssize_t r = ::readv(fd, iov, n);
+    if (r > 0) {
+      s.got += static_cast<std::size_t>(r);
+      if (!had_header && s.got >= sizeof(Header)) check_header(s, expected_seq, who);
+    } else if (r == 0) {
+      throw MeshError(who + " closed the connection");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return;
+    } else if (errno != EINTR) {
+      throw MeshError("receiving from " + who + ": " + errno_text(errno));
+    }
+  }
+}
+
+// Waits until a socket of `pfds` is ready; throws MeshError, naming the first unfinished peer,
+// once the deadline passed.
+void wait_ready(std::vector<pollfd>& pfds, const std::vector<Pending>& pending, Clock::time_point deadline) {
+  const int n = ::poll(pfds.data(), pfds.size(), ms_left(deadline));
+  if (n < 0 && errno != EINTR) throw MeshError("poll: " + errno_text(errno));
+  if (n == 0 && Clock::now() >= deadline) {
+    for (const Pending& s : pending) {
+      if (!s.in_done() || !s.out_done()) {
+        throw MeshError(std::string("deadline passed while ") + (s.in_done() ? "sending to " : "waiting for ") +
+                        rank_name(s.t->peer));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 TcpMesh::TcpMesh(int rank, int size)
@@ -237,6 +379,7 @@ TcpMesh::~TcpMesh() {
   }
 }
 
+// Listen and publish; dial every lower rank; accept every higher one.
 std::unique_ptr<TcpMesh> TcpMesh::connect(crun::Store& store, const std::string& key_prefix, int rank, int size,
                                           const std::string& host, const std::string& iface,
                                           std::chrono::milliseconds timeout) {
@@ -249,35 +392,13 @@ std::unique_ptr<TcpMesh> TcpMesh::connect(crun::Store& store, const std::string&
 
   const Hello mine{kHelloMagic, static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(size)};
   for (int peer = 0; peer < rank; ++peer) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    std::string endpoint;
-    try {
-      endpoint = store.get(key_prefix + std::to_string(peer), std::max(left, std::chrono::milliseconds(1)));
-    } catch (const crun::StoreError& e) {
-      throw InitError("no address from " + rank_name(peer) + ": " + e.what());
-    }
-    Fd fd = connect_to(endpoint, deadline, rank_name(peer));
-    write_all(fd.get(), &mine, sizeof mine, deadline, rank_name(peer));
-    set_options(fd.get());
-    mesh->fds_[static_cast<std::size_t>(peer)] = fd.release();
+    mesh->fds_[static_cast<std::size_t>(peer)] = dial_lower_rank(store, key_prefix, peer, mine, deadline).release();
   }
   for (int accepted = rank + 1; accepted < size;) {
-    if (!wait_fd(listener.get(), POLLIN, deadline)) {
-      throw InitError("timed out waiting for " + std::to_string(size - accepted) + " higher rank(s) to connect");
-    }
-    Fd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-    if (fd.get() < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) continue;
-      throw InitError("accept: " + errno_text(errno));
-    }
     Hello h{};
-    read_all(fd.get(), &h, sizeof h, deadline, "a connecting peer");
-    if (h.magic != kHelloMagic) continue;  // not one of ours: drop it
-    if (h.size != static_cast<std::uint32_t>(size) || h.rank <= static_cast<std::uint32_t>(rank) ||
-        h.rank >= static_cast<std::uint32_t>(size) || mesh->fds_[h.rank] >= 0) {
-      throw InitError("unexpected hello from rank " + std::to_string(h.rank) + " of world size " +
-                      std::to_string(h.size));
-    }
+    Fd fd = accept_peer(listener.get(), size - accepted, deadline, h);
+    if (fd.get() < 0) continue;
+    check_hello(h, rank, size, mesh->fds_);
     set_options(fd.get());
     mesh->fds_[h.rank] = fd.release();
     ++accepted;
@@ -285,98 +406,28 @@ std::unique_ptr<TcpMesh> TcpMesh::connect(crun::Store& store, const std::string&
   return mesh;
 }
 
+// Number the messages; then, until every transfer is done, move what each socket allows and
+// poll for the rest.
 void TcpMesh::exchange(std::span<const Transfer> transfers, Clock::time_point deadline) {
-  struct State {
-    const Transfer* t;
-    Header out;
-    Header in;
-    std::size_t sent = 0;  // header + payload bytes
-    std::size_t got = 0;
-    bool out_done() const { return sent == sizeof(Header) + t->send_bytes; }
-    bool in_done() const { return got == sizeof(Header) + t->recv_bytes; }
-  };
-  std::vector<State> st;
-  st.reserve(transfers.size());
+  std::vector<Pending> pending;
+  pending.reserve(transfers.size());
   for (const Transfer& t : transfers) {
     if (t.peer < 0 || t.peer >= size() || t.peer == rank_) throw MeshError("bad peer " + std::to_string(t.peer));
     const auto p = static_cast<std::size_t>(t.peer);
-    st.push_back(State{&t, Header{seq_out_[p]++, t.send_bytes}, Header{}, 0, 0});
+    pending.push_back(Pending{&t, Header{seq_out_[p]++, t.send_bytes}, Header{}, 0, 0});
   }
   std::vector<pollfd> pfds;
   for (;;) {
     pfds.clear();
-    for (State& s : st) {
-      const int fd = fds_[static_cast<std::size_t>(s.t->peer)];
+    for (Pending& s : pending) {
+      const auto p = static_cast<std::size_t>(s.t->peer);
       const std::string who = rank_name(s.t->peer);
-      while (!s.out_done()) {
-        iovec iov[2];
-        int n = 0;
-        if (s.sent < sizeof(Header)) {
-          iov[n++] = {reinterpret_cast<char*>(&s.out) + s.sent, sizeof(Header) - s.sent};
-          if (s.t->send_bytes > 0) iov[n++] = {const_cast<void*>(s.t->send), s.t->send_bytes};
-        } else {
-          const std::size_t off = s.sent - sizeof(Header);
-          iov[n++] = {static_cast<char*>(const_cast<void*>(s.t->send)) + off, s.t->send_bytes - off};
-        }
-        msghdr m{};
-        m.msg_iov = iov;
-        m.msg_iovlen = static_cast<std::size_t>(n);
-        const ssize_t w = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w >= 0) {
-          s.sent += static_cast<std::size_t>(w);
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          break;
-        } else if (errno != EINTR) {
-          throw MeshError("sending to " + who + ": " + errno_text(errno));
-        }
-      }
-      while (!s.in_done()) {
-        iovec iov[2];
-        int n = 0;
-        if (s.got < sizeof(Header)) {
-          iov[n++] = {reinterpret_cast<char*>(&s.in) + s.got, sizeof(Header) - s.got};
-          if (s.t->recv_bytes > 0) iov[n++] = {s.t->recv, s.t->recv_bytes};
-        } else {
-          const std::size_t off = s.got - sizeof(Header);
-          iov[n++] = {static_cast<char*>(s.t->recv) + off, s.t->recv_bytes - off};
-        }
-        const bool had_header = s.got >= sizeof(Header);
-        const ssize_t r = ::readv(fd, iov, n);
-        if (r > 0) {
-          s.got += static_cast<std::size_t>(r);
-          if (!had_header && s.got >= sizeof(Header)) {
-            const auto p = static_cast<std::size_t>(s.t->peer);
-            if (s.in.seq != seq_in_[p] || s.in.length != s.t->recv_bytes) {
-              throw MeshError(who + " sent message " + std::to_string(s.in.seq) + " of " +
-                              std::to_string(s.in.length) + " bytes, expected message " + std::to_string(seq_in_[p]) +
-                              " of " + std::to_string(s.t->recv_bytes) + " (ranks issued different collectives)");
-            }
-            ++seq_in_[p];
-          }
-        } else if (r == 0) {
-          throw MeshError(who + " closed the connection");
-        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          break;
-        } else if (errno != EINTR) {
-          throw MeshError("receiving from " + who + ": " + errno_text(errno));
-        }
-      }
-      short events = 0;
-      if (!s.out_done()) events |= POLLOUT;
-      if (!s.in_done()) events |= POLLIN;
-      if (events != 0) pfds.push_back(pollfd{fd, events, 0});
+      send_some(fds_[p], s, who);
+      receive_some(fds_[p], s, seq_in_[p], who);
+      if (const short events = s.events(); events != 0) pfds.push_back(pollfd{fds_[p], events, 0});
     }
     if (pfds.empty()) return;
-    const int n = ::poll(pfds.data(), pfds.size(), ms_left(deadline));
-    if (n < 0 && errno != EINTR) throw MeshError("poll: " + errno_text(errno));
-    if (n == 0 && Clock::now() >= deadline) {
-      for (const State& s : st) {
-        if (!s.in_done() || !s.out_done()) {
-          throw MeshError(std::string("deadline passed while ") + (s.in_done() ? "sending to " : "waiting for ") +
-                          rank_name(s.t->peer));
-        }
-      }
-    }
+    wait_ready(pfds, pending, deadline);
   }
 }
 
