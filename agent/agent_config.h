@@ -1,8 +1,8 @@
 // AgentConfig: everything the single-node agent needs to run a job, already validated.
 //
 // Contract
-//   The launcher builds it from flags and PET_* variables; the agent trusts it (nproc >= 1,
-//   worker_argv[0] an executable path, per-rank vectors of size nproc).
+//   The launcher builds it from its launch plan; the agent trusts it (nproc >= 1, worker_argv[0]
+//   an executable path, per-rank vectors of size nproc, MultiNodeConfig::is_host decided).
 //   Stream bits: 1 = stdout, 2 = stderr (torchrun's Std: 0 none, 1 out, 2 err, 3 all).
 //
 // Threading
@@ -16,14 +16,15 @@
 #include <vector>
 
 #include "rendezvous/rendezvous_records.h"
+#include "store/store_client.h"
 
 namespace crun {
 
-// A multi-node run: the agents meet through the store at endpoint_host:endpoint_port.
+// A multi-node run: the agents meet through the store at `endpoint`.
 struct MultiNodeConfig {
-  std::string endpoint_host;
-  std::uint16_t endpoint_port = 29400;
-  std::optional<bool> is_host;  // nullopt: host when endpoint_host is one of our addresses
+  StoreEndpoint endpoint{"", 29400};
+  bool is_host = false;         // this agent hosts the store (the launcher decided who does)
+  std::string bind_address;     // the local address `endpoint` stands for ("" = none: host on every interface)
   RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts
   std::chrono::milliseconds read_timeout{60000};
   std::string token;            // the store's shared secret ("" = none)

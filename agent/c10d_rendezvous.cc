@@ -28,8 +28,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io_ref, const AgentConfig& c, Listener l)
       : io(io_ref), config(c), multi(*c.multi_node), listener(std::move(l)) {
     // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
-    const std::string local = local_address_of(multi.endpoint_host);
-    host = multi.is_host.value_or(!local.empty());
+    const std::string& local = multi.bind_address;
+    host = multi.is_host;
     options.token = multi.token;
     options.timeout = multi.read_timeout;
     options.connect_timeout = multi.rendezvous.join_timeout;
@@ -37,7 +37,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     if (host) {
       StoreServerOptions so;
       so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
-      so.port = multi.endpoint_port;
+      so.port = multi.endpoint.port;
       so.token = multi.token;
       server = std::make_unique<StoreServer>(so);
       server->start();
@@ -81,7 +81,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         try {
           connect();
         } catch (const StoreConnectionError& e) {
-          result.error = "no rendezvous store answered at " + StoreEndpoint{multi.endpoint_host, multi.endpoint_port}.str() +
+          result.error = "no rendezvous store answered at " + multi.endpoint.str() +
                          " (is an agent hosting it? the endpoint must be one of its addresses, or pass is_host=1): " +
                          e.what();
           result.exit_code = kExitRendezvousTimeout;
@@ -132,7 +132,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     ev.on_store_lost = [weak](const std::string& why) {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
-    auto p = std::make_unique<RendezvousParticipant>(StoreEndpoint{multi.endpoint_host, multi.endpoint_port}, options,
+    auto p = std::make_unique<RendezvousParticipant>(multi.endpoint, options,
                                                      multi.rendezvous, self, ev);
     std::lock_guard lock(mu);
     participant = std::move(p);
@@ -231,7 +231,7 @@ std::string C10dRendezvous::node_address() const {
   return impl_->address;
 }
 std::string C10dRendezvous::store_endpoint() const {
-  return StoreEndpoint{impl_->multi.endpoint_host, impl_->multi.endpoint_port}.str();
+  return impl_->multi.endpoint.str();
 }
 
 }  // namespace crun

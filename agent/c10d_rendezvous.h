@@ -1,8 +1,8 @@
 // C10dRendezvous: the agent's side of a multi-node run (docs/rendezvous.md).
 //
 // Contract
-//   - The agent whose interface addresses include the endpoint's host (or is_host=1) starts the
-//     store on endpoint_host:endpoint_port (its own thread) and the RendezvousCoordinator; every
+//   - The agent whose MultiNodeConfig::is_host is set (the launcher decides) starts the store on
+//     the endpoint's port at bind_address (its own thread) and the RendezvousCoordinator; every
 //     agent, host included, takes part through a RendezvousParticipant.
 //   - request_round() joins the next round on a background thread; the answer (a RoundInfo, or an
 //     error with crun's exit code for it) is delivered through Listener::on_round.

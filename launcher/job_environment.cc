@@ -1,11 +1,6 @@
 #include "launcher/job_environment.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-
 #include <charconv>
-#include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "launcher/hostlist.h"
@@ -20,24 +15,25 @@ unsigned long long env_number(const char* name, const std::string& text) {
   return v;
 }
 
-std::optional<std::pair<const char*, std::string>> first_set(std::initializer_list<const char*> names) {
+std::optional<std::pair<const char*, std::string>> first_set(const EnvSnapshot& env,
+                                                             std::initializer_list<const char*> names) {
   for (const char* n : names) {
-    if (auto v = env_value(n)) return std::make_pair(n, *v);
+    if (auto v = env.get(n)) return std::make_pair(n, *v);
   }
   return std::nullopt;
 }
 
 namespace {
 
-void detect_slurm(JobEnvironment& env) {
+void detect_slurm(const EnvSnapshot& vars, JobEnvironment& env) {
   env.kind = "slurm";
-  const std::string job = *env_value("SLURM_JOB_ID");
+  const std::string job = *vars.get("SLURM_JOB_ID");
   const auto job_id = env_number("SLURM_JOB_ID", job);
-  const auto step = env_value("SLURM_STEP_ID");
+  const auto step = vars.get("SLURM_STEP_ID");
   auto& d = env.defaults;
   if (!step) {
     // The batch script runs on the job's first node only: this node is the whole run.
-    const auto nodes = first_set({"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});
+    const auto nodes = first_set(vars, {"SLURM_JOB_NUM_NODES", "SLURM_NNODES"});
     if (nodes && env_number(nodes->first, nodes->second) > 1) {
       env.note = "crun: running in the batch script of a " + nodes->second +
                  "-node Slurm job uses this node only; start one crun per node with `srun --ntasks-per-node=1 crun ...`";
@@ -46,11 +42,11 @@ void detect_slurm(JobEnvironment& env) {
     d["rdzv_id"] = {job + ".batch", "SLURM_JOB_ID"};
   } else {
     const auto step_id = env_number("SLURM_STEP_ID", *step);
-    const auto nodes = first_set({"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
+    const auto nodes = first_set(vars, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"});
     if (!nodes) throw std::invalid_argument("SLURM_STEP_NUM_NODES: not set inside a Slurm step");
     const auto n = env_number(nodes->first, nodes->second);
     if (n < 1) throw std::invalid_argument(std::string(nodes->first) + ": must be >= 1");
-    if (const auto tasks = first_set({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"})) {
+    if (const auto tasks = first_set(vars, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"})) {
       if (env_number(tasks->first, tasks->second) > n) {
         throw std::invalid_argument(std::string(tasks->first) + "=" + tasks->second + " tasks on " + nodes->second +
                                     " nodes: crun is an agent per node (srun --ntasks-per-node=1 crun ...), or use "
@@ -60,7 +56,7 @@ void detect_slurm(JobEnvironment& env) {
     d["nnodes"] = {nodes->second, nodes->first};
     d["rdzv_id"] = {job + "." + *step, "SLURM_JOB_ID.SLURM_STEP_ID"};
     if (n > 1) {
-      const auto list = first_set({"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"});
+      const auto list = first_set(vars, {"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"});
       if (!list) throw std::invalid_argument("SLURM_STEP_NODELIST: not set inside a Slurm step");
       std::vector<std::string> hosts;
       try {
@@ -69,7 +65,7 @@ void detect_slurm(JobEnvironment& env) {
         throw std::invalid_argument(std::string(list->first) + ": " + e.what());
       }
       if (hosts.empty()) throw std::invalid_argument(std::string(list->first) + ": no hosts in '" + list->second + "'");
-      const auto node_id = env_value("SLURM_NODEID");
+      const auto node_id = vars.get("SLURM_NODEID");
       if (!node_id) throw std::invalid_argument("SLURM_NODEID: not set inside a multi-node Slurm step");
       if (env_number("SLURM_NODEID", *node_id) >= n) {
         throw std::invalid_argument("SLURM_NODEID=" + *node_id + " is not below " + std::string(nodes->first) + "=" + nodes->second);
@@ -81,15 +77,15 @@ void detect_slurm(JobEnvironment& env) {
       d["node_rank"] = {*node_id, "SLURM_NODEID"};
     }
   }
-  if (const auto gpus = env_value("SLURM_GPUS_ON_NODE")) {
+  if (const auto gpus = vars.get("SLURM_GPUS_ON_NODE")) {
     if (env_number("SLURM_GPUS_ON_NODE", *gpus) > 0) d["nproc_per_node"] = {*gpus, "SLURM_GPUS_ON_NODE"};
   }
 }
 
-void detect_platform(JobEnvironment& env) {
-  const auto addr = env_value("MASTER_ADDR"), port = env_value("MASTER_PORT");
-  const auto rank = env_value("RANK"), world = env_value("WORLD_SIZE");
-  if (!addr || !port || !rank || !world || env_value("TORCHELASTIC_RUN_ID")) return;
+void detect_platform(const EnvSnapshot& vars, JobEnvironment& env) {
+  const auto addr = vars.get("MASTER_ADDR"), port = vars.get("MASTER_PORT");
+  const auto rank = vars.get("RANK"), world = vars.get("WORLD_SIZE");
+  if (!addr || !port || !rank || !world || vars.get("TORCHELASTIC_RUN_ID")) return;
   const auto nodes = env_number("WORLD_SIZE", *world);
   const auto node_rank = env_number("RANK", *rank);
   const auto port_number = env_number("MASTER_PORT", *port);
@@ -107,65 +103,27 @@ void detect_platform(JobEnvironment& env) {
 
 }  // namespace
 
-std::optional<std::string> env_value(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
 std::uint16_t slurm_port(unsigned long long job_id, unsigned long long step_id) {
   return static_cast<std::uint16_t>(20000 + (job_id * 31 + step_id) % 10000);
 }
 
-JobEnvironment detect_job_environment() {
+JobEnvironment detect_job_environment(const EnvSnapshot& vars) {
   JobEnvironment env;
-  if (env_value("SLURM_JOB_ID")) {
-    detect_slurm(env);
+  if (vars.get("SLURM_JOB_ID")) {
+    detect_slurm(vars, env);
   } else {
-    detect_platform(env);
+    detect_platform(vars, env);
   }
   return env;
 }
 
-std::string resolve_slurm_node(const std::string& name) {
-#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-  // tests/fuzz/launch_options: no DNS query and no scontrol per input; a name stands for itself.
-  if (!name.empty()) return name;
-  throw std::runtime_error("the first Slurm node '' does not resolve; pass --rdzv-endpoint");
-#endif
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(name.c_str(), nullptr, &hints, &res) == 0) {
-    ::freeaddrinfo(res);
-    return name;
+std::string slurm_node_address(const std::string& name, const HostFacts& host) {
+  if (!name.empty() && host.resolve && !host.resolve(name).empty()) return name;
+  if (host.slurm_node_addr) {
+    if (auto addr = host.slurm_node_addr(name)) return *addr;
   }
-  // Slurm node names need not resolve: ask Slurm for the address it reaches the node at. The
-  // name goes into a shell command, so only hostname characters are accepted.
-  std::string addr;
-  const bool plain = !name.empty() && name.find_first_not_of(
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") == std::string::npos;
-  if (plain) {
-    const std::string command = "timeout 15 scontrol show node -o '" + name + "' 2>/dev/null";
-    if (FILE* pipe = ::popen(command.c_str(), "re")) {  // "e": close-on-exec
-      std::string all;
-      char buf[4096];
-      std::size_t n = 0;
-      while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) all.append(buf, n);
-      ::pclose(pipe);
-      const auto at = all.find("NodeAddr=");
-      if (at != std::string::npos) {
-        const auto end = all.find_first_of(" \t\n", at);
-        addr = all.substr(at + 9, end == std::string::npos ? std::string::npos : end - at - 9);
-      }
-    }
-  }
-  if (addr.empty()) {
-    throw std::runtime_error("the first Slurm node '" + name +
-                             "' does not resolve and `scontrol show node` gave no NodeAddr for it; pass --rdzv-endpoint");
-  }
-  return addr;
+  throw std::runtime_error("the first Slurm node '" + name +
+                           "' does not resolve and `scontrol show node` gave no NodeAddr for it; pass --rdzv-endpoint");
 }
 
 }  // namespace crun

@@ -6,14 +6,15 @@
 #include "agent/agent.h"
 #include "base/exit_codes.h"
 #include "launcher/launch_options.h"
+#include "launcher/launch_plan.h"
 #include "launcher/slurm_tasks.h"
 
 namespace crun {
 
-int run_launch(int argc, char** argv) {
+int run_launch(const std::vector<std::string>& argv, const EnvSnapshot& env, const HostFacts& host) {
   LaunchOptions options;
   try {
-    options = parse_launch_options(argc, argv);
+    options = to_launch_options(resolve_launch_plan(argv, env, host));
   } catch (const LaunchUsageError& e) {
     std::fprintf(stderr, "crun: error: %s\n", e.what());
     return kExitUsage;

@@ -1,5 +1,7 @@
-// run_launch: `crun [options] program [args...]` — parses the torchrun-compatible CLI and runs the
-// single-node agent. Returns the process exit code. Called once, from main, on the main thread.
+// run_launch: `crun [options] program [args...]` — resolves the launch plan from argv, the
+// environment and this host's facts (main reads them: launcher/launch_inputs.h), then runs the
+// agent (or execs the --slurm-tasks worker, or prints). Returns the process exit code. Called once,
+// from main, on the main thread.
 //
 // Exit codes of a launch
 //   0        every worker exited 0
@@ -10,6 +12,11 @@
 //   3        the agent could not start (spawn, log dir or port failure)
 #pragma once
 
+#include <string>
+#include <vector>
+
+#include "launcher/launch_inputs.h"
+
 namespace crun {
-int run_launch(int argc, char** argv);
+int run_launch(const std::vector<std::string>& argv, const EnvSnapshot& env, const HostFacts& host);
 }

@@ -1,33 +1,25 @@
-// parse_launch_options: torchrun's command line (and PET_* defaults) -> the agent's AgentConfig.
+// to_launch_options: a resolved launch plan -> what run_launch acts on (the agent's AgentConfig,
+// or the --slurm-tasks worker, or text to print).
 //
 // Contract
-//   - Accepts every torchrun flag in both spellings (--nproc-per-node / --nproc_per_node), each
-//     defaulting from PET_<NAME> (e.g. PET_NPROC_PER_NODE), plus crun's --stop-timeout and
-//     --version. Parsing stops at the program; everything after it is the program's.
-//   - Validates everything before anything starts: a bad value, an unknown flag, a missing
-//     program or interpreter raises LaunchUsageError whose message is one line naming the flag.
-//   - Each setting comes from its flag, else PET_<NAME>, else the Slurm or platform environment
-//     (launcher/job_environment.h), else torchrun's default; --print-config lists every value
-//     with its source (exit_now).
-//   - `--help` / `--version` set `exit_now` with the text to print (exit 0).
+//   - Copies the plan's typed settings into AgentConfig (the agent trusts them: they were
+//     validated in resolve_launch_plan) and the multi-node plan's MultiNodeConfig, whose is_host
+//     the launcher decided.
+//   - `exit_now`: --help / --version text, or with --print-config the plan as print_plan writes
+//     it (launcher/print_config.h).
 //
 // Threading
-//   Pure function of argv and the process environment; call from main.
+//   Pure function.
 #pragma once
 
 #include <optional>
-#include <stdexcept>
 #include <string>
 
 #include "agent/agent_config.h"
-#include "launcher/slurm_tasks.h"
+#include "agent/worker_env.h"
+#include "launcher/launch_plan.h"
 
 namespace crun {
-
-class LaunchUsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 struct LaunchOptions {
   AgentConfig agent;
@@ -38,6 +30,6 @@ struct LaunchOptions {
   std::optional<std::string> exit_now;  // --help/--version/--print-config: print this, exit 0
 };
 
-LaunchOptions parse_launch_options(int argc, char** argv);
+LaunchOptions to_launch_options(const LaunchPlan& plan);
 
 }  // namespace crun

@@ -1,11 +1,15 @@
 // crun's entry point: dispatches the store subcommands and --expand-hostlist; everything else is
-// a launch.
+// a launch. Here, and only here, the launcher reads the world: the environment and this host's
+// facts (launcher/launch_inputs.h) are taken once and handed down.
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "base/exit_codes.h"
 #include "launcher/hostlist.h"
+#include "launcher/launch_inputs.h"
 #include "launcher/launch_command.h"
 #include "launcher/store_commands.h"
 
@@ -30,11 +34,12 @@ int expand_hostlist_command(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "store-server") == 0) {
-    return crun::run_store_server_command(argc - 1, argv + 1);
+    return crun::run_store_server_command(argc - 1, argv + 1, crun::EnvSnapshot::from_process());
   }
   if (argc >= 2 && std::strcmp(argv[1], "store") == 0) {
-    return crun::run_store_client_command(argc - 1, argv + 1);
+    return crun::run_store_client_command(argc - 1, argv + 1, crun::EnvSnapshot::from_process());
   }
   if (argc >= 2 && std::strcmp(argv[1], "--expand-hostlist") == 0) return expand_hostlist_command(argc, argv);
-  return crun::run_launch(argc, argv);
+  return crun::run_launch(std::vector<std::string>(argv, argv + argc), crun::EnvSnapshot::from_process(),
+                          crun::HostFacts::of_this_host());
 }

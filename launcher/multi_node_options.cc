@@ -1,11 +1,13 @@
 #include "launcher/multi_node_options.h"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
-#include "launcher/launch_options.h"
 #include "launcher/option_values.h"
 #include "store/store_client.h"
 
@@ -29,32 +31,20 @@ bool bool_value(const std::string& key, const std::string& v) {
   usage("--rdzv-conf: " + key + " must be true or false (1/0, yes/no, on/off), got '" + v + "'");
 }
 
-std::string trim(const std::string& s) {
-  auto b = s.find_first_not_of(" \t");
-  auto e = s.find_last_not_of(" \t");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
-
-void apply_conf(const std::string& conf, MultiNodeConfig& m) {
+// Applies --rdzv-conf; returns its is_host, if it has one.
+std::optional<bool> apply_conf(const std::vector<std::pair<std::string, std::string>>& conf, MultiNodeConfig& m) {
   std::optional<std::chrono::milliseconds> heartbeat_timeout;
   std::optional<long> max_attempts;
-  std::size_t pos = 0;
-  while (pos <= conf.size()) {
-    auto comma = conf.find(',', pos);
-    std::string item = trim(conf.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
-    pos = comma == std::string::npos ? conf.size() + 1 : comma + 1;
-    if (item.empty()) continue;
-    auto eq = item.find('=');
-    if (eq == std::string::npos) usage("--rdzv-conf: expected KEY=VALUE, got '" + item + "'");
-    std::string key = trim(item.substr(0, eq)), value = trim(item.substr(eq + 1));
-    RendezvousConfig& r = m.rendezvous;
+  std::optional<bool> is_host;
+  RendezvousConfig& r = m.rendezvous;
+  for (const auto& [key, value] : conf) {
     if (key == "join_timeout" || key == "timeout") r.join_timeout = seconds_value(key, value);
     else if (key == "last_call_timeout") r.last_call_timeout = seconds_value(key, value);
     else if (key == "close_timeout") r.close_timeout = seconds_value(key, value);
     else if (key == "heartbeat_timeout") heartbeat_timeout = seconds_value(key, value);
     else if (key == "keep_alive_interval") r.keep_alive_interval = seconds_value(key, value);
     else if (key == "read_timeout") m.read_timeout = seconds_value(key, value);
-    else if (key == "is_host") m.is_host = bool_value(key, value);
+    else if (key == "is_host") is_host = bool_value(key, value);
     else if (key == "token") m.token = value;
     else if (key == "use_libuv") bool_value(key, value);
     else if (key == "keep_alive_max_attempt") {
@@ -68,12 +58,29 @@ void apply_conf(const std::string& conf, MultiNodeConfig& m) {
       usage("--rdzv-conf: unknown key '" + key + "'");
     }
   }
-  RendezvousConfig& r = m.rendezvous;
   if (heartbeat_timeout) r.heartbeat_timeout = *heartbeat_timeout;
   else if (max_attempts) r.heartbeat_timeout = r.keep_alive_interval * *max_attempts;
   if (r.heartbeat_timeout <= r.keep_alive_interval) {
     usage("--rdzv-conf: heartbeat_timeout must exceed keep_alive_interval");
   }
+  return is_host;
+}
+
+// The numeric local address `name` stands for (itself for an IP literal, the first of its
+// resolved addresses that is local for a name), or "" when it is not this host.
+std::string address_on_host(const std::string& name, const HostFacts& host) {
+  const auto mine = [&](const std::string& a) {
+    return std::find(host.addresses.begin(), host.addresses.end(), a) != host.addresses.end();
+  };
+  in6_addr buf;
+  if (::inet_pton(AF_INET, name.c_str(), &buf) == 1 || ::inet_pton(AF_INET6, name.c_str(), &buf) == 1) {
+    return mine(name) ? name : std::string();
+  }
+  if (!host.resolve) return {};
+  for (const auto& a : host.resolve(name)) {
+    if (mine(a)) return a;
+  }
+  return {};
 }
 
 // The program's file name: nodes may pass different arguments (per-node paths), not programs.
@@ -81,13 +88,16 @@ std::string program_fingerprint(const std::vector<std::string>& program) {
   return std::filesystem::path(program.front()).filename().string();
 }
 
+void check_node_rank(int rank, long max_nodes) {
+  if (rank < 0 || rank >= max_nodes) {
+    usage("--node-rank: must be in [0, " + std::to_string(max_nodes) + "), got " + std::to_string(rank));
+  }
+}
+
 }  // namespace
 
-std::optional<MultiNodeConfig> make_multi_node(const RendezvousFlags& f, int max_restarts) {
-  if (f.backend == "etcd" || f.backend == "etcd-v2") {
-    usage("--rdzv-backend " + f.backend + ": not supported (use c10d or static)");
-  }
-  const bool c10d = f.backend == "c10d";
+std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_restarts, const HostFacts& host) {
+  const bool c10d = f.backend == RendezvousBackend::kC10d;
   if (f.standalone) {
     if (f.max_nodes > 1) usage("--standalone runs one node, but --nnodes asks for up to " + std::to_string(f.max_nodes));
     return std::nullopt;
@@ -97,53 +107,59 @@ std::optional<MultiNodeConfig> make_multi_node(const RendezvousFlags& f, int max
     return std::nullopt;
   }
 
-  MultiNodeConfig m;
+  MultiNodePlan plan;
+  MultiNodeConfig& m = plan.config;
   m.rendezvous.run_id = f.run_id;
   m.rendezvous.min_nodes = static_cast<int>(f.min_nodes);
   m.rendezvous.max_nodes = static_cast<int>(f.max_nodes);
   m.rendezvous.max_restarts = max_restarts;
   m.local_addr = f.local_addr;
   m.program = program_fingerprint(f.program);
-  if (const char* t = std::getenv("CRUN_RDZV_TOKEN")) m.token = t;
-  m.is_host = f.is_host;
-  apply_conf(f.conf, m);
+  m.token = f.token;
+  const std::optional<bool> conf_host = apply_conf(f.conf, m);
 
   if (c10d) {
     if (f.endpoint.empty()) usage("--rdzv-endpoint: required for a multi-node c10d run (HOST[:PORT])");
     std::string text = f.endpoint;
-    bool has_port = text.rfind(':') != std::string::npos && (text.front() != '[' || text.back() != ']');
+    const bool has_port = text.rfind(':') != std::string::npos && (text.front() != '[' || text.back() != ']');
     if (!has_port) text += ":29400";
-    StoreEndpoint ep;
     try {
-      ep = StoreEndpoint::parse(text);
+      m.endpoint = StoreEndpoint::parse(text);
     } catch (const std::invalid_argument& e) {
       usage(std::string("--rdzv-endpoint: ") + e.what());
     }
-    if (ep.port == 0) usage("--rdzv-endpoint: the port must not be 0");
-    m.endpoint_host = ep.host;
-    m.endpoint_port = ep.port;
+    if (m.endpoint.port == 0) usage("--rdzv-endpoint: the port must not be 0");
+    plan.endpoint_source = f.endpoint_source;
     if (f.node_rank) {
-      if (*f.node_rank < 0 || *f.node_rank >= f.max_nodes) {
-        usage("--node-rank: must be in [0, " + std::to_string(f.max_nodes) + "), got " + std::to_string(*f.node_rank));
-      }
+      check_node_rank(*f.node_rank, f.max_nodes);
       m.rank_hint = *f.node_rank;
     }
-    return m;
+  } else {
+    if (f.min_nodes != f.max_nodes) usage("--nnodes: the static backend needs a fixed node count, got a range");
+    if (!f.node_rank) usage("--node-rank: required for a multi-node static run");
+    check_node_rank(*f.node_rank, f.max_nodes);
+    if (f.master_addr.empty()) usage("--master-addr: required for a multi-node static run");
+    m.endpoint = StoreEndpoint{f.master_addr, static_cast<std::uint16_t>(f.master_port.value_or(29500))};
+    if (m.endpoint.port == 0) usage("--master-port: the static backend needs a fixed port, got 0");
+    plan.endpoint_source = "master_addr:master_port";
+    m.rank_hint = *f.node_rank;
   }
 
-  // static
-  if (f.min_nodes != f.max_nodes) usage("--nnodes: the static backend needs a fixed node count, got a range");
-  if (!f.node_rank) usage("--node-rank: required for a multi-node static run");
-  if (*f.node_rank < 0 || *f.node_rank >= f.max_nodes) {
-    usage("--node-rank: must be in [0, " + std::to_string(f.max_nodes) + "), got " + std::to_string(*f.node_rank));
+  m.bind_address = address_on_host(m.endpoint.host, host);
+  if (conf_host) {
+    m.is_host = *conf_host;
+    plan.host_source = "--rdzv-conf is_host";
+  } else if (f.is_host) {
+    m.is_host = f.is_host->value;
+    plan.host_source = f.is_host->source;
+  } else if (!c10d) {
+    m.is_host = *f.node_rank == 0;
+    plan.host_source = "node rank 0 (static)";
+  } else {
+    m.is_host = !m.bind_address.empty();
+    plan.host_source = "the endpoint is " + std::string(m.is_host ? "" : "not ") + "one of this host's addresses";
   }
-  if (f.master_addr.empty()) usage("--master-addr: required for a multi-node static run");
-  m.endpoint_host = f.master_addr;
-  m.endpoint_port = static_cast<std::uint16_t>(f.master_port.value_or(29500));
-  if (m.endpoint_port == 0) usage("--master-port: the static backend needs a fixed port, got 0");
-  if (!m.is_host) m.is_host = *f.node_rank == 0;
-  m.rank_hint = *f.node_rank;
-  return m;
+  return plan;
 }
 
 }  // namespace crun

@@ -1,45 +1,64 @@
-// make_multi_node: turns the rendezvous flags into the agent's MultiNodeConfig.
+// make_multi_node: the rendezvous group of a launch plan -> the agent's MultiNodeConfig, with the
+// decision of who hosts the store.
 //
 // Contract
 //   - Returns nullopt for a single-node run (--standalone, or one node without a c10d endpoint).
 //   - c10d: --rdzv-endpoint HOST[:PORT] (port 29400 by default) is required; --nnodes MIN:MAX.
 //   - static (torch.distributed.launch style): --nnodes N, --node-rank R in [0, N), the store at
-//     --master-addr:--master-port (29500 by default), hosted by node rank 0. Workers get a fresh
-//     MASTER_PORT chosen by node rank 0's agent, since the store holds --master-port.
-//   - --rdzv-conf KEY=VALUE,...: join_timeout, last_call_timeout, close_timeout,
+//     --master-addr:--master-port (29500 by default). Workers get a fresh MASTER_PORT chosen by node
+//     rank 0's agent, since the store holds --master-port.
+//   - --rdzv-conf KEY=VALUE pairs (already split): join_timeout, last_call_timeout, close_timeout,
 //     heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, timeout (an
 //     alias of join_timeout), is_host, token, use_libuv (accepted, ignored). Durations in seconds.
-//     The token defaults to $CRUN_RDZV_TOKEN.
+//     The token defaults to `token` ($CRUN_RDZV_TOKEN).
+//   - Who hosts the store, decided here once: is_host from --rdzv-conf, else the job
+//     environment's (Slurm: node 0), else node rank 0 (static), else whether the endpoint's host
+//     is one of host.addresses (an IP literal itself, a name through host.resolve). bind_address
+//     is the local address the endpoint stands for ("" when none). host_source says which rule
+//     decided, endpoint_source where the endpoint came from.
 //   - Any bad value or unknown key throws LaunchUsageError naming it.
 //
 // Threading
-//   Pure function of its arguments and the environment.
+//   Pure function of its arguments (blocks in host.resolve).
 #pragma once
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "launcher/launch_inputs.h"
+#include "launcher/launch_setting.h"
 
 namespace crun {
+
+enum class RendezvousBackend { kStatic, kC10d };
 
 struct RendezvousFlags {
   bool standalone = false;
   long min_nodes = 1;
   long max_nodes = 1;
-  std::string backend = "static";
-  std::string endpoint;
+  RendezvousBackend backend = RendezvousBackend::kStatic;
+  std::string endpoint;                                    // HOST[:PORT] text, c10d
+  std::string endpoint_source;
   std::string run_id = "none";
-  std::string conf;
-  std::optional<int> node_rank;     // given explicitly
+  std::vector<std::pair<std::string, std::string>> conf;  // --rdzv-conf
+  std::optional<int> node_rank;                            // given explicitly
   std::string master_addr;
-  std::optional<int> master_port;   // given explicitly
+  std::optional<int> master_port;                          // given explicitly
   std::string local_addr;
-  std::optional<bool> is_host;      // Slurm: node 0 hosts the store (rdzv_conf is_host wins)
-  std::vector<std::string> program;  // as the user wrote it
+  std::optional<Sourced<bool>> is_host;                    // the job environment's (Slurm: node 0)
+  std::string token;                                       // $CRUN_RDZV_TOKEN
+  std::vector<std::string> program;                        // as the user wrote it
 };
 
-std::optional<MultiNodeConfig> make_multi_node(const RendezvousFlags& f, int max_restarts);
+struct MultiNodePlan {
+  MultiNodeConfig config;
+  std::string endpoint_source;
+  std::string host_source;
+};
+
+std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_restarts, const HostFacts& host);
 
 }  // namespace crun

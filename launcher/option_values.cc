@@ -2,19 +2,46 @@
 
 #include <algorithm>
 #include <cctype>
-#include <string>
+#include <cerrno>
+#include <cstdlib>
 
 namespace crun {
 
+std::string trim(std::string_view text) {
+  const auto blank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!text.empty() && blank(text.front())) text.remove_prefix(1);
+  while (!text.empty() && blank(text.back())) text.remove_suffix(1);
+  return std::string(text);
+}
+
 std::optional<bool> parse_bool(std::string_view text) {
-  const auto blank = [](unsigned char c) { return std::isspace(c) != 0; };
-  while (!text.empty() && blank(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
-  while (!text.empty() && blank(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
-  std::string t(text);
+  std::string t = trim(text);
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (t == "1" || t == "true" || t == "t" || t == "yes" || t == "y" || t == "on") return true;
   if (t == "0" || t == "false" || t == "f" || t == "no" || t == "n" || t == "off") return false;
   return std::nullopt;
+}
+
+std::optional<long> parse_long(std::string_view text) {
+  const std::string t = trim(text);
+  if (t.empty()) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(t.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return std::nullopt;
+  return v;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto end = text.find(sep, start);
+    out.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace crun

@@ -1,20 +1,28 @@
-// Values of launch settings as text: the one boolean reader for flags' PET_* variables and
-// --rdzv-conf keys.
+// Values of launch settings as text: the one boolean reader (flags' PET_* variables and
+// --rdzv-conf keys) and the small text helpers the launcher's parsers share.
 //
 // Contract
 //   parse_bool(text) accepts what torch's rendezvous parameters accept, in any case: 1 true t yes y
 //   on, and 0 false f no n off (surrounding blanks ignored); nullopt for anything else, "" too
 //   (callers decide what an empty value means and name the setting in their error).
+//   parse_long(text): a decimal integer, surrounding blanks ignored; nullopt for anything else.
+//   trim() drops surrounding blanks; split(text, sep) returns every field, empty ones included
+//   ("" -> {""}).
 //
 // Threading
-//   Pure function.
+//   Pure functions.
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace crun {
 
 std::optional<bool> parse_bool(std::string_view text);
+std::optional<long> parse_long(std::string_view text);
+std::string trim(std::string_view text);
+std::vector<std::string> split(const std::string& text, char sep);
 
 }  // namespace crun

@@ -15,15 +15,15 @@
 namespace crun {
 namespace {
 
-std::string required(const char* name) {
-  auto v = env_value(name);
+std::string required(const EnvSnapshot& env, const char* name) {
+  auto v = env.get(name);
   if (!v) throw std::invalid_argument(std::string("--slurm-tasks: ") + name + " is not set (run crun --slurm-tasks under srun)");
   return *v;
 }
 
-std::string first_of(std::initializer_list<const char*> names) {
-  if (auto v = first_set(names)) return v->second;
-  return required(*names.begin());
+std::string first_of(const EnvSnapshot& env, std::initializer_list<const char*> names) {
+  if (auto v = first_set(env, names)) return v->second;
+  return required(env, *names.begin());
 }
 
 unsigned long long number(const char* name, const std::string& text) {
@@ -36,17 +36,18 @@ unsigned long long number(const char* name, const std::string& text) {
 
 }  // namespace
 
-EnvironmentList slurm_task_environment(const std::optional<std::string>& master_addr,
+EnvironmentList slurm_task_environment(const EnvSnapshot& env, const HostFacts& host,
+                                       const std::optional<std::string>& master_addr,
                                        const std::optional<int>& master_port, const std::string& role) {
-  const std::string job = required("SLURM_JOB_ID");
-  const std::string step = required("SLURM_STEP_ID");
-  const std::string rank = required("SLURM_PROCID");
-  const std::string local_rank = required("SLURM_LOCALID");
-  const std::string node = required("SLURM_NODEID");
-  const std::string world = first_of({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
-  const std::string nodes = first_of({"SLURM_STEP_NUM_NODES", "SLURM_NNODES"});
-  const std::string per_node = first_of({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
-  const std::string nodelist = first_of({"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"});
+  const std::string job = required(env, "SLURM_JOB_ID");
+  const std::string step = required(env, "SLURM_STEP_ID");
+  const std::string rank = required(env, "SLURM_PROCID");
+  const std::string local_rank = required(env, "SLURM_LOCALID");
+  const std::string node = required(env, "SLURM_NODEID");
+  const std::string world = first_of(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"});
+  const std::string nodes = first_of(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES"});
+  const std::string per_node = first_of(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"});
+  const std::string nodelist = first_of(env, {"SLURM_STEP_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NODELIST"});
   const auto node_id = number("SLURM_NODEID", node);
   if (number("SLURM_PROCID", rank) >= number("SLURM_STEP_NUM_TASKS", world)) {
     throw std::invalid_argument("--slurm-tasks: SLURM_PROCID=" + rank + " is not below the step's " + world + " tasks");
@@ -71,13 +72,13 @@ EnvironmentList slurm_task_environment(const std::optional<std::string>& master_
     }
     if (hosts.empty()) throw std::invalid_argument("--slurm-tasks: SLURM_STEP_NODELIST names no host");
     try {
-      addr = resolve_slurm_node(hosts.front());
+      addr = slurm_node_address(hosts.front(), host);
     } catch (const std::runtime_error& e) {
       throw std::invalid_argument(std::string("--slurm-tasks: ") + e.what());
     }
   }
   const int port = master_port ? *master_port : slurm_port(number("SLURM_JOB_ID", job), number("SLURM_STEP_ID", step));
-  const auto restart = env_value("SLURM_RESTART_COUNT");
+  const auto restart = env.get("SLURM_RESTART_COUNT");
   const auto as_int = [](const char* name, unsigned long long v) {
     if (v > static_cast<unsigned long long>(std::numeric_limits<int>::max())) {
       throw std::invalid_argument(std::string("--slurm-tasks: ") + name + " is out of range");
@@ -101,8 +102,8 @@ EnvironmentList slurm_task_environment(const std::optional<std::string>& master_
   who.role = role;
   who.run_id = job + "." + step;
   // No TORCHELASTIC_ERROR_FILE (no agent remains to read one; torch's @record then prints the
-  // error to stderr, which Slurm keeps) unless crun's own environment passes one on.
-  return worker_variables(current_environment(), place, who);
+  // error to stderr, which Slurm keeps) unless crun's own environment (`env`) passes one on.
+  return worker_variables(env.entries(), place, who);
 }
 
 int exec_slurm_task(const std::vector<std::string>& argv, const EnvironmentList& env) {

@@ -24,14 +24,13 @@ int usage_error(const CLI::App& app, const CLI::ParseError& e) {
   return kExitUsage;
 }
 
-std::string token_from_env(const std::string& flag) {
+std::string token_from_env(const std::string& flag, const EnvSnapshot& env) {
   if (!flag.empty()) return flag;
-  const char* env = std::getenv("CRUN_RDZV_TOKEN");
-  return env ? env : "";
+  return env.get("CRUN_RDZV_TOKEN").value_or("");
 }
 }  // namespace
 
-int run_store_server_command(int argc, char** argv) {
+int run_store_server_command(int argc, char** argv, const EnvSnapshot& env) {
   CLI::App app("Run crun's key-value store as a daemon until SIGINT/SIGTERM", "store-server");
   StoreServerOptions options;
   options.host = "0.0.0.0";
@@ -49,7 +48,7 @@ int run_store_server_command(int argc, char** argv) {
   }
   options.log_closes = log_level == "debug" || log_level == "info";
   if (log_level == "error") options.log = [](const std::string&) {};  // the store logs warnings only
-  options.token = token_from_env(token);
+  options.token = token_from_env(token, env);
   try {
     boost::asio::io_context io(1);
     StoreServer server(io, options);
@@ -65,7 +64,7 @@ int run_store_server_command(int argc, char** argv) {
   return 0;
 }
 
-int run_store_client_command(int argc, char** argv) {
+int run_store_client_command(int argc, char** argv, const EnvSnapshot& env) {
   CLI::App app("One-shot store client for debugging", "store");
   app.require_subcommand(1);
   std::string endpoint_text;
@@ -99,7 +98,7 @@ int run_store_client_command(int argc, char** argv) {
     auto timeout = Millis(static_cast<long long>(timeout_s * 1000));
     options.connect_timeout = timeout;
     options.timeout = timeout;
-    options.token = token_from_env(token);
+    options.token = token_from_env(token, env);
     TcpStore store(endpoint, options);
     if (*get) std::cout << store.get(key, timeout) << "\n";
     if (*set) store.set(key, value);

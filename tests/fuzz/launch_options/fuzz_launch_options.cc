@@ -1,24 +1,22 @@
-// Fuzzes crun's launch settings from the command line and the environment together
-// (launcher/launch_options.h: flags > PET_* > Slurm/platform variables > defaults).
+// Fuzzes crun's launch plan from the command line and the environment together
+// (launcher/launch_plan.h: flags > PET_* > Slurm/platform variables > defaults).
 //
 // Input: ARGV '\x01' ENV, each a list of '\0'-separated strings: the command line after "crun",
-// and the environment entries (NAME=VALUE) the parse sees. Bad settings may only end in
+// and the environment entries (NAME=VALUE) the resolver sees. Bad settings may only end in
 // LaunchUsageError (what crun prints as its one-line usage error, exit 2); any other exception,
 // an exit() or a sanitizer report is a crash.
 //
-// The environment is injected by pointing `environ` at the input's entries for the one call (the
-// code reads it through getenv) and restoring it afterwards: the fuzzer's own environment is never
-// changed. This target compiles job_environment.cc in fuzzing mode, where resolve_slurm_node
-// answers from the name alone instead of asking DNS or running scontrol. (When the launch plan gets
-// an injected environment, this harness passes the entries to it instead.)
-#include <unistd.h>
-
+// The environment is an injected EnvSnapshot and the host a fixed HostFacts (loopback only; a
+// host name resolves to a TEST-NET address, scontrol knows no node): no DNS query, no scontrol
+// and no change to the fuzzer's own environment per input.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "launcher/launch_options.h"
+#include "launcher/launch_plan.h"
 
 namespace {
 
@@ -37,29 +35,32 @@ std::vector<std::string> split(const std::string& text) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const crun::HostFacts host = [] {
+    crun::HostFacts h;
+    h.hostname = "fuzz-node";
+    h.addresses = {"127.0.0.1"};
+    h.cpus = 4;
+    h.gpus = 1;
+    h.resolve = [](const std::string& name) {
+      return name.empty() ? std::vector<std::string>{} : std::vector<std::string>{"192.0.2.1"};
+    };
+    h.slurm_node_addr = [](const std::string&) { return std::optional<std::string>(); };
+    return h;
+  }();
   const std::string input(reinterpret_cast<const char*>(data), size);
   const auto marker = input.find('\x01');
   std::vector<std::string> args = split(input.substr(0, marker));
-  std::vector<std::string> env = marker == std::string::npos ? std::vector<std::string>{} : split(input.substr(marker + 1));
   args.insert(args.begin(), "crun");
-
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) {
-    if (!e.empty()) envp.push_back(e.data());
+  crun::EnvSnapshot env;
+  if (marker != std::string::npos) {
+    for (const auto& entry : split(input.substr(marker + 1))) {
+      const auto eq = entry.find('=');
+      if (eq != std::string::npos && eq > 0) env.vars.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+    }
   }
-  envp.push_back(nullptr);
-
-  char** const saved = environ;
-  environ = envp.data();
   try {
-    (void)crun::parse_launch_options(static_cast<int>(args.size()), argv.data());
+    (void)crun::to_launch_options(crun::resolve_launch_plan(args, env, host));
   } catch (const crun::LaunchUsageError&) {
-  } catch (...) {
-    environ = saved;
-    throw;  // not a usage error: crun would die of it
   }
-  environ = saved;
   return 0;
 }

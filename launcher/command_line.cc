@@ -1,0 +1,125 @@
+#include "launcher/command_line.h"
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+
+#include "launcher/option_values.h"
+
+#ifndef CRUN_VERSION
+#define CRUN_VERSION "0.0.0"
+#endif
+
+namespace crun {
+
+const std::vector<SettingSpec>& launch_settings() {
+  static const std::vector<SettingSpec> specs = {
+      {"nnodes", "--nnodes", "number of nodes, N or MIN:MAX", "1:1"},
+      {"nproc_per_node", "--nproc-per-node,--nproc_per_node", "workers per node: N, cpu, gpu or auto", "1"},
+      {"rdzv_backend", "--rdzv-backend,--rdzv_backend", "c10d or static", "static"},
+      {"rdzv_endpoint", "--rdzv-endpoint,--rdzv_endpoint", "HOST[:PORT] of the rendezvous store", ""},
+      {"rdzv_id", "--rdzv-id,--rdzv_id", "the job's run id", "none"},
+      {"rdzv_conf", "--rdzv-conf,--rdzv_conf", "KEY=VALUE,... rendezvous settings", ""},
+      {"standalone", "--standalone", "single node, embedded store on a free loopback port", "0", true},
+      {"max_restarts", "--max-restarts,--max_restarts", "restarts of the whole group before giving up", "0"},
+      {"monitor_interval", "--monitor-interval,--monitor_interval", "accepted for compatibility (crun reacts to events)", "0.1"},
+      {"start_method", "--start-method,--start_method", "accepted for compatibility", "spawn"},
+      {"role", "--role", "the workers' role name", "default"},
+      {"module", "-m,--module", "run the program as a Python module", "0", true},
+      {"no_python", "--no-python,--no_python", "exec the program directly", "0", true},
+      {"run_path", "--run-path,--run_path", "accepted for compatibility", "0", true},
+      {"log_dir", "--log-dir,--log_dir", "where attempt logs and error files go", ""},
+      {"redirects", "-r,--redirects", "streams to files only: 0-3 or LOCAL_RANK:0-3,...", "0"},
+      {"tee", "-t,--tee", "streams to files and console: 0-3 or LOCAL_RANK:0-3,...", "0"},
+      {"local_ranks_filter", "--local-ranks-filter,--local_ranks_filter", "local ranks shown on the console", ""},
+      {"node_rank", "--node-rank,--node_rank", "this node's rank (static), or a rank hint (c10d)", "0"},
+      {"master_addr", "--master-addr,--master_addr", "static: the store's host", "127.0.0.1"},
+      {"master_port", "--master-port,--master_port", "static: the store's port", "29500"},
+      {"local_addr", "--local-addr,--local_addr", "the address other nodes reach this one at", ""},
+      {"logs_specs", "--logs-specs,--logs_specs", "accepted for compatibility", ""},
+      {"signals_to_handle", "--signals-to-handle,--signals_to_handle",
+       "signals forwarded to the workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 always are)",
+       "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
+      {"stop_timeout", "--stop-timeout,--stop_timeout", "seconds between the stop signal and SIGKILL (default 30)", "30"},
+  };
+  return specs;
+}
+
+std::string pet_name(const std::string& key) {
+  std::string pet = "PET_";
+  for (char c : key) pet.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(c))));
+  return pet;
+}
+
+namespace {
+
+// The name a setting's source shows: its first long spelling ("-r,--redirects" -> "--redirects").
+std::string flag_name(const SettingSpec& spec) {
+  const auto names = split(spec.flags, ',');
+  return names.size() > 1 && names[0].rfind("--", 0) != 0 ? names[1] : names[0];
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const std::vector<std::string>& argv) {
+  CLI::App app{"crun: launch a distributed training job (torchrun-compatible)", "crun"};
+  app.prefix_command();
+  app.set_help_flag("-h,--help", "print this help and exit");
+  app.footer(
+      "Usage: crun [options] program [args...]   (a .py program runs as `python3 -u`, PYTHON_EXEC\n"
+      "overrides the interpreter; -m runs a module; --no-python execs the program)\n"
+      "Every option defaults from PET_<NAME> (PET_NNODES, ...). Under Slurm (srun crun ...) and on\n"
+      "platforms that set MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE per node, the job's shape comes from\n"
+      "those variables. Precedence: flags > PET_* > Slurm/platform variables > defaults\n"
+      "(--print-config shows each value and its source).\n"
+      "Exit status: 0 all workers succeeded; the root-cause worker's code (128+N for signal N)\n"
+      "when restarts are exhausted; 128+N when crun got signal N (SIGUSR1: preempted, 138); 2 bad\n"
+      "usage; 3 agent error; 4 rendezvous timeout; 5 rendezvous closed; 6 rejected; 7 store lost.");
+
+  std::map<std::string, std::string> text;
+  std::map<std::string, bool> on;
+  std::map<std::string, CLI::Option*> opts;
+  for (const auto& spec : launch_settings()) {
+    opts[spec.key] = spec.is_flag ? app.add_flag(spec.flags, on[spec.key], spec.help)
+                                  : app.add_option(spec.flags, text[spec.key], spec.help);
+  }
+  CommandLine out;
+  bool version = false;
+  app.add_flag("--version", version, "print crun's version and exit");
+  app.add_flag("--print-config,--print_config", out.print_config,
+               "print every launch setting and where it came from, then exit");
+  app.add_flag("--slurm-tasks,--slurm_tasks", out.slurm_tasks,
+               "one Slurm task per worker (srun -n N crun --slurm-tasks prog): exec the program with "
+               "its rank from SLURM_PROCID; no agent");
+
+  std::vector<const char*> args;
+  for (const auto& a : argv) args.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::CallForHelp&) {
+    out.exit_now = app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    for (auto& c : msg) {
+      if (c == '\n') c = ' ';
+    }
+    throw LaunchUsageError(trim(msg));
+  }
+  if (version) {
+    out.exit_now = std::string("crun ") + CRUN_VERSION + "\n";
+    return out;
+  }
+  for (const auto& spec : launch_settings()) {
+    if (opts[spec.key]->count() > 0) out.given[spec.key] = {spec.is_flag ? "1" : text[spec.key], flag_name(spec)};
+  }
+
+  out.program = app.remaining();
+  if (!out.program.empty() && out.program.front() == "--") out.program.erase(out.program.begin());
+  if (out.program.empty()) throw LaunchUsageError("missing the program to run: crun [options] program [args...]");
+  if (out.program.front().size() > 1 && out.program.front()[0] == '-') {
+    throw LaunchUsageError("unknown option " + out.program.front());
+  }
+  return out;
+}
+
+}  // namespace crun

@@ -1,0 +1,48 @@
+// The launch command line: torchrun's settings table and the parse of argv (CLI11), nothing else.
+//
+// Contract
+//   - launch_settings() is the table of every launch setting: its key (torchrun's name with '_',
+//     also JobEnvironment's key), its flags in both spellings, its help line, its built-in default
+//     text and whether it is an on/off flag. pet_name(key) is its variable: PET_<KEY>.
+//   - parse_command_line(argv) (argv[0] is the program's own name) returns what the user typed:
+//     each setting given as a flag (text, "1" for an on/off flag, and the flag's name as its
+//     source), the launcher's own flags and the program with its arguments (everything after the
+//     program is the program's). --help / --version set `exit_now` with the text to print. An
+//     unknown flag, a bad flag syntax, a missing program throw LaunchUsageError (one line).
+//     Values are not checked here.
+//
+// Threading
+//   Pure functions.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/launch_setting.h"
+
+namespace crun {
+
+struct SettingSpec {
+  const char* key;
+  const char* flags;  // CLI11 names, e.g. "--nproc-per-node,--nproc_per_node"
+  const char* help;
+  const char* fallback;
+  bool is_flag = false;
+};
+
+const std::vector<SettingSpec>& launch_settings();
+std::string pet_name(const std::string& key);
+
+struct CommandLine {
+  std::optional<std::string> exit_now;           // --help / --version
+  std::map<std::string, Sourced<std::string>> given;  // by key: the settings given as flags
+  bool print_config = false;
+  bool slurm_tasks = false;
+  std::vector<std::string> program;  // as the user wrote it, never empty unless exit_now
+};
+
+CommandLine parse_command_line(const std::vector<std::string>& argv);
+
+}  // namespace crun

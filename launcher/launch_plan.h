@@ -1,0 +1,76 @@
+// resolve_launch_plan: argv + an environment + facts about this host -> the typed launch plan.
+//
+// Contract
+//   - Pure: reads nothing but its arguments (the real ones come from launcher/launch_inputs.h),
+//     except the program's lookup in PATH (agent/worker_process.h resolve_executable) and a fresh
+//     random run id for a standalone job without --rdzv-id.
+//   - Accepts every torchrun flag in both spellings (launcher/command_line.h). Each setting comes
+//     from its flag, else PET_<NAME>, else the Slurm or platform environment
+//     (launcher/job_environment.h), else torchrun's default (launcher/setting_sources.h); every
+//     typed setting carries its value and that source.
+//   - Validates each group of settings once (rendezvous here and in launcher/multi_node_options.h,
+//     workers and the program in launcher/worker_settings.h) before anything starts: a bad value,
+//     an unknown flag, a missing program or interpreter raise LaunchUsageError whose message is
+//     one line naming the flag or variable.
+//   - Decides single vs multi-node and who hosts the store (multi_node); --slurm-tasks instead
+//     builds the task's worker environment (launcher/slurm_tasks.h).
+//   - --help / --version: only `exit_now` is set.
+//
+// Threading
+//   Pure function of its arguments; call from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/worker_env.h"
+#include "launcher/launch_inputs.h"
+#include "launcher/launch_setting.h"
+#include "launcher/multi_node_options.h"
+
+namespace crun {
+
+struct NodeRange {
+  int min = 1;
+  int max = 1;
+};
+
+struct LaunchPlan {
+  std::optional<std::string> exit_now;  // --help / --version: print this, exit 0
+  bool print_config = false;
+  bool slurm_tasks = false;
+  std::string job_kind;  // "", "slurm" or "platform": the environment the job's shape came from
+  std::string note;      // a line to print before launching ("" = none)
+  // Every setting of launch_settings() as resolved text, in the table's order (--print-config).
+  std::vector<std::pair<std::string, Sourced<std::string>>> settings;
+
+  Sourced<bool> standalone;
+  Sourced<NodeRange> nnodes;
+  Sourced<RendezvousBackend> rdzv_backend;
+  Sourced<std::string> run_id;
+  std::optional<MultiNodePlan> multi_node;  // nullopt: single node
+
+  Sourced<int> nproc_per_node;
+  Sourced<int> max_restarts;
+  Sourced<std::chrono::milliseconds> stop_timeout;
+  Sourced<std::string> role;
+  Sourced<std::string> master_addr;                   // the workers' MASTER_ADDR (single node)
+  Sourced<std::optional<std::uint16_t>> master_port;  // the workers' MASTER_PORT; nullopt: free per round
+  Sourced<std::vector<unsigned>> redirects;           // per local rank
+  Sourced<std::vector<unsigned>> tee;                 // per local rank
+  Sourced<std::vector<bool>> console;                 // per local rank (--local-ranks-filter)
+  Sourced<std::string> log_dir;
+  Sourced<std::vector<int>> handled_signals;
+  Sourced<std::vector<std::string>> worker_argv;      // argv[0]: an executable path
+  std::string hostname;
+
+  EnvironmentList task_env;  // --slurm-tasks: the worker's variables
+};
+
+LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSnapshot& env, const HostFacts& host);
+
+}  // namespace crun

@@ -1,0 +1,34 @@
+#include "launcher/print_config.h"
+
+namespace crun {
+
+namespace {
+
+std::string join_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+}  // namespace
+
+std::string print_plan(const LaunchPlan& plan) {
+  std::string text;
+  auto line = [&](const std::string& name, const std::string& v, const std::string& source) {
+    text += name + " = " + v + "  (" + source + ")\n";
+  };
+  line("mode", plan.slurm_tasks ? "slurm-tasks" : plan.multi_node ? "multi-node" : "single-node",
+       plan.slurm_tasks ? "--slurm-tasks" : plan.job_kind.empty() ? "flags" : plan.job_kind + " environment");
+  for (const auto& [key, v] : plan.settings) line(key, v.value, v.source);
+  if (plan.multi_node) {
+    const auto& m = *plan.multi_node;
+    line("store_endpoint", m.config.endpoint.str(), m.endpoint_source);
+    line("store_host", m.config.is_host ? "this node" : "another node", m.host_source);
+  }
+  line("run_id", plan.run_id.value, plan.run_id.source);
+  line("program", join_words(plan.worker_argv.value), plan.worker_argv.source);
+  for (const auto& [k, v] : plan.task_env) line("task " + k, v, "Slurm task");
+  return text;
+}
+
+}  // namespace crun

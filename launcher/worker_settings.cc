@@ -1,0 +1,148 @@
+#include "launcher/worker_settings.h"
+
+#include <sys/stat.h>
+
+#include <csignal>
+#include <set>
+
+#include "agent/signal_names.h"
+#include "agent/worker_process.h"
+#include "launcher/option_values.h"
+
+namespace crun {
+
+namespace {
+
+[[noreturn]] void usage(const std::string& message) { throw LaunchUsageError(message); }
+
+int parse_nproc(const std::string& text, const HostFacts& host) {
+  if (text == "cpu") return host.cpus;
+  if (text == "gpu") {
+    if (host.gpus == 0) usage("--nproc-per-node gpu: no GPU found on this node");
+    return host.gpus;
+  }
+  if (text == "auto") return host.gpus > 0 ? host.gpus : host.cpus;
+  const auto v = parse_long(text);
+  if (!v || *v < 1 || *v > 65536) {
+    usage("--nproc-per-node: expected a positive integer, cpu, gpu or auto, got '" + text + "'");
+  }
+  return static_cast<int>(*v);
+}
+
+// torchrun's Std spec: "0".."3" for every rank, or "0:1,1:2" per local rank.
+std::vector<unsigned> parse_std(const std::string& flag, const std::string& text, int nproc) {
+  std::vector<unsigned> out(static_cast<std::size_t>(nproc), 0u);
+  const std::string t = trim(text);
+  if (t.empty()) return out;
+  auto std_value = [&](const std::string& v) {
+    const auto n = parse_long(v);
+    if (!n || *n < 0 || *n > 3) usage(flag + ": expected 0-3 or LOCAL_RANK:0-3,..., got '" + text + "'");
+    return static_cast<unsigned>(*n);
+  };
+  if (t.find(':') == std::string::npos) {
+    const unsigned v = std_value(t);
+    for (auto& x : out) x = v;
+    return out;
+  }
+  for (const auto& item : split(t, ',')) {
+    const auto kv = split(item, ':');
+    if (kv.size() != 2) usage(flag + ": expected 0-3 or LOCAL_RANK:0-3,..., got '" + text + "'");
+    const auto rank = parse_long(kv[0]);
+    if (!rank || *rank < 0) usage(flag + ": bad local rank in '" + text + "'");
+    const unsigned v = std_value(kv[1]);
+    if (*rank < nproc) out[static_cast<std::size_t>(*rank)] = v;
+  }
+  return out;
+}
+
+std::vector<bool> parse_console(const std::string& text, int nproc) {
+  if (trim(text).empty()) return std::vector<bool>(static_cast<std::size_t>(nproc), true);
+  std::vector<bool> out(static_cast<std::size_t>(nproc), false);
+  for (const auto& item : split(text, ',')) {
+    const auto r = parse_long(item);
+    if (!r || *r < 0) usage("--local-ranks-filter: expected comma-separated local ranks, got '" + text + "'");
+    if (*r < nproc) out[static_cast<std::size_t>(*r)] = true;
+  }
+  return out;
+}
+
+// SIGTERM, SIGINT, SIGHUP and SIGQUIT (torchrun's four) and SIGUSR1/SIGUSR2 (Slurm's preemption
+// notices: `--signal=USR1@60`) are always handled; --signals-to-handle adds more.
+std::vector<int> parse_signals(const std::string& text) {
+  std::vector<int> out = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  std::set<int> seen(out.begin(), out.end());
+  for (const auto& name : split(text, ',')) {
+    if (trim(name).empty()) continue;
+    const auto s = signal_number(trim(name));
+    if (!s || *s == SIGKILL || *s == SIGSTOP || *s == SIGCHLD) usage("--signals-to-handle: cannot handle '" + trim(name) + "'");
+    if (seen.insert(*s).second) out.push_back(*s);
+  }
+  return out;
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan) {
+  const auto& nproc = s.at("nproc_per_node");
+  plan.nproc_per_node = {parse_setting(nproc, [&](const std::string& t) { return parse_nproc(t, host); }), nproc.source};
+  const int n = plan.nproc_per_node.value;
+
+  plan.max_restarts = {int_setting(s, "max_restarts", "--max-restarts"), s.at("max_restarts").source};
+  if (plan.max_restarts.value < 0) usage("--max-restarts: must be >= 0, got " + std::to_string(plan.max_restarts.value));
+  if (number_setting(s, "monitor_interval", "--monitor-interval") < 0) usage("--monitor-interval: must be >= 0");
+  const std::string& start_method = s.at("start_method").value;
+  if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver") {
+    usage("--start-method: expected spawn, fork or forkserver, got '" + start_method + "'");
+  }
+  const double stop_timeout = number_setting(s, "stop_timeout", "--stop-timeout");
+  if (!(stop_timeout >= 0) || stop_timeout > 1e6) usage("--stop-timeout: expected seconds >= 0");
+  plan.stop_timeout = {std::chrono::milliseconds(static_cast<long long>(stop_timeout * 1000.0)), s.at("stop_timeout").source};
+  plan.role = s.at("role");
+  if (plan.role.value.empty()) usage("--role: must not be empty");
+
+  const auto per_rank = [&](const char* key, auto parse) {
+    return Sourced<decltype(parse(std::string()))>{parse_setting(s.at(key), parse), s.at(key).source};
+  };
+  plan.redirects = per_rank("redirects", [n](const std::string& t) { return parse_std("--redirects", t, n); });
+  plan.tee = per_rank("tee", [n](const std::string& t) { return parse_std("--tee", t, n); });
+  plan.console = per_rank("local_ranks_filter", [n](const std::string& t) { return parse_console(t, n); });
+  plan.handled_signals = per_rank("signals_to_handle", parse_signals);
+  plan.log_dir = s.at("log_dir");
+  plan.hostname = host.hostname;
+}
+
+void plan_program(std::vector<std::string> program, const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan) {
+  const bool module = s.at("module").value == "1";
+  const bool no_python = s.at("no_python").value == "1";
+  if (module && no_python) usage("--no-python and --module cannot be used together");
+  // A .py script (or a module) runs under Python; any other executable runs as it is, like
+  // `--no-python` (torchrun would hand a native binary to Python and fail).
+  const bool python_script = module || program.front().ends_with(".py") || !resolve_executable(program.front());
+  auto& argv = plan.worker_argv;
+  if (no_python || !python_script) {
+    const auto exe = resolve_executable(program.front());
+    if (!exe) usage("program not found or not executable: " + program.front());
+    program.front() = *exe;
+    argv = {std::move(program), no_python ? s.at("no_python").source : "command line"};
+    return;
+  }
+  const auto py_env = env.get("PYTHON_EXEC");
+  const std::string py = py_env.value_or("python3");
+  const auto exe = resolve_executable(py);
+  if (!exe) usage("Python interpreter not found: " + py + " (set PYTHON_EXEC or use --no-python)");
+  argv.value = {*exe, "-u"};
+  argv.source = py_env ? "PYTHON_EXEC" : "command line";
+  if (module) {
+    argv.value.push_back("-m");
+  } else if (!is_regular_file(program.front())) {
+    usage("program not found: " + program.front());
+  }
+  argv.value.insert(argv.value.end(), program.begin(), program.end());
+}
+
+}  // namespace crun

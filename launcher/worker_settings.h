@@ -1,0 +1,32 @@
+// The worker group's part of a launch plan, each setting validated once: nproc_per_node,
+// max_restarts, monitor_interval and start_method (checked, then unused), stop_timeout, role,
+// redirects, tee, local_ranks_filter, signals_to_handle, log_dir; and the program.
+//
+// Contract
+//   - plan_workers fills those settings of `plan` from their texts. nproc_per_node: N in
+//     [1, 65536], cpu (host.cpus), gpu (host.gpus, an error without one) or auto (GPUs, else CPUs).
+//     redirects/tee: torchrun's Std, "0".."3" for every local rank or "LOCAL_RANK:0-3,...". The
+//     handled signals are always SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2 (Slurm's preemption
+//     notices), plus --signals-to-handle's (never SIGKILL, SIGSTOP, SIGCHLD). A bad value throws
+//     LaunchUsageError naming the flag.
+//   - plan_program: a .py script (or -m module) runs under $PYTHON_EXEC (from `env`, default
+//     python3) -u; any other executable, or --no-python, runs as it is. The program and the
+//     interpreter are looked up in PATH (resolve_executable); not found throws LaunchUsageError.
+//
+// Threading
+//   Pure functions of their arguments, but for the PATH lookup.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/launch_inputs.h"
+#include "launcher/launch_plan.h"
+#include "launcher/setting_sources.h"
+
+namespace crun {
+
+void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan);
+void plan_program(std::vector<std::string> program, const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan);
+
+}  // namespace crun

@@ -1,0 +1,470 @@
+// resolve_launch_plan: torchrun's CLI, an injected environment (EnvSnapshot) and injected host
+// facts (HostFacts) -> the typed launch plan and the AgentConfig built from it, without running
+// anything and without touching the process environment.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/launch_options.h"
+#include "launcher/launch_plan.h"
+
+using namespace crun;
+
+namespace {
+
+// A host named node-a at 10.0.0.5 (and loopback). node-a, node-b and localhost resolve; the Slurm
+// nodes n1, n2 do not, and scontrol knows them at 10.0.0.5 and 10.0.0.6.
+HostFacts test_host() {
+  HostFacts h;
+  h.hostname = "node-a";
+  h.addresses = {"127.0.0.1", "10.0.0.5"};
+  h.cpus = 8;
+  h.gpus = 0;
+  h.resolve = [](const std::string& name) -> std::vector<std::string> {
+    if (name == "localhost") return {"127.0.0.1"};
+    if (name == "node-a") return {"10.0.0.5"};
+    if (name == "node-b") return {"10.0.0.6"};
+    return {};
+  };
+  h.slurm_node_addr = [](const std::string& name) -> std::optional<std::string> {
+    if (name == "n1") return "10.0.0.5";
+    if (name == "n2") return "10.0.0.6";
+    return std::nullopt;
+  };
+  return h;
+}
+
+LaunchPlan plan(std::vector<std::string> args, const EnvSnapshot& env = {}, const HostFacts& host = test_host()) {
+  args.insert(args.begin(), "crun");
+  return resolve_launch_plan(args, env, host);
+}
+
+LaunchOptions parse(std::vector<std::string> args, const EnvSnapshot& env = {}, const HostFacts& host = test_host()) {
+  return to_launch_options(plan(std::move(args), env, host));
+}
+
+std::string source_of(const LaunchPlan& p, const std::string& key) {
+  for (const auto& [k, v] : p.settings) {
+    if (k == key) return v.source;
+  }
+  return "(no such setting)";
+}
+
+// The one-line usage error `args` under `env` raises ("" when none).
+std::string usage_error(std::vector<std::string> args, const EnvSnapshot& env = {}, const HostFacts& host = test_host()) {
+  try {
+    (void)plan(std::move(args), env, host);
+  } catch (const LaunchUsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const EnvSnapshot kSlurmStep{{
+    {"SLURM_JOB_ID", "4242"},
+    {"SLURM_STEP_ID", "3"},
+    {"SLURM_STEP_NUM_NODES", "4"},
+    {"SLURM_STEP_NUM_TASKS", "4"},
+    {"SLURM_STEP_NODELIST", "localhost,h[2-4]"},
+    {"SLURM_NODEID", "2"},
+    {"SLURM_GPUS_ON_NODE", "3"},
+}};
+
+const EnvSnapshot kPlatform{{{"MASTER_ADDR", "10.9.8.7"}, {"MASTER_PORT", "23456"}, {"RANK", "1"}, {"WORLD_SIZE", "3"}}};
+
+EnvSnapshot with(EnvSnapshot env, const std::string& key, const std::string& value) {
+  env.vars[key] = value;
+  return env;
+}
+
+}  // namespace
+
+TEST_CASE("a .py program runs as PYTHON_EXEC -u; -m runs a module; executables run as they are", "[launch_plan]") {
+  const EnvSnapshot env{{{"PYTHON_EXEC", "/bin/sh"}}};
+  char plain[] = "/tmp/crun-launch-test-XXXXXX";  // a plain, non-executable file without .py
+  const int fd = ::mkstemp(plain);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  ::chmod(plain, 0644);
+  const auto script = parse({"--nproc-per-node", "2", plain, "--lr", "3"}, env);
+  ::unlink(plain);
+  REQUIRE(script.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", plain, "--lr", "3"});
+  const auto binary = parse({"/bin/true", "--lr", "3"}, env);  // an executable without .py: exec'd directly
+  REQUIRE(binary.agent.worker_argv == std::vector<std::string>{"/bin/true", "--lr", "3"});
+  const auto module = parse({"-m", "pkg.train", "--epochs", "1"}, env);
+  REQUIRE(module.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", "-m", "pkg.train", "--epochs", "1"});
+  const auto native = parse({"--no-python", "sh", "-c", "true"}, env);
+  REQUIRE(native.agent.worker_argv.front().find("/sh") != std::string::npos);
+  REQUIRE(native.agent.worker_argv.size() == 3);
+  CHECK_THAT(usage_error({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "crun-no-such-python"}}}),
+             Catch::Contains("Python interpreter not found: crun-no-such-python"));
+}
+
+TEST_CASE("both spellings, PET_* defaults, flags win over the environment", "[launch_plan]") {
+  const EnvSnapshot env{{{"PET_NPROC_PER_NODE", "3"}, {"PET_MAX_RESTARTS", "4"}}};
+  auto o = parse({"--no_python", "/bin/true"}, env);
+  REQUIRE(o.agent.nproc_per_node == 3);
+  REQUIRE(o.agent.max_restarts == 4);
+  o = parse({"--nproc_per_node=5", "--max-restarts", "1", "--no-python", "/bin/true"}, env);
+  REQUIRE(o.agent.nproc_per_node == 5);
+  REQUIRE(o.agent.max_restarts == 1);
+}
+
+TEST_CASE("each setting carries its source: flag > PET_* > Slurm > default", "[launch_plan]") {
+  const auto by_default = plan({"/bin/true"});
+  CHECK(by_default.nproc_per_node.value == 1);
+  CHECK(by_default.nproc_per_node.source == "default");
+  CHECK(source_of(by_default, "nproc_per_node") == "default");
+
+  const auto from_slurm = plan({"/bin/true"}, kSlurmStep);
+  CHECK(from_slurm.nproc_per_node.value == 3);
+  CHECK(from_slurm.nproc_per_node.source == "SLURM_GPUS_ON_NODE");
+  CHECK(from_slurm.nnodes.source == "SLURM_STEP_NUM_NODES");
+  CHECK(from_slurm.job_kind == "slurm");
+
+  const auto from_pet = plan({"/bin/true"}, with(kSlurmStep, "PET_NPROC_PER_NODE", "2"));
+  CHECK(from_pet.nproc_per_node.value == 2);
+  CHECK(from_pet.nproc_per_node.source == "PET_NPROC_PER_NODE");
+
+  const auto from_flag = plan({"--nproc_per_node", "5", "/bin/true"}, with(kSlurmStep, "PET_NPROC_PER_NODE", "2"));
+  CHECK(from_flag.nproc_per_node.value == 5);
+  CHECK(from_flag.nproc_per_node.source == "--nproc-per-node");  // the long spelling names it
+  CHECK(plan({"-r", "1", "/bin/true"}).redirects.source == "--redirects");
+
+  // An on/off flag's PET_* variable is read by the one boolean reader; empty means off.
+  CHECK(plan({"/bin/true"}, EnvSnapshot{{{"PET_STANDALONE", "yes"}}}).standalone.value);
+  CHECK(plan({"/bin/true"}, EnvSnapshot{{{"PET_STANDALONE", "yes"}}}).standalone.source == "PET_STANDALONE");
+  CHECK_FALSE(plan({"/bin/true"}, EnvSnapshot{{{"PET_STANDALONE", ""}}}).standalone.value);
+  CHECK_THAT(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_STANDALONE", "maybe"}}}),
+             Catch::Equals("PET_STANDALONE: expected true or false, got 'maybe'"));
+}
+
+TEST_CASE("nproc cpu/gpu/auto come from the host's facts; stop timeout, master address and port", "[launch_plan]") {
+  auto o = parse({"--nproc-per-node", "cpu", "--stop-timeout", "2.5", "--master-addr", "10.0.0.1",
+                  "--no-python", "/bin/true"});
+  REQUIRE(o.agent.nproc_per_node == 8);
+  REQUIRE(o.agent.stop_timeout == std::chrono::milliseconds(2500));
+  REQUIRE(o.agent.master_addr == "10.0.0.1");
+  REQUIRE_FALSE(o.agent.master_port.has_value());  // a free port per round
+  o = parse({"--master-port", "29501", "--no-python", "/bin/true"});
+  REQUIRE(o.agent.master_port == std::optional<std::uint16_t>(29501));
+  REQUIRE(parse({"--nproc-per-node", "auto", "--no-python", "/bin/true"}).agent.nproc_per_node == 8);
+  HostFacts gpus = test_host();
+  gpus.gpus = 2;
+  CHECK(parse({"--nproc-per-node", "auto", "/bin/true"}, {}, gpus).agent.nproc_per_node == 2);
+  CHECK(parse({"--nproc-per-node", "gpu", "/bin/true"}, {}, gpus).agent.nproc_per_node == 2);
+  CHECK_THAT(usage_error({"--nproc-per-node", "gpu", "/bin/true"}), Catch::Contains("--nproc-per-node gpu: no GPU"));
+  CHECK(parse({"/bin/true"}).agent.hostname == "node-a");
+}
+
+TEST_CASE("redirects, tee and local ranks filter per local rank", "[launch_plan]") {
+  const auto o = parse({"--nproc-per-node", "4", "-r", "0:1,3:3", "--tee", "2", "--local-ranks-filter", "1,3",
+                        "--no-python", "/bin/true"});
+  REQUIRE(o.agent.redirects == std::vector<unsigned>{1, 0, 0, 3});
+  REQUIRE(o.agent.tee == std::vector<unsigned>{2, 2, 2, 2});
+  REQUIRE(o.agent.console == std::vector<bool>{false, true, false, true});
+}
+
+TEST_CASE("signals: the four defaults plus --signals-to-handle", "[launch_plan]") {
+  const auto o = parse({"--signals-to-handle", "SIGUSR1,SIGTERM,SIGALRM", "--no-python", "/bin/true"});
+  REQUIRE(o.agent.handled_signals == std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM});
+}
+
+TEST_CASE("run id: --rdzv-id, or a fresh one per standalone job", "[launch_plan]") {
+  REQUIRE(parse({"--rdzv-id", "job7", "--no-python", "/bin/true"}).agent.run_id == "job7");
+  const auto a = plan({"--standalone", "--no-python", "/bin/true"}).run_id;
+  const auto b = parse({"--standalone", "--no-python", "/bin/true"}).agent.run_id;
+  REQUIRE(a.value.size() == 36);
+  REQUIRE(a.value != b);
+  CHECK(a.source == "fresh (standalone)");
+}
+
+TEST_CASE("compatibility flags are accepted", "[launch_plan]") {
+  const auto o = parse({"--monitor-interval", "5", "--start-method", "fork", "--rdzv-backend", "c10d",
+                        "--rdzv-endpoint", "localhost:29400", "--rdzv-conf", "timeout=900", "--nnodes", "1:1",
+                        "--node_rank", "0", "--local-addr", "127.0.0.1", "--role", "trainer", "--run-path",
+                        "--no-python", "/bin/true"});
+  REQUIRE(o.agent.role == "trainer");
+}
+
+TEST_CASE("--help and --version exit at once", "[launch_plan]") {
+  REQUIRE(parse({"--version"}).exit_now->rfind("crun ", 0) == 0);
+  REQUIRE(parse({"--help"}).exit_now->find("--nproc-per-node") != std::string::npos);
+}
+
+TEST_CASE("usage errors are one line naming the flag or variable", "[launch_plan]") {
+  REQUIRE_THROWS_WITH(parse({"--nproc-per-node", "x", "--no-python", "/bin/true"}), Catch::Contains("--nproc-per-node"));
+  REQUIRE_THROWS_WITH(parse({"--max-restarts", "x", "--no-python", "/bin/true"}), Catch::Contains("--max-restarts"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2:4", "--no-python", "/bin/true"}), Catch::Contains("--nnodes") && Catch::Contains("static"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--no-python", "/bin/true"}), Catch::Contains("--node-rank: required"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "/bin/true"}), Catch::Contains("--rdzv-endpoint: required"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "bogus=1", "/bin/true"}),
+                      Catch::Contains("unknown key 'bogus'"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-conf", "join_timeout=x", "/bin/true"}),
+                      Catch::Contains("join_timeout"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1", "/bin/true"}),
+                      Catch::Contains("--node-rank: must be in [0, 2)"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "etcd", "/bin/true"}), Catch::Contains("etcd"));
+  REQUIRE_THROWS_WITH(parse({"--standalone", "--nnodes", "2", "/bin/true"}), Catch::Contains("--standalone"));
+  REQUIRE_THROWS_AS(parse({}), LaunchUsageError);
+
+  // Each message is one line and names its flag or variable, whichever source the value came from.
+  const std::vector<std::pair<std::vector<std::string>, EnvSnapshot>> cases = {
+      {{"--rdzv-backend", "zk", "/bin/true"}, {}},
+      {{"--rdzv-backend", "etcd", "/bin/true"}, {}},  // single node too: rejected once, the same way
+      {{"--rdzv-conf", "no-equals", "/bin/true"}, {}},  // single node too: the syntax is checked
+      {{"--master-port", "70000", "/bin/true"}, {}},
+      {{"--rdzv-endpoint", ":29400", "/bin/true"}, {}},
+      {{"/bin/true"}, EnvSnapshot{{{"PET_NNODES", "x"}}}},
+      {{"/bin/true"}, EnvSnapshot{{{"PET_MAX_RESTARTS", "-1"}}}},
+      {{"/bin/true"}, with(kSlurmStep, "SLURM_NODEID", "x")},
+      {{"/bin/true"}, with(kPlatform, "WORLD_SIZE", "0")},
+      {{"/bin/true"}, with(kPlatform, "MASTER_PORT", "http")},
+  };
+  const std::vector<std::string> names = {"--rdzv-backend", "--rdzv-backend etcd", "--rdzv-conf", "--master-port",
+                                          "--rdzv-endpoint", "--nnodes: expected N or MIN:MAX with 1 <= MIN <= MAX, got 'x' (from PET_NNODES)",
+                                          "--max-restarts", "SLURM_NODEID",
+                                          "WORLD_SIZE", "MASTER_PORT"};
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::string e = usage_error(cases[i].first, cases[i].second);
+    INFO(names[i] << ": " << e);
+    CHECK_THAT(e, Catch::Contains(names[i]));
+    CHECK(e.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("multi-node flags become the agent's rendezvous configuration", "[launch_plan]") {
+  const EnvSnapshot token{{{"CRUN_RDZV_TOKEN", "from-env"}}};
+  const auto c10d = parse({"--nnodes", "2:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3", "--rdzv-id", "j7",
+                           "--rdzv-conf", "join_timeout=5,last_call_timeout=0.5,is_host=0,token=t0k,keep_alive_interval=1,keep_alive_max_attempt=4",
+                           "--max-restarts", "2", "--local-addr", "10.1.2.9", "/bin/true", "--x"},
+                          token);
+  REQUIRE(c10d.agent.multi_node);
+  const auto& m = *c10d.agent.multi_node;
+  CHECK(m.endpoint.host == "10.1.2.3");
+  CHECK(m.endpoint.port == 29400);
+  CHECK_FALSE(m.is_host);
+  CHECK(m.token == "t0k");  // --rdzv-conf token > $CRUN_RDZV_TOKEN
+  CHECK(m.local_addr == "10.1.2.9");
+  CHECK(m.rendezvous.run_id == "j7");
+  CHECK(m.rendezvous.min_nodes == 2);
+  CHECK(m.rendezvous.max_nodes == 4);
+  CHECK(m.rendezvous.max_restarts == 2);
+  CHECK(m.rendezvous.join_timeout == std::chrono::milliseconds(5000));
+  CHECK(m.rendezvous.last_call_timeout == std::chrono::milliseconds(500));
+  CHECK(m.rendezvous.heartbeat_timeout == std::chrono::milliseconds(4000));  // interval x attempts
+  CHECK(m.program == "true");
+  CHECK(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3", "/bin/true"}, token)
+            .agent.multi_node->token == "from-env");
+  // One boolean reader for --rdzv-conf and PET_* flags: "on"/"off" were refused here before.
+  for (const char* word : {"on", "ON", "yes", "True"}) {
+    INFO(word);
+    const auto on = parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3", "--rdzv-conf",
+                           std::string("is_host=") + word, "/bin/true"});
+    CHECK(on.agent.multi_node->is_host);
+  }
+  CHECK_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3", "--rdzv-conf",
+                           "is_host=maybe", "/bin/true"}),
+                    Catch::Contains("is_host must be true or false"));
+
+  const auto fixed = parse({"--nnodes", "3", "--node-rank", "1", "--master-addr", "10.0.0.1", "--master-port", "29511",
+                            "/bin/true"});
+  REQUIRE(fixed.agent.multi_node);
+  CHECK(fixed.agent.multi_node->endpoint.host == "10.0.0.1");
+  CHECK(fixed.agent.multi_node->endpoint.port == 29511);
+  CHECK_FALSE(fixed.agent.multi_node->is_host);  // only node rank 0 hosts
+  CHECK(fixed.agent.multi_node->rank_hint == 1);
+  CHECK_FALSE(fixed.agent.master_port.has_value());  // the store holds 29511; workers get their own port
+
+  CHECK_FALSE(parse({"--standalone", "--nproc-per-node", "2", "/bin/true"}).agent.multi_node);
+  CHECK_FALSE(parse({"/bin/true"}).agent.multi_node);
+}
+
+TEST_CASE("c10d: the launcher decides who hosts the store from this host's addresses", "[launch_plan]") {
+  auto c10d = [](const std::string& endpoint, const std::string& conf = "") {
+    std::vector<std::string> args = {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint};
+    if (!conf.empty()) args.insert(args.end(), {"--rdzv-conf", conf});
+    args.push_back("/bin/true");
+    const auto p = plan(args);
+    REQUIRE(p.multi_node);
+    return *p.multi_node;
+  };
+  const auto by_name = c10d("node-a:29400");  // a name that resolves to one of our addresses
+  CHECK(by_name.config.is_host);
+  CHECK(by_name.config.bind_address == "10.0.0.5");
+  CHECK(by_name.config.endpoint.host == "node-a");  // the endpoint stays as written
+  CHECK_THAT(by_name.host_source, Catch::Contains("is one of this host's addresses"));
+  CHECK(by_name.endpoint_source == "--rdzv-endpoint");
+
+  const auto literal = c10d("10.0.0.5:29400");
+  CHECK(literal.config.is_host);
+  CHECK(literal.config.bind_address == "10.0.0.5");
+
+  const auto other = c10d("node-b:29400");
+  CHECK_FALSE(other.config.is_host);
+  CHECK(other.config.bind_address.empty());
+  CHECK_THAT(other.host_source, Catch::Contains("not one of"));
+  CHECK_FALSE(c10d("192.0.2.7:29400").config.is_host);
+  CHECK_FALSE(c10d("unknown-host:29400").config.is_host);
+
+  const auto forbidden = c10d("node-a:29400", "is_host=0");  // --rdzv-conf is_host wins either way
+  CHECK_FALSE(forbidden.config.is_host);
+  CHECK(forbidden.host_source == "--rdzv-conf is_host");
+  const auto forced = c10d("node-b:29400", "is_host=1");
+  CHECK(forced.config.is_host);
+  CHECK(forced.config.bind_address.empty());  // not ours: the agent listens on every interface
+
+  const auto v6 = c10d("[::1]:29401");
+  CHECK(v6.config.endpoint.host == "::1");
+  CHECK(v6.config.endpoint.port == 29401);
+  CHECK_FALSE(v6.config.is_host);  // ::1 is not among this test host's addresses
+}
+
+TEST_CASE("static: node rank 0 hosts the store", "[launch_plan]") {
+  const auto p = plan({"--nnodes", "2", "--node-rank", "0", "--master-addr", "node-a", "/bin/true"});
+  REQUIRE(p.multi_node);
+  CHECK(p.multi_node->config.is_host);
+  CHECK(p.multi_node->config.bind_address == "10.0.0.5");
+  CHECK(p.multi_node->config.endpoint.port == 29500);
+  CHECK(p.multi_node->host_source == "node rank 0 (static)");
+  CHECK(p.multi_node->endpoint_source == "master_addr:master_port");
+  const auto forced = plan({"--nnodes", "2", "--node-rank", "1", "--master-addr", "node-b", "--rdzv-conf", "is_host=1", "/bin/true"});
+  CHECK(forced.multi_node->config.is_host);
+}
+
+TEST_CASE("Slurm: an srun step of agents derives the multi-node job; flags and PET_* win", "[launch_plan][slurm]") {
+  auto o = parse({"/bin/true"}, kSlurmStep);
+  REQUIRE(o.agent.multi_node);
+  const auto& m = *o.agent.multi_node;
+  CHECK(m.rendezvous.min_nodes == 4);
+  CHECK(m.rendezvous.max_nodes == 4);
+  CHECK(m.endpoint.host == "localhost");  // the first host resolves, so it is used as it is
+  CHECK(m.endpoint.port >= 20000);
+  CHECK(m.endpoint.port < 30000);
+  CHECK(m.rank_hint == 2);
+  CHECK_FALSE(m.is_host);  // node 0 hosts, whatever the addresses say (localhost is ours)
+  CHECK(m.rendezvous.run_id == "4242.3");
+  CHECK(o.agent.nproc_per_node == 3);
+  CHECK(plan({"/bin/true"}, kSlurmStep).multi_node->host_source == "SLURM_NODEID");
+  CHECK(parse({"/bin/true"}, with(kSlurmStep, "PET_NPROC_PER_NODE", "2")).agent.nproc_per_node == 2);  // PET_* > Slurm
+  CHECK(parse({"--nproc-per-node", "1", "/bin/true"}, with(kSlurmStep, "PET_NPROC_PER_NODE", "2")).agent.nproc_per_node == 1);  // flag > PET_*
+  const auto standalone = parse({"--standalone", "/bin/true"}, kSlurmStep);  // one node, whatever the step spans
+  CHECK_FALSE(standalone.agent.multi_node);
+  CHECK(standalone.agent.nproc_per_node == 3);
+  const auto explicit_endpoint = plan({"--rdzv-endpoint", "127.0.0.1:29999", "/bin/true"}, kSlurmStep);
+  CHECK(explicit_endpoint.multi_node->config.endpoint.port == 29999);
+  CHECK(explicit_endpoint.multi_node->config.is_host);  // not Slurm's endpoint: the address match decides
+  CHECK_THAT(explicit_endpoint.multi_node->host_source, Catch::Contains("this host's addresses"));
+  const auto printed = *parse({"--print-config", "/bin/true"}, kSlurmStep).exit_now;
+  CHECK_THAT(printed, Catch::Contains("mode = multi-node  (slurm environment)"));
+  CHECK_THAT(printed, Catch::Contains("nnodes = 4  (SLURM_STEP_NUM_NODES)"));
+  CHECK_THAT(printed, Catch::Contains("node_rank = 2  (SLURM_NODEID)"));
+  CHECK_THAT(printed, Catch::Contains("nproc_per_node = 3  (SLURM_GPUS_ON_NODE)"));
+  CHECK_THAT(printed, Catch::Contains("rdzv_backend = c10d  (Slurm step)"));
+  CHECK_THAT(printed, Catch::Contains("max_restarts = 0  (default)"));
+  CHECK_THAT(printed, Catch::Contains("store_host = another node  (SLURM_NODEID)"));
+  CHECK_THAT(printed, Catch::Contains("run_id = 4242.3  (SLURM_JOB_ID.SLURM_STEP_ID)"));
+  CHECK_THROWS_WITH(parse({"/bin/true"}, with(kSlurmStep, "SLURM_STEP_NUM_TASKS", "8")),  // srun -n 8 crun ...
+                    Catch::Contains("--slurm-tasks"));
+  CHECK_THROWS_WITH(parse({"/bin/true"}, with(kSlurmStep, "SLURM_NODEID", "x")), Catch::Contains("SLURM_NODEID"));
+}
+
+TEST_CASE("Slurm: a first node that does not resolve is reached at scontrol's NodeAddr", "[launch_plan][slurm]") {
+  EnvSnapshot env = with(kSlurmStep, "SLURM_STEP_NODELIST", "n[1-2]");
+  env.vars["SLURM_STEP_NUM_NODES"] = "2";
+  env.vars["SLURM_STEP_NUM_TASKS"] = "2";
+  env.vars["SLURM_NODEID"] = "0";
+  const auto p = plan({"--print-config", "/bin/true"}, env);
+  REQUIRE(p.multi_node);
+  CHECK(p.multi_node->config.endpoint.host == "10.0.0.5");
+  CHECK(p.multi_node->config.is_host);  // node 0
+  CHECK(p.multi_node->config.bind_address == "10.0.0.5");
+  CHECK_THAT(source_of(p, "rdzv_endpoint"), Catch::Contains("n1's NodeAddr from scontrol"));
+  CHECK_THAT(*to_launch_options(p).exit_now, Catch::Matches("(.|\n)*rdzv_endpoint = 10\\.0\\.0\\.5:2[0-9]{4}  \\(first host of SLURM_STEP_NODELIST(.|\n)*"));
+
+  HostFacts no_scontrol = test_host();
+  no_scontrol.slurm_node_addr = nullptr;
+  CHECK_THAT(usage_error({"/bin/true"}, env, no_scontrol), Catch::Contains("the first Slurm node 'n1' does not resolve"));
+  CHECK(plan({"--rdzv-endpoint", "node-a", "/bin/true"}, env, no_scontrol).multi_node->config.endpoint.host == "node-a");
+}
+
+TEST_CASE("Slurm: the batch script itself runs one node", "[launch_plan][slurm]") {
+  const EnvSnapshot env{{{"SLURM_JOB_ID", "77"}, {"SLURM_JOB_NUM_NODES", "2"}}};
+  const auto o = parse({"/bin/true"}, env);
+  CHECK_FALSE(o.agent.multi_node);
+  CHECK(o.agent.run_id == "77.batch");
+  CHECK_THAT(o.note, Catch::Contains("srun --ntasks-per-node=1"));
+  CHECK(parse({"--standalone", "/bin/true"}, env).note.empty());  // --standalone: the job's shape is not used
+}
+
+TEST_CASE("platform MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE form a static multi-node job", "[launch_plan][platform]") {
+  auto o = parse({"--nproc-per-node", "2", "/bin/true"}, kPlatform);
+  REQUIRE(o.agent.multi_node);
+  CHECK(o.agent.multi_node->endpoint.host == "10.9.8.7");
+  CHECK(o.agent.multi_node->endpoint.port == 23456);
+  CHECK(o.agent.multi_node->rank_hint == 1);
+  CHECK_FALSE(o.agent.multi_node->is_host);
+  CHECK(o.agent.multi_node->rendezvous.max_nodes == 3);
+  CHECK(parse({"/bin/true"}, with(kPlatform, "RANK", "0")).agent.multi_node->is_host);  // rank 0 hosts
+  CHECK_FALSE(parse({"/bin/true"}, with(kPlatform, "PET_NNODES", "1")).agent.multi_node);  // PET_* > platform
+  CHECK_FALSE(parse({"--nnodes", "1", "/bin/true"}, kPlatform).agent.multi_node);           // flags > platform
+  // A worker's own environment is not a platform's.
+  CHECK_FALSE(parse({"/bin/true"}, with(kPlatform, "TORCHELASTIC_RUN_ID", "x")).agent.multi_node);
+  CHECK_THROWS_WITH(parse({"/bin/true"}, with(kPlatform, "RANK", "3")), Catch::Contains("RANK=3 is not below WORLD_SIZE=3"));
+  const auto printed = *parse({"--print-config", "/bin/true"}, kPlatform).exit_now;
+  CHECK_THAT(printed, Catch::Contains("node_rank = 1  (RANK (platform))"));
+  CHECK_THAT(printed, Catch::Contains("store_endpoint = 10.9.8.7:23456  (master_addr:master_port)"));
+  CHECK_THAT(printed, Catch::Contains("store_host = another node  (node rank 0 (static))"));
+}
+
+TEST_CASE("--slurm-tasks: the worker environment from the task's SLURM_* variables", "[launch_plan][slurm]") {
+  const EnvSnapshot env{{
+      {"SLURM_JOB_ID", "4242"},
+      {"SLURM_STEP_ID", "0"},
+      {"SLURM_PROCID", "5"},
+      {"SLURM_LOCALID", "1"},
+      {"SLURM_NODEID", "1"},
+      {"SLURM_STEP_NUM_TASKS", "7"},
+      {"SLURM_STEP_NUM_NODES", "2"},
+      {"SLURM_STEP_TASKS_PER_NODE", "4,3"},
+      {"SLURM_STEP_NODELIST", "localhost,other"},
+      {"SLURM_RESTART_COUNT", "2"},
+      {"PATH", "/usr/bin:/bin"},
+  }};
+  auto o = parse({"--slurm-tasks", "/bin/true", "x"}, env);
+  REQUIRE(o.slurm_tasks);
+  std::map<std::string, std::string> vars(o.task_env.begin(), o.task_env.end());
+  CHECK(vars["RANK"] == "5");
+  CHECK(vars["LOCAL_RANK"] == "1");
+  CHECK(vars["WORLD_SIZE"] == "7");
+  CHECK(vars["LOCAL_WORLD_SIZE"] == "3");
+  CHECK(vars["GROUP_RANK"] == "1");
+  CHECK(vars["MASTER_ADDR"] == "localhost");
+  CHECK(std::stoi(vars["MASTER_PORT"]) >= 20000);
+  CHECK(vars["TORCHELASTIC_RESTART_COUNT"] == "2");
+  CHECK(vars["TORCHELASTIC_RUN_ID"] == "4242.0");
+  CHECK(vars["ROLE_RANK"] == "5");
+  CHECK(vars["GROUP_WORLD_SIZE"] == "2");
+  // The agent's builder (agent/worker_env.h) makes the rest: NCCL error handling as under the
+  // agent, and no error file, which nobody would read without an agent.
+  CHECK(vars["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK(vars["NCCL_ASYNC_ERROR_HANDLING"] == "1");
+  CHECK(vars["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+  CHECK(vars.count("TORCHELASTIC_ERROR_FILE") == 0);
+  CHECK(o.agent.worker_argv == std::vector<std::string>{"/bin/true", "x"});
+  const auto again = parse({"--slurm-tasks", "/bin/true"}, env).task_env;
+  std::map<std::string, std::string> same(again.begin(), again.end());
+  CHECK(same["MASTER_PORT"] == vars["MASTER_PORT"]);
+  // A first node that does not resolve: scontrol's NodeAddr (n1 -> 10.0.0.5).
+  const auto via_scontrol = parse({"--slurm-tasks", "/bin/true"}, with(env, "SLURM_STEP_NODELIST", "n[1-2]")).task_env;
+  CHECK(std::map<std::string, std::string>(via_scontrol.begin(), via_scontrol.end())["MASTER_ADDR"] == "10.0.0.5");
+  CHECK_THROWS_WITH(parse({"--slurm-tasks", "--nproc-per-node", "2", "/bin/true"}, env), Catch::Contains("does not apply"));
+  CHECK_THROWS_WITH(parse({"--slurm-tasks", "/bin/true"}, with(env, "SLURM_PROCID", "")), Catch::Contains("SLURM_PROCID is not set"));
+  CHECK_THAT(*parse({"--slurm-tasks", "--print-config", "/bin/true"}, env).exit_now, Catch::Contains("task RANK = 5  (Slurm task)"));
+}
