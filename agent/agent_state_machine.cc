@@ -10,11 +10,8 @@ AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy) {}
 
 AgentActions AgentStateMachine::start(AgentClock::time_point) {
   if (state_ != State::kIdle) return {};
-  if (policy_.coordinated) {
-    state_ = State::kJoining;
-    return {action::JoinRound{}};
-  }
-  return start_round();
+  state_ = State::kJoining;
+  return {action::JoinRound{}};
 }
 
 AgentActions AgentStateMachine::on_round(int restart_count) {
@@ -156,9 +153,8 @@ AgentActions AgentStateMachine::on_all_exited() {
   const bool restarting = restart_count_ < policy_.max_restarts;
   actions.push_back(action::ReportFailure{root, restarting});
   if (restarting) {
-    ++restart_count_;
-    auto start = start_round();
-    actions.insert(actions.end(), start.begin(), start.end());
+    state_ = State::kJoining;  // the round that follows has the next restart count
+    actions.push_back(action::JoinRound{});
   } else {
     state_ = State::kDone;
     actions.push_back(action::Exit{root.crun_exit_code()});

@@ -1,23 +1,25 @@
 // AgentStateMachine: the agent's decisions, free of processes, sockets and clocks.
 //
 // Contract
-//   Events go in (start, a worker exited, a signal arrived, the stop grace expired); the actions
-//   to carry out come back, in order. The caller performs them and feeds back what happens.
-//     - start()                 -> StartGroup{restart 0}
+//   Events go in (start, a round, a worker exited, a signal arrived, the stop grace expired); the
+//   actions to carry out come back, in order. The caller performs them and feeds back what happens.
+//   Every group starts in a round of the rendezvous (rendezvous/rendezvous_backend.h):
+//     - start()                 -> JoinRound
+//     - on_round(restart_count) while joining -> StartGroup{restart_count}
 //     - every worker exits 0    -> Exit{0}
 //     - first failing exit      -> it becomes the root cause; SignalGroup{SIGTERM} + ArmStopTimer
 //     - handled signal          -> SignalGroup{signal} (forwarded) + ArmStopTimer; crun ends with
 //                                  Exit{128 + signal} once every worker is gone
 //     - stop grace expired      -> KillGroup (SIGKILL to every worker's process group)
 //     - all workers gone while stopping -> CancelStopTimer, then for a failure ReportFailure and
-//                                  either StartGroup{restart + 1} (restarts remain) or
-//                                  Exit{root cause code: exit code, or 128 + signal}
+//                                  either JoinRound (restarts remain: the next round's restart
+//                                  count is one more) or Exit{root cause code: exit code, or
+//                                  128 + signal}
 //   Root cause = the first failing exit observed, by time, of the current round; exits caused by
 //   our own stop are never the root cause. Events of an older round are ignored.
 //
 //   Coordinated (multi-node) mode: the rendezvous coordinator, not this node, decides restarts.
-//     - start() / the round ended by the coordinator, once workers are gone -> JoinRound
-//     - on_round(restart_count) while joining -> StartGroup{restart_count}
+//     - the round ended by the coordinator, once workers are gone -> JoinRound
 //     - first failing exit -> PublishFailure (at once: other nodes stop within milliseconds) and
 //       the stop as above; once all are gone -> ReportFailure, then wait for the coordinator
 //     - every worker exits 0 -> PublishSuccess, then wait

@@ -30,19 +30,33 @@ const A* find(const AgentActions& actions) {
   return nullptr;
 }
 
+// start() joins a round; the round (restart count 0) starts the group.
+void start(AgentStateMachine& sm) {
+  const auto joined = sm.start(t0);
+  REQUIRE(joined.size() == 1);
+  REQUIRE(std::holds_alternative<action::JoinRound>(joined[0]));
+  const auto started = sm.on_round(0);
+  REQUIRE(started.size() == 1);
+  REQUIRE(std::get<action::StartGroup>(started[0]).restart_count == 0);
+}
+
 }  // namespace
 
-TEST_CASE("start starts the group with restart count 0", "[state_machine]") {
+TEST_CASE("start joins a round, which starts the group with restart count 0", "[state_machine]") {
   AgentStateMachine sm({2, 0, 30s});
   const auto a = sm.start(t0);
   REQUIRE(a.size() == 1);
-  REQUIRE(std::get<action::StartGroup>(a[0]).restart_count == 0);
+  REQUIRE(std::holds_alternative<action::JoinRound>(a[0]));
+  REQUIRE(sm.state() == AgentStateMachine::State::kJoining);
+  const auto b = sm.on_round(0);
+  REQUIRE(b.size() == 1);
+  REQUIRE(std::get<action::StartGroup>(b[0]).restart_count == 0);
   REQUIRE(sm.state() == AgentStateMachine::State::kRunning);
 }
 
 TEST_CASE("all workers succeed: exit 0", "[state_machine]") {
   AgentStateMachine sm({3, 2, 30s});
-  sm.start(t0);
+  start(sm);
   REQUIRE(sm.on_worker_exit(exit_of(0, 0, 0)).empty());
   REQUIRE(sm.on_worker_exit(exit_of(0, 2, 0)).empty());
   const auto a = sm.on_worker_exit(exit_of(0, 1, 0));
@@ -53,7 +67,7 @@ TEST_CASE("all workers succeed: exit 0", "[state_machine]") {
 
 TEST_CASE("a failure stops the group with SIGTERM and arms the grace timer", "[state_machine]") {
   AgentStateMachine sm({2, 0, 5s});
-  sm.start(t0);
+  start(sm);
   const auto a = sm.on_worker_exit(exit_of(0, 1, 3, 0, 100ms));
   REQUIRE(a.size() == 2);
   REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGTERM);
@@ -63,7 +77,7 @@ TEST_CASE("a failure stops the group with SIGTERM and arms the grace timer", "[s
 
 TEST_CASE("restarts count up, then the root cause's code is the exit code", "[state_machine]") {
   AgentStateMachine sm({2, 2, 30s});
-  sm.start(t0);
+  start(sm);
   for (int restart = 0; restart <= 2; ++restart) {
     sm.on_worker_exit(exit_of(restart, 1, 7));
     const auto a = sm.on_worker_exit(exit_of(restart, 0, 0, SIGTERM));  // stopped by us
@@ -74,7 +88,10 @@ TEST_CASE("restarts count up, then the root cause's code is the exit code", "[st
     REQUIRE(report->root_cause.exit_code == 7);
     if (restart < 2) {
       REQUIRE(report->restarting);
-      REQUIRE(find<action::StartGroup>(a)->restart_count == restart + 1);
+      REQUIRE(find<action::StartGroup>(a) == nullptr);
+      REQUIRE(find<action::JoinRound>(a) != nullptr);  // the next round has the next restart count
+      REQUIRE(sm.state() == AgentStateMachine::State::kJoining);
+      REQUIRE(find<action::StartGroup>(sm.on_round(restart + 1))->restart_count == restart + 1);
       REQUIRE(sm.restart_count() == restart + 1);
     } else {
       REQUIRE_FALSE(report->restarting);
@@ -86,7 +103,7 @@ TEST_CASE("restarts count up, then the root cause's code is the exit code", "[st
 
 TEST_CASE("root cause is the first failure, not the workers we stopped", "[state_machine]") {
   AgentStateMachine sm({4, 0, 30s});
-  sm.start(t0);
+  start(sm);
   sm.on_worker_exit(exit_of(0, 2, 1, 0, 10ms));            // first failure: rank 2, code 1
   sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 11ms));      // stopped by us
   sm.on_worker_exit(exit_of(0, 3, 9, 0, 12ms));            // failed later (e.g. lost its peer)
@@ -97,14 +114,14 @@ TEST_CASE("root cause is the first failure, not the workers we stopped", "[state
 
 TEST_CASE("a signal-killed root cause exits 128 + signal", "[state_machine]") {
   AgentStateMachine sm({1, 0, 30s});
-  sm.start(t0);
+  start(sm);
   const auto a = sm.on_worker_exit(exit_of(0, 0, 0, SIGSEGV));
   REQUIRE(find<action::Exit>(a)->code == 128 + SIGSEGV);
 }
 
 TEST_CASE("the grace period expires: SIGKILL once", "[state_machine]") {
   AgentStateMachine sm({2, 0, 1s});
-  sm.start(t0);
+  start(sm);
   sm.on_worker_exit(exit_of(0, 0, 1));
   const auto a = sm.on_stop_timeout(t0 + 1s);
   REQUIRE(a.size() == 1);
@@ -116,7 +133,7 @@ TEST_CASE("the grace period expires: SIGKILL once", "[state_machine]") {
 
 TEST_CASE("a handled signal is forwarded; crun exits 128 + signal, no restart", "[state_machine]") {
   AgentStateMachine sm({2, 5, 30s});
-  sm.start(t0);
+  start(sm);
   const auto a = sm.on_signal(SIGUSR1, t0);
   REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGUSR1);
   REQUIRE(std::get<action::ArmStopTimer>(a[1]).deadline == t0 + 30s);
@@ -129,7 +146,7 @@ TEST_CASE("a handled signal is forwarded; crun exits 128 + signal, no restart", 
 
 TEST_CASE("a SIGTERM after a preemption notice is forwarded, but crun still exits 138", "[state_machine]") {
   AgentStateMachine sm({2, 5, 30s});
-  sm.start(t0);
+  start(sm);
   sm.on_signal(SIGUSR1, t0);
   const auto a = sm.on_signal(SIGTERM, t0 + 1ms);  // srun --kill-on-bad-exit, or the time limit
   REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGTERM);
@@ -140,7 +157,7 @@ TEST_CASE("a SIGTERM after a preemption notice is forwarded, but crun still exit
 
 TEST_CASE("a signal during a failure stop wins over restarting", "[state_machine]") {
   AgentStateMachine sm({2, 5, 30s});
-  sm.start(t0);
+  start(sm);
   sm.on_worker_exit(exit_of(0, 0, 1));
   const auto a = sm.on_signal(SIGINT, t0 + 1ms);
   REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGINT);
@@ -151,8 +168,9 @@ TEST_CASE("a signal during a failure stop wins over restarting", "[state_machine
 
 TEST_CASE("exits from an earlier start of the group are ignored", "[state_machine]") {
   AgentStateMachine sm({1, 1, 30s});
-  sm.start(t0);
-  sm.on_worker_exit(exit_of(0, 0, 2));  // -> restart 1
+  start(sm);
+  sm.on_worker_exit(exit_of(0, 0, 2));  // -> the next round, restart 1
+  sm.on_round(1);
   REQUIRE(sm.restart_count() == 1);
   REQUIRE(sm.on_worker_exit(exit_of(0, 0, 2)).empty());
   REQUIRE(find<action::Exit>(sm.on_worker_exit(exit_of(1, 0, 0)))->code == 0);

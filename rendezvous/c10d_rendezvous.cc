@@ -1,7 +1,7 @@
-#include "agent/c10d_rendezvous.h"
+#include "rendezvous/c10d_rendezvous.h"
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
+#include <unistd.h>
+
 #include <mutex>
 #include <thread>
 
@@ -13,8 +13,6 @@
 
 namespace crun {
 
-namespace asio = boost::asio;
-
 namespace {
 void say(const std::string& line) {
   std::string text = "crun: " + line + "\n";
@@ -25,8 +23,8 @@ void say(const std::string& line) {
 
 // Shared with the join thread, which may outlive a request by a moment: it holds a shared_ptr.
 struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
-  Impl(asio::io_context& io_ref, const AgentConfig& c, Listener l)
-      : io(io_ref), config(c), multi(*c.multi_node), listener(std::move(l)) {
+  Impl(C10dRendezvousConfig c, PostToLoop p, RendezvousListener l)
+      : post_to_loop(std::move(p)), multi(std::move(c)), listener(std::move(l)) {
     // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
     const std::string local = local_address_of(multi.endpoint_host);
     host = multi.is_host.value_or(!local.empty());
@@ -51,13 +49,13 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   // This node's identity and the configuration every node must share.
   NodeRecord make_record() const {
     NodeRecord self;
-    self.hostname = config.hostname;
-    self.node_id = make_node_id(config.hostname);
+    self.hostname = multi.hostname;
+    self.node_id = make_node_id(multi.hostname);
     self.addr = multi.local_addr;
     self.rank_hint = multi.rank_hint;
-    self.nproc = config.nproc_per_node;
-    self.role = config.role;
-    self.max_restarts = config.max_restarts;
+    self.nproc = multi.nproc_per_node;
+    self.role = multi.role;
+    self.max_restarts = multi.max_restarts;
     self.min_nodes = multi.rendezvous.min_nodes;
     self.max_nodes = multi.rendezvous.max_nodes;
     self.program = multi.program;
@@ -67,7 +65,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   // Posts `f` to the agent's loop unless the rendezvous was shut down.
   template <typename F>
   void post(F&& f) {
-    asio::post(io, [weak = weak_from_this(), f = std::forward<F>(f)]() mutable {
+    post_to_loop([weak = weak_from_this(), f = std::forward<F>(f)]() mutable {
       auto self = weak.lock();
       if (self && !self->stopped) f(*self);
     });
@@ -89,7 +87,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
           return;
         }
       }
-      std::uint16_t port = config.master_port.value_or(0);
+      std::uint16_t port = multi.master_port.value_or(0);
       if (port == 0) port = pick_free_port(participant->self().addr);
       RoundAnswer a = participant->join(port);
       if (!a.error.empty()) {
@@ -101,8 +99,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         info.restart_count = a.restart_count;
         info.group_rank = a.node_rank;
         info.group_world_size = a.nnodes;
-        info.rank_offset = a.node_rank * config.nproc_per_node;
-        info.world_size = a.nnodes * config.nproc_per_node;
+        info.rank_offset = a.node_rank * multi.nproc_per_node;
+        info.world_size = a.nnodes * multi.nproc_per_node;
         info.master_addr = a.master_addr;
         info.master_port = a.master_port;
       }
@@ -160,10 +158,9 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     if (joiner.joinable()) joiner.join();
   }
 
-  asio::io_context& io;
-  AgentConfig config;
-  MultiNodeConfig multi;
-  Listener listener;
+  PostToLoop post_to_loop;
+  C10dRendezvousConfig multi;
+  RendezvousListener listener;
   bool host = false;
   bool stopped = false;
   std::shared_ptr<ConnectCancel> cancel = std::make_shared<ConnectCancel>();
@@ -177,10 +174,10 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::thread joiner;
 };
 
-C10dRendezvous::C10dRendezvous(asio::io_context& io, const AgentConfig& config, Listener listener)
-    : impl_(std::make_shared<Impl>(io, config, std::move(listener))) {}
+C10dRendezvous::C10dRendezvous(C10dRendezvousConfig config, PostToLoop post, RendezvousListener listener)
+    : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener))) {}
 
-C10dRendezvous::~C10dRendezvous() { shutdown(); }
+C10dRendezvous::~C10dRendezvous() { shutdown(std::chrono::milliseconds(0)); }
 
 void C10dRendezvous::request_round() {
   if (impl_->joiner.joinable()) impl_->joiner.join();  // the previous join delivered its answer
