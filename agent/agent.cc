@@ -206,7 +206,7 @@ void Agent::Impl::perform(const AgentActions& actions) {
       rendezvous->request_round();
     } else if (auto* pub = std::get_if<action::PublishFailure>(&a)) {
       const auto us = std::chrono::duration_cast<std::chrono::microseconds>(pub->root_cause.wall_time.time_since_epoch());
-      // The coordinator decides restart or stop; node rank 0 sets `restarting` from its decision.
+      // The coordinator decides restart or stop; the machine reports the root cause with its decision.
       rendezvous->publish_failure(rendezvous_round, pub->root_cause.crun_exit_code(), us.count(),
                                   report_for(pub->root_cause).to_json());
     } else if (std::holds_alternative<action::PublishSuccess>(a)) {

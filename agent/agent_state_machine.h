@@ -18,10 +18,13 @@
 //   Root cause = the first failing exit observed, by time, of the current round; exits caused by
 //   our own stop are never the root cause. Events of an older round are ignored.
 //
-//   Coordinated (multi-node) mode: the rendezvous coordinator, not this node, decides restarts.
+//   Coordinated (multi-node) mode: the rendezvous coordinator, not this node, decides restarts;
+//   max_restarts is not consulted.
 //     - the round ended by the coordinator, once workers are gone -> JoinRound
 //     - first failing exit -> PublishFailure (at once: other nodes stop within milliseconds) and
-//       the stop as above; once all are gone -> ReportFailure, then wait for the coordinator
+//       the stop as above; once all are gone, ReportFailure with the coordinator's decision:
+//       restarting when it ended the round, not when it closed the job (or this node leaves on a
+//       signal); until the decision comes, the node waits
 //     - every worker exits 0 -> PublishSuccess, then wait
 //     - on_round_ended() -> stop the workers (if any), then JoinRound
 //     - on_job_closed(code) -> stop the workers (if any), then Exit{code} (after ReportFailure
@@ -98,7 +101,7 @@ bool is_preemption_notice(int signo);
 
 struct AgentPolicy {
   int nproc = 1;
-  int max_restarts = 0;
+  int max_restarts = 0;  // single node only: coordinated mode takes the coordinator's decision
   std::chrono::milliseconds stop_timeout{30000};
   bool coordinated = false;  // multi-node: the rendezvous decides restarts
 };
@@ -126,6 +129,8 @@ class AgentStateMachine {
   AgentActions begin_stop(int signo, AgentClock::time_point now);
   AgentActions on_all_exited();
   AgentActions start_round();
+  // Coordinated: ReportFailure for this round's root cause, once, with the coordinator's decision.
+  void report_decision(AgentActions& actions, bool restarting);
 
   AgentPolicy policy_;
   State state_ = State::kIdle;
@@ -136,6 +141,7 @@ class AgentStateMachine {
   bool round_ended_ = false;          // the coordinator ended the round: rejoin once stopped
   std::optional<int> closing_code_;   // the coordinator closed the job: exit once stopped
   std::optional<WorkerExit> root_cause_;
+  bool failure_reported_ = false;     // ReportFailure went out for root_cause_
 };
 
 }  // namespace crun

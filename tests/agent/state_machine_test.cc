@@ -205,13 +205,61 @@ TEST_CASE("coordinated: a local failure is published at once, then the node wait
   REQUIRE(find<action::PublishFailure>(a)->root_cause.exit_code == 9);
   REQUIRE(find<action::SignalGroup>(a)->signo == SIGTERM);
   a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 20ms));
-  REQUIRE(find<action::ReportFailure>(a) != nullptr);
+  REQUIRE(find<action::ReportFailure>(a) == nullptr);  // reported with the coordinator's decision
   REQUIRE(find<action::JoinRound>(a) == nullptr);  // the coordinator decides
   REQUIRE(find<action::StartGroup>(a) == nullptr);
   REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
   a = sm.on_round_ended(t0 + 30ms);
-  REQUIRE(a.size() == 1);
-  REQUIRE(std::holds_alternative<action::JoinRound>(a[0]));
+  REQUIRE(a.size() == 2);
+  REQUIRE(std::get<action::ReportFailure>(a[0]).root_cause.exit_code == 9);
+  REQUIRE(std::get<action::ReportFailure>(a[0]).restarting);
+  REQUIRE(std::holds_alternative<action::JoinRound>(a[1]));
+}
+
+TEST_CASE("coordinated: the coordinator's close, not this node's max_restarts, says no restart", "[state_machine]") {
+  auto sm = coordinated(2, 3);  // restarts would remain by this node's count
+  sm.start(t0);
+  sm.on_round(0);
+  sm.on_worker_exit(exit_of(0, 1, 9, 0, 10ms));
+  REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 20ms))) == nullptr);
+  REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
+  const auto a = sm.on_job_closed(9, t0 + 30ms);  // e.g. the job's restarts were used up elsewhere
+  REQUIRE(a.size() == 2);
+  REQUIRE_FALSE(std::get<action::ReportFailure>(a[0]).restarting);
+  REQUIRE(std::get<action::Exit>(a[1]).code == 9);
+  REQUIRE(sm.on_job_closed(9, t0 + 40ms).empty());
+}
+
+TEST_CASE("coordinated: a round the coordinator ended restarts though this node's max_restarts is 0", "[state_machine]") {
+  auto sm = coordinated(2, 0);
+  sm.start(t0);
+  sm.on_round(0);
+  sm.on_worker_exit(exit_of(0, 1, 9, 0, 10ms));
+  REQUIRE(sm.on_round_ended(t0 + 15ms).empty());  // the stop decision overtook our workers' exits
+  auto a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 20ms));
+  REQUIRE(find<action::ReportFailure>(a) != nullptr);
+  REQUIRE(find<action::ReportFailure>(a)->restarting);
+  REQUIRE(find<action::JoinRound>(a) != nullptr);
+  a = sm.on_round(1);
+  REQUIRE(std::get<action::StartGroup>(a.at(0)).restart_count == 1);
+  // The next round's failure is reported again, once, with its own decision.
+  sm.on_worker_exit(exit_of(1, 0, 4, 0, 30ms));
+  REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(1, 1, 0, SIGTERM, 40ms))) == nullptr);
+  a = sm.on_job_closed(4, t0 + 50ms);
+  REQUIRE(std::get<action::ReportFailure>(a.at(0)).root_cause.exit_code == 4);
+  REQUIRE_FALSE(std::get<action::ReportFailure>(a.at(0)).restarting);
+}
+
+TEST_CASE("coordinated: a signal while waiting for the decision reports the failure without a restart", "[state_machine]") {
+  auto sm = coordinated(1, 3);
+  sm.start(t0);
+  sm.on_round(0);
+  sm.on_worker_exit(exit_of(0, 0, 5, 0, 10ms));
+  REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
+  const auto a = sm.on_signal(SIGTERM, t0 + 20ms);
+  REQUIRE(a.size() == 2);
+  REQUIRE_FALSE(std::get<action::ReportFailure>(a[0]).restarting);
+  REQUIRE(std::get<action::Exit>(a[1]).code == 128 + SIGTERM);
 }
 
 TEST_CASE("coordinated: a round ended elsewhere stops the workers, then rejoins", "[state_machine]") {
