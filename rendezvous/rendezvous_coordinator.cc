@@ -116,7 +116,7 @@ struct RendezvousCoordinator::Impl {
           malformed = ex.what();
         }
         apply(core.on_report(r, node, outcome, now));
-        if (!outcome) throw std::invalid_argument(malformed);
+        if (!outcome) log("rendezvous: ignored a malformed record at '" + e.key + "': " + malformed);
       }
     } catch (const std::invalid_argument& ex) {
       log("rendezvous: ignored a malformed record at '" + e.key + "': " + ex.what());
