@@ -24,23 +24,23 @@ void say(const std::string& line) {
 // Shared with the join thread, which may outlive a request by a moment: it holds a shared_ptr.
 struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   Impl(C10dRendezvousConfig c, PostToLoop p, RendezvousListener l)
-      : post_to_loop(std::move(p)), multi(std::move(c)), listener(std::move(l)) {
+      : post_to_loop(std::move(p)), config(std::move(c)), listener(std::move(l)) {
     // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
-    const std::string local = local_address_of(multi.endpoint_host);
-    host = multi.is_host.value_or(!local.empty());
-    options.token = multi.token;
-    options.timeout = multi.read_timeout;
-    options.connect_timeout = multi.rendezvous.join_timeout;
+    const std::string local = local_address_of(config.endpoint_host);
+    host = config.is_host.value_or(!local.empty());
+    options.token = config.token;
+    options.timeout = config.read_timeout;
+    options.connect_timeout = config.rendezvous.join_timeout;
     options.cancel = cancel;
     if (host) {
       StoreServerOptions so;
       so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
-      so.port = multi.endpoint_port;
-      so.token = multi.token;
+      so.port = config.endpoint_port;
+      so.token = config.token;
       server = std::make_unique<StoreServer>(so);
       server->start();
       coordinator = std::make_unique<RendezvousCoordinator>(
-          StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, multi.rendezvous,
+          StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.rendezvous,
           [](const std::string& line) { say(line); }, make_record(),
           [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); });
     }
@@ -49,16 +49,16 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   // This node's identity and the configuration every node must share.
   NodeRecord make_record() const {
     NodeRecord self;
-    self.hostname = multi.hostname;
-    self.node_id = make_node_id(multi.hostname);
-    self.addr = multi.local_addr;
-    self.rank_hint = multi.rank_hint;
-    self.nproc = multi.nproc_per_node;
-    self.role = multi.role;
-    self.max_restarts = multi.max_restarts;
-    self.min_nodes = multi.rendezvous.min_nodes;
-    self.max_nodes = multi.rendezvous.max_nodes;
-    self.program = multi.program;
+    self.hostname = config.hostname;
+    self.node_id = make_node_id(config.hostname);
+    self.addr = config.local_addr;
+    self.rank_hint = config.rank_hint;
+    self.nproc = config.nproc_per_node;
+    self.role = config.role;
+    self.max_restarts = config.max_restarts;
+    self.min_nodes = config.rendezvous.min_nodes;
+    self.max_nodes = config.rendezvous.max_nodes;
+    self.program = config.program;
     return self;
   }
 
@@ -79,7 +79,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         try {
           connect();
         } catch (const StoreConnectionError& e) {
-          result.error = "no rendezvous store answered at " + StoreEndpoint{multi.endpoint_host, multi.endpoint_port}.str() +
+          result.error = "no rendezvous store answered at " + StoreEndpoint{config.endpoint_host, config.endpoint_port}.str() +
                          " (is an agent hosting it? the endpoint must be one of its addresses, or pass is_host=1): " +
                          e.what();
           result.exit_code = kExitRendezvousTimeout;
@@ -87,7 +87,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
           return;
         }
       }
-      std::uint16_t port = multi.master_port.value_or(0);
+      std::uint16_t port = config.master_port.value_or(0);
       if (port == 0) port = pick_free_port(participant->self().addr);
       RoundAnswer a = participant->join(port);
       if (!a.error.empty()) {
@@ -99,8 +99,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         info.restart_count = a.restart_count;
         info.group_rank = a.node_rank;
         info.group_world_size = a.nnodes;
-        info.rank_offset = a.node_rank * multi.nproc_per_node;
-        info.world_size = a.nnodes * multi.nproc_per_node;
+        info.rank_offset = a.node_rank * config.nproc_per_node;
+        info.world_size = a.nnodes * config.nproc_per_node;
         info.master_addr = a.master_addr;
         info.master_port = a.master_port;
       }
@@ -130,8 +130,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     ev.on_store_lost = [weak](const std::string& why) {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
-    auto p = std::make_unique<RendezvousParticipant>(StoreEndpoint{multi.endpoint_host, multi.endpoint_port}, options,
-                                                     multi.rendezvous, self, ev);
+    auto p = std::make_unique<RendezvousParticipant>(StoreEndpoint{config.endpoint_host, config.endpoint_port}, options,
+                                                     config.rendezvous, self, ev);
     std::lock_guard lock(mu);
     participant = std::move(p);
     node = participant->self().node_id;
@@ -159,7 +159,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   }
 
   PostToLoop post_to_loop;
-  C10dRendezvousConfig multi;
+  C10dRendezvousConfig config;
   RendezvousListener listener;
   bool host = false;
   bool stopped = false;
@@ -207,8 +207,8 @@ void C10dRendezvous::shutdown(std::chrono::milliseconds linger) {
   m.participant.reset();  // our alive key goes with the connection
   if (m.coordinator) {
     // Keep the store up until the other agents have read the close and left.
-    if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.multi.rendezvous.close_timeout)) {
-      say("some agents had not left " + std::to_string(m.multi.rendezvous.close_timeout.count() / 1000) +
+    if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.config.rendezvous.close_timeout)) {
+      say("some agents had not left " + std::to_string(m.config.rendezvous.close_timeout.count() / 1000) +
           " s after the job closed; stopping the store anyway");
     } else if (!m.coordinator->closed() && linger.count() > 0 && !m.coordinator->wait_until_alone(linger)) {
       say("some agents had not left " + std::to_string(linger.count() / 1000) + " s after this one; stopping the store");
@@ -228,7 +228,7 @@ std::string C10dRendezvous::node_address() const {
   return impl_->address;
 }
 std::string C10dRendezvous::store_endpoint() const {
-  return StoreEndpoint{impl_->multi.endpoint_host, impl_->multi.endpoint_port}.str();
+  return StoreEndpoint{impl_->config.endpoint_host, impl_->config.endpoint_port}.str();
 }
 
 }  // namespace crun
