@@ -14,16 +14,17 @@
 #include <optional>
 
 #include "agent/agent_state_machine.h"
-#include "agent/c10d_rendezvous.h"
 #include "agent/failure_report.h"
 #include "agent/line_router.h"
 #include "agent/signal_names.h"
-#include "agent/standalone_rendezvous.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
 #include "base/exit_codes.h"
 #include "base/fd_io.h"
+#include "rendezvous/c10d_rendezvous.h"
+#include "rendezvous/rendezvous_records.h"
+#include "rendezvous/standalone_rendezvous.h"
 
 namespace crun {
 
@@ -73,9 +74,8 @@ struct Agent::Impl {
   bool preempted = false;  // a preemption notice (SIGUSR1/SIGUSR2) arrived
   asio::steady_timer stop_timer;
   AgentStateMachine machine;
-  std::unique_ptr<Rendezvous> rendezvous;      // single node
-  std::unique_ptr<C10dRendezvous> c10d;        // multi-node
-  int rendezvous_round = -1;                   // the multi-node round the workers belong to
+  std::unique_ptr<Rendezvous> rendezvous;      // standalone (one node) or c10d (several)
+  int rendezvous_round = -1;                   // the round the workers belong to
   int latest_stop_round = -1;                  // the newest round the coordinator ended
   std::unique_ptr<WorkerContainment> containment;  // outlives every group
   std::unique_ptr<WorkerGroup> group;
@@ -95,7 +95,7 @@ struct Agent::Impl {
   void report_failure(const action::ReportFailure& r);
   const FailureReport& report_for(const WorkerExit& e);
   void write_report_file(const FailureReport& report);
-  void start_multi_node();
+  void start_rendezvous();
   void on_round(const RoundResult& r);
   void on_control(const ControlEvent& e);
   void print_remote_report(const ControlEvent& e);
@@ -133,12 +133,7 @@ int Agent::Impl::run() {
     } else {
       run_dir = make_unique_dir(fs::absolute(config.log_dir), config.run_id + "_");  // workers may chdir
     }
-    if (config.multi_node) {
-      start_multi_node();
-    } else {
-      rendezvous = std::make_unique<StandaloneRendezvous>(config.nproc_per_node, config.master_addr,
-                                                          config.master_port);
-    }
+    start_rendezvous();
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
     if (!run_dir.empty()) {  // made before the failure, and nothing was written to it yet
@@ -155,10 +150,9 @@ int Agent::Impl::run() {
   if (!exit_code) io.run();
   group.reset();  // SIGKILLs what is left of the workers' trees
   containment->release();  // the keeper removes the job's cgroup and exits meanwhile
-  if (rendezvous) rendezvous->shutdown();
   // The host keeps the store up until the others have left; after a preemption notice the others
   // are still checkpointing, so it waits for them up to the grace period (and a little more).
-  if (c10d) c10d->shutdown(preempted ? config.stop_timeout + std::chrono::seconds(5) : std::chrono::milliseconds(0));
+  rendezvous->shutdown(preempted ? config.stop_timeout + std::chrono::seconds(5) : std::chrono::milliseconds(0));
   if (remove_run_dir) {
     std::error_code ignored;
     fs::remove_all(run_dir, ignored);
@@ -209,14 +203,14 @@ void Agent::Impl::perform(const AgentActions& actions) {
     } else if (auto* exit = std::get_if<action::Exit>(&a)) {
       finish(exit->code);
     } else if (std::holds_alternative<action::JoinRound>(a)) {
-      c10d->request_round();
+      rendezvous->request_round();
     } else if (auto* pub = std::get_if<action::PublishFailure>(&a)) {
       const auto us = std::chrono::duration_cast<std::chrono::microseconds>(pub->root_cause.wall_time.time_since_epoch());
-      // The coordinator decides restart or stop; node rank 0 sets `restarting` from its decision.
-      c10d->publish_failure(rendezvous_round, pub->root_cause.crun_exit_code(), us.count(),
-                            report_for(pub->root_cause).to_json());
+      // The coordinator decides restart or stop; the machine reports the root cause with its decision.
+      rendezvous->publish_failure(rendezvous_round, pub->root_cause.crun_exit_code(), us.count(),
+                                  report_for(pub->root_cause).to_json());
     } else if (std::holds_alternative<action::PublishSuccess>(a)) {
-      c10d->publish_success(rendezvous_round);
+      rendezvous->publish_success(rendezvous_round);
     }
   }
 }
@@ -232,7 +226,6 @@ void Agent::Impl::finish(int code) {
 void Agent::Impl::start_group(int restart_count) {
   group.reset();  // the previous round's workers are all gone by now
   try {
-    if (rendezvous) current_round = rendezvous->next_round(restart_count);  // multi-node: set by on_round
     std::vector<WorkerLaunch> launches;
     launches.reserve(static_cast<std::size_t>(config.nproc_per_node));
     for (int lr = 0; lr < config.nproc_per_node; ++lr) {
@@ -333,7 +326,7 @@ const FailureReport& Agent::Impl::report_for(const WorkerExit& e) {
   report.rank = current_round.rank_offset + e.local_rank;
   report.local_rank = e.local_rank;
   report.host = config.hostname;
-  if (c10d) report.addr = c10d->node_address();
+  report.addr = rendezvous->node_address();
   report.pid = e.pid;
   report.status = e.status;
   report.time = e.wall_time;
@@ -348,8 +341,8 @@ const FailureReport& Agent::Impl::report_for(const WorkerExit& e) {
   return *root_report;
 }
 
-void Agent::Impl::start_multi_node() {
-  C10dRendezvous::Listener l;
+void Agent::Impl::start_rendezvous() {
+  RendezvousListener l;
   l.on_round = [this](const RoundResult& r) { on_round(r); };
   l.on_control = [this](const ControlEvent& e) { on_control(e); };
   l.on_progress = [](const std::string& line) { say("crun: " + line + "\n"); };
@@ -358,12 +351,34 @@ void Agent::Impl::start_multi_node() {
     say("crun: lost the rendezvous store: " + why + "; stopping\n");
     perform(machine.on_job_closed(kExitStoreLost, AgentClock::now()));
   };
-  c10d = std::make_unique<C10dRendezvous>(io, config, std::move(l));
+  PostToLoop post = [this](std::function<void()> f) { asio::post(io, std::move(f)); };
+  if (!config.multi_node) {
+    rendezvous = std::make_unique<StandaloneRendezvous>(config.nproc_per_node, config.master_addr, config.master_port,
+                                                        std::move(post), std::move(l));
+    return;
+  }
   const auto& m = *config.multi_node;
+  C10dRendezvousConfig c;
+  c.endpoint = m.endpoint;
+  c.is_host = m.is_host;
+  c.bind_address = m.bind_address;
+  c.rendezvous = m.rendezvous;
+  c.read_timeout = m.read_timeout;
+  c.token = m.token;
+  c.local_addr = m.local_addr;
+  c.rank_hint = m.rank_hint;
+  c.program = m.program;
+  c.hostname = config.hostname;
+  c.nproc_per_node = config.nproc_per_node;
+  c.role = config.role;
+  c.max_restarts = config.max_restarts;
+  c.master_port = config.master_port;
+  auto c10d = std::make_unique<C10dRendezvous>(std::move(c), std::move(post), std::move(l));
   say("crun: " + std::string(c10d->is_host() ? "hosting" : "joining") + " the rendezvous at " +
       c10d->store_endpoint() + " (run '" + m.rendezvous.run_id + "', " + std::to_string(m.rendezvous.min_nodes) +
       (m.rendezvous.max_nodes != m.rendezvous.min_nodes ? ".." + std::to_string(m.rendezvous.max_nodes) : "") +
       " nodes)\n");
+  rendezvous = std::move(c10d);
 }
 
 void Agent::Impl::on_round(const RoundResult& r) {
@@ -374,14 +389,16 @@ void Agent::Impl::on_round(const RoundResult& r) {
     return;
   }
   if (r.rendezvous_round <= latest_stop_round) {  // ended before we saw it: join the next one
-    c10d->request_round();
+    rendezvous->request_round();
     return;
   }
   rendezvous_round = r.rendezvous_round;
   current_round = r.info;
-  say("crun: round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) + " of " +
-      std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.restart_count) + ", master " +
-      r.info.master_addr + ":" + std::to_string(r.info.master_port) + "\n");
+  if (config.multi_node) {
+    say("crun: round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) +
+        " of " + std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.restart_count) +
+        ", master " + r.info.master_addr + ":" + std::to_string(r.info.master_port) + "\n");
+  }
   perform(machine.on_round(r.info.restart_count));
 }
 
@@ -404,7 +421,7 @@ void Agent::Impl::on_control(const ControlEvent& e) {
 // Node rank 0 shows every node's root cause (the failing node printed its own already) and
 // writes it to its failure_report.json, with the coordinator's decision (restart or not).
 void Agent::Impl::print_remote_report(const ControlEvent& e) {
-  if (e.report.empty() || e.origin_node == c10d->node_id() || current_round.group_rank != 0) return;
+  if (e.report.empty() || e.origin_node == rendezvous->node_id() || current_round.group_rank != 0) return;
   auto report = FailureReport::from_json(e.report);
   if (!report) {
     say("crun: node " + e.origin_node + " reported a root cause that is not a failure report\n");

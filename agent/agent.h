@@ -1,10 +1,11 @@
 // Agent: crun's per-node elastic agent for one job, on one node or as one of several.
 //
 // Contract
-//   run() drives AgentStateMachine on one boost::asio::io_context: rendezvous round (single node:
-//   StandaloneRendezvous; several: C10dRendezvous) -> start the worker group -> wait for the first
-//   event (a worker exit via pidfd, a handled signal, the stop grace timer, the coordinator's
-//   control events) -> act. Returns crun's exit code (base/exit_codes.h):
+//   run() drives AgentStateMachine on one boost::asio::io_context: rendezvous round (one
+//   Rendezvous, rendezvous/rendezvous_backend.h: StandaloneRendezvous on a single node,
+//   C10dRendezvous on several; one code path for both) -> start the worker group -> wait for the
+//   first event (a worker exit via pidfd, a handled signal, the stop grace timer, the
+//   coordinator's control events) -> act. Returns crun's exit code (base/exit_codes.h):
 //     0            every worker of a round exited 0
 //     N            the root-cause worker's exit code when restarts are exhausted
 //     128 + S      the root-cause worker was killed by signal S, or crun itself got signal S

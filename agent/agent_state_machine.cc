@@ -10,11 +10,8 @@ AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy) {}
 
 AgentActions AgentStateMachine::start(AgentClock::time_point) {
   if (state_ != State::kIdle) return {};
-  if (policy_.coordinated) {
-    state_ = State::kJoining;
-    return {action::JoinRound{}};
-  }
-  return start_round();
+  state_ = State::kJoining;
+  return {action::JoinRound{}};
 }
 
 AgentActions AgentStateMachine::on_round(int restart_count) {
@@ -31,12 +28,22 @@ AgentActions AgentStateMachine::on_round_ended(AgentClock::time_point now) {
     case State::kStopping:
       round_ended_ = true;
       return {};
-    case State::kWaiting:
+    case State::kWaiting: {
+      AgentActions actions;
+      report_decision(actions, /*restarting=*/true);
       state_ = State::kJoining;
-      return {action::JoinRound{}};
+      actions.push_back(action::JoinRound{});
+      return actions;
+    }
     default:
       return {};
   }
+}
+
+void AgentStateMachine::report_decision(AgentActions& actions, bool restarting) {
+  if (!policy_.coordinated || !root_cause_ || failure_reported_) return;
+  failure_reported_ = true;
+  actions.push_back(action::ReportFailure{*root_cause_, restarting});
 }
 
 AgentActions AgentStateMachine::on_job_closed(int code, AgentClock::time_point now) {
@@ -49,9 +56,13 @@ AgentActions AgentStateMachine::on_job_closed(int code, AgentClock::time_point n
       return {};
     case State::kDone:
       return {};
-    default:
+    default: {
+      AgentActions actions;
+      report_decision(actions, /*restarting=*/false);
       state_ = State::kDone;
-      return {action::Exit{code}};
+      actions.push_back(action::Exit{code});
+      return actions;
+    }
   }
 }
 
@@ -61,6 +72,7 @@ AgentActions AgentStateMachine::start_round() {
   killed_ = false;
   round_ended_ = false;
   root_cause_.reset();
+  failure_reported_ = false;
   return {action::StartGroup{restart_count_}};
 }
 
@@ -92,9 +104,13 @@ AgentActions AgentStateMachine::on_signal(int signo, AgentClock::time_point now)
   switch (state_) {
     case State::kIdle:
     case State::kJoining:
-    case State::kWaiting:
+    case State::kWaiting: {
+      AgentActions actions;
+      report_decision(actions, /*restarting=*/false);  // this node leaves: it restarts nothing
       state_ = State::kDone;
-      return {action::Exit{kExitSignalBase + signo}};
+      actions.push_back(action::Exit{kExitSignalBase + signo});
+      return actions;
+    }
     case State::kRunning:
       return begin_stop(signo, now);
     case State::kStopping: {
@@ -137,14 +153,15 @@ AgentActions AgentStateMachine::on_all_exited() {
   if (closing_code_) {
     // The close may overtake our own failure's stop (the coordinator acted on our report before
     // our workers were gone): this node still reports its root cause before it exits.
-    if (policy_.coordinated && root_cause_) actions.push_back(action::ReportFailure{*root_cause_, false});
+    report_decision(actions, /*restarting=*/false);
     state_ = State::kDone;
     actions.push_back(action::Exit{*closing_code_});
     return actions;
   }
   if (policy_.coordinated) {
-    if (root_cause_) actions.push_back(action::ReportFailure{*root_cause_, restart_count_ < policy_.max_restarts});
+    // Only the coordinator decides restart or stop: a root cause is reported with its decision.
     if (round_ended_) {
+      report_decision(actions, /*restarting=*/true);
       state_ = State::kJoining;
       actions.push_back(action::JoinRound{});
     } else {
@@ -156,9 +173,8 @@ AgentActions AgentStateMachine::on_all_exited() {
   const bool restarting = restart_count_ < policy_.max_restarts;
   actions.push_back(action::ReportFailure{root, restarting});
   if (restarting) {
-    ++restart_count_;
-    auto start = start_round();
-    actions.insert(actions.end(), start.begin(), start.end());
+    state_ = State::kJoining;  // the round that follows has the next restart count
+    actions.push_back(action::JoinRound{});
   } else {
     state_ = State::kDone;
     actions.push_back(action::Exit{root.crun_exit_code()});

@@ -1,25 +1,30 @@
 // AgentStateMachine: the agent's decisions, free of processes, sockets and clocks.
 //
 // Contract
-//   Events go in (start, a worker exited, a signal arrived, the stop grace expired); the actions
-//   to carry out come back, in order. The caller performs them and feeds back what happens.
-//     - start()                 -> StartGroup{restart 0}
+//   Events go in (start, a round, a worker exited, a signal arrived, the stop grace expired); the
+//   actions to carry out come back, in order. The caller performs them and feeds back what happens.
+//   Every group starts in a round of the rendezvous (rendezvous/rendezvous_backend.h):
+//     - start()                 -> JoinRound
+//     - on_round(restart_count) while joining -> StartGroup{restart_count}
 //     - every worker exits 0    -> Exit{0}
 //     - first failing exit      -> it becomes the root cause; SignalGroup{SIGTERM} + ArmStopTimer
 //     - handled signal          -> SignalGroup{signal} (forwarded) + ArmStopTimer; crun ends with
 //                                  Exit{128 + signal} once every worker is gone
 //     - stop grace expired      -> KillGroup (SIGKILL to every worker's process group)
 //     - all workers gone while stopping -> CancelStopTimer, then for a failure ReportFailure and
-//                                  either StartGroup{restart + 1} (restarts remain) or
-//                                  Exit{root cause code: exit code, or 128 + signal}
+//                                  either JoinRound (restarts remain: the next round's restart
+//                                  count is one more) or Exit{root cause code: exit code, or
+//                                  128 + signal}
 //   Root cause = the first failing exit observed, by time, of the current round; exits caused by
 //   our own stop are never the root cause. Events of an older round are ignored.
 //
-//   Coordinated (multi-node) mode: the rendezvous coordinator, not this node, decides restarts.
-//     - start() / the round ended by the coordinator, once workers are gone -> JoinRound
-//     - on_round(restart_count) while joining -> StartGroup{restart_count}
+//   Coordinated (multi-node) mode: the rendezvous coordinator, not this node, decides restarts;
+//   max_restarts is not consulted.
+//     - the round ended by the coordinator, once workers are gone -> JoinRound
 //     - first failing exit -> PublishFailure (at once: other nodes stop within milliseconds) and
-//       the stop as above; once all are gone -> ReportFailure, then wait for the coordinator
+//       the stop as above; once all are gone, ReportFailure with the coordinator's decision:
+//       restarting when it ended the round, not when it closed the job (or this node leaves on a
+//       signal); until the decision comes, the node waits
 //     - every worker exits 0 -> PublishSuccess, then wait
 //     - on_round_ended() -> stop the workers (if any), then JoinRound
 //     - on_job_closed(code) -> stop the workers (if any), then Exit{code} (after ReportFailure
@@ -96,7 +101,7 @@ bool is_preemption_notice(int signo);
 
 struct AgentPolicy {
   int nproc = 1;
-  int max_restarts = 0;
+  int max_restarts = 0;  // single node only: coordinated mode takes the coordinator's decision
   std::chrono::milliseconds stop_timeout{30000};
   bool coordinated = false;  // multi-node: the rendezvous decides restarts
 };
@@ -124,6 +129,8 @@ class AgentStateMachine {
   AgentActions begin_stop(int signo, AgentClock::time_point now);
   AgentActions on_all_exited();
   AgentActions start_round();
+  // Coordinated: ReportFailure for this round's root cause, once, with the coordinator's decision.
+  void report_decision(AgentActions& actions, bool restarting);
 
   AgentPolicy policy_;
   State state_ = State::kIdle;
@@ -134,6 +141,7 @@ class AgentStateMachine {
   bool round_ended_ = false;          // the coordinator ended the round: rejoin once stopped
   std::optional<int> closing_code_;   // the coordinator closed the job: exit once stopped
   std::optional<WorkerExit> root_cause_;
+  bool failure_reported_ = false;     // ReportFailure went out for root_cause_
 };
 
 }  // namespace crun

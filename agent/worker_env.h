@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "agent/rendezvous.h"
+#include "rendezvous/rendezvous_backend.h"
 
 namespace crun {
 

@@ -1,4 +1,6 @@
 // RendezvousCoordinator: decides rounds for one run; lives in the agent that hosts the store.
+// The decisions are CoordinatorCore's (coordinator_core.h); this class feeds it the run's store
+// events and applies its effects to the store.
 //
 // Contract
 //   - Watches the run's keys and answers joins: once min_nodes have joined, the round closes after

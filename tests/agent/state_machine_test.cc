@@ -29,19 +29,33 @@ const A* find(const AgentActions& actions) {
   return nullptr;
 }
 
+// start() joins a round; the round (restart count 0) starts the group.
+void start(AgentStateMachine& sm) {
+  const auto joined = sm.start(t0);
+  REQUIRE(joined.size() == 1);
+  REQUIRE(std::holds_alternative<action::JoinRound>(joined[0]));
+  const auto started = sm.on_round(0);
+  REQUIRE(started.size() == 1);
+  REQUIRE(std::get<action::StartGroup>(started[0]).restart_count == 0);
+}
+
 }  // namespace
 
-TEST_CASE("start starts the group with restart count 0", "[state_machine]") {
+TEST_CASE("start joins a round, which starts the group with restart count 0", "[state_machine]") {
   AgentStateMachine sm({2, 0, 30s});
   const auto a = sm.start(t0);
   REQUIRE(a.size() == 1);
-  REQUIRE(std::get<action::StartGroup>(a[0]).restart_count == 0);
+  REQUIRE(std::holds_alternative<action::JoinRound>(a[0]));
+  REQUIRE(sm.state() == AgentStateMachine::State::kJoining);
+  const auto b = sm.on_round(0);
+  REQUIRE(b.size() == 1);
+  REQUIRE(std::get<action::StartGroup>(b[0]).restart_count == 0);
   REQUIRE(sm.state() == AgentStateMachine::State::kRunning);
 }
 
 TEST_CASE("all workers succeed: exit 0", "[state_machine]") {
   AgentStateMachine sm({3, 2, 30s});
-  sm.start(t0);
+  start(sm);
   REQUIRE(sm.on_worker_exit(exit_of(0, 0, 0)).empty());
   REQUIRE(sm.on_worker_exit(exit_of(0, 2, 0)).empty());
   const auto a = sm.on_worker_exit(exit_of(0, 1, 0));
@@ -52,7 +66,7 @@ TEST_CASE("all workers succeed: exit 0", "[state_machine]") {
 
 TEST_CASE("a failure stops the group with SIGTERM and arms the grace timer", "[state_machine]") {
   AgentStateMachine sm({2, 0, 5s});
-  sm.start(t0);
+  start(sm);
   const auto a = sm.on_worker_exit(exit_of(0, 1, 3, 0, 100ms));
   REQUIRE(a.size() == 2);
   REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGTERM);
@@ -62,7 +76,7 @@ TEST_CASE("a failure stops the group with SIGTERM and arms the grace timer", "[s
 
 TEST_CASE("restarts count up, then the root cause's code is the exit code", "[state_machine]") {
   AgentStateMachine sm({2, 2, 30s});
-  sm.start(t0);
+  start(sm);
   for (int restart = 0; restart <= 2; ++restart) {
     sm.on_worker_exit(exit_of(restart, 1, 7));
     const auto a = sm.on_worker_exit(exit_of(restart, 0, 0, SIGTERM));  // stopped by us
@@ -73,7 +87,10 @@ TEST_CASE("restarts count up, then the root cause's code is the exit code", "[st
     REQUIRE(report->root_cause.status == ExitStatus::exited(7));
     if (restart < 2) {
       REQUIRE(report->restarting);
-      REQUIRE(find<action::StartGroup>(a)->restart_count == restart + 1);
+      REQUIRE(find<action::StartGroup>(a) == nullptr);
+      REQUIRE(find<action::JoinRound>(a) != nullptr);  // the next round has the next restart count
+      REQUIRE(sm.state() == AgentStateMachine::State::kJoining);
+      REQUIRE(find<action::StartGroup>(sm.on_round(restart + 1))->restart_count == restart + 1);
       REQUIRE(sm.restart_count() == restart + 1);
     } else {
       REQUIRE_FALSE(report->restarting);
@@ -85,7 +102,7 @@ TEST_CASE("restarts count up, then the root cause's code is the exit code", "[st
 
 TEST_CASE("root cause is the first failure, not the workers we stopped", "[state_machine]") {
   AgentStateMachine sm({4, 0, 30s});
-  sm.start(t0);
+  start(sm);
   sm.on_worker_exit(exit_of(0, 2, 1, 0, 10ms));            // first failure: rank 2, code 1
   sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 11ms));      // stopped by us
   sm.on_worker_exit(exit_of(0, 3, 9, 0, 12ms));            // failed later (e.g. lost its peer)
@@ -96,14 +113,14 @@ TEST_CASE("root cause is the first failure, not the workers we stopped", "[state
 
 TEST_CASE("a signal-killed root cause exits 128 + signal", "[state_machine]") {
   AgentStateMachine sm({1, 0, 30s});
-  sm.start(t0);
+  start(sm);
   const auto a = sm.on_worker_exit(exit_of(0, 0, 0, SIGSEGV));
   REQUIRE(find<action::Exit>(a)->code == 128 + SIGSEGV);
 }
 
 TEST_CASE("the grace period expires: SIGKILL once", "[state_machine]") {
   AgentStateMachine sm({2, 0, 1s});
-  sm.start(t0);
+  start(sm);
   sm.on_worker_exit(exit_of(0, 0, 1));
   const auto a = sm.on_stop_timeout(t0 + 1s);
   REQUIRE(a.size() == 1);
@@ -115,7 +132,7 @@ TEST_CASE("the grace period expires: SIGKILL once", "[state_machine]") {
 
 TEST_CASE("a handled signal is forwarded; crun exits 128 + signal, no restart", "[state_machine]") {
   AgentStateMachine sm({2, 5, 30s});
-  sm.start(t0);
+  start(sm);
   const auto a = sm.on_signal(SIGUSR1, t0);
   REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGUSR1);
   REQUIRE(std::get<action::ArmStopTimer>(a[1]).deadline == t0 + 30s);
@@ -128,7 +145,7 @@ TEST_CASE("a handled signal is forwarded; crun exits 128 + signal, no restart", 
 
 TEST_CASE("a SIGTERM after a preemption notice is forwarded, but crun still exits 138", "[state_machine]") {
   AgentStateMachine sm({2, 5, 30s});
-  sm.start(t0);
+  start(sm);
   sm.on_signal(SIGUSR1, t0);
   const auto a = sm.on_signal(SIGTERM, t0 + 1ms);  // srun --kill-on-bad-exit, or the time limit
   REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGTERM);
@@ -139,7 +156,7 @@ TEST_CASE("a SIGTERM after a preemption notice is forwarded, but crun still exit
 
 TEST_CASE("a signal during a failure stop wins over restarting", "[state_machine]") {
   AgentStateMachine sm({2, 5, 30s});
-  sm.start(t0);
+  start(sm);
   sm.on_worker_exit(exit_of(0, 0, 1));
   const auto a = sm.on_signal(SIGINT, t0 + 1ms);
   REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGINT);
@@ -150,8 +167,9 @@ TEST_CASE("a signal during a failure stop wins over restarting", "[state_machine
 
 TEST_CASE("exits from an earlier start of the group are ignored", "[state_machine]") {
   AgentStateMachine sm({1, 1, 30s});
-  sm.start(t0);
-  sm.on_worker_exit(exit_of(0, 0, 2));  // -> restart 1
+  start(sm);
+  sm.on_worker_exit(exit_of(0, 0, 2));  // -> the next round, restart 1
+  sm.on_round(1);
   REQUIRE(sm.restart_count() == 1);
   REQUIRE(sm.on_worker_exit(exit_of(0, 0, 2)).empty());
   REQUIRE(find<action::Exit>(sm.on_worker_exit(exit_of(1, 0, 0)))->code == 0);
@@ -186,13 +204,61 @@ TEST_CASE("coordinated: a local failure is published at once, then the node wait
   REQUIRE(find<action::PublishFailure>(a)->root_cause.status == ExitStatus::exited(9));
   REQUIRE(find<action::SignalGroup>(a)->signo == SIGTERM);
   a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 20ms));
-  REQUIRE(find<action::ReportFailure>(a) != nullptr);
+  REQUIRE(find<action::ReportFailure>(a) == nullptr);  // reported with the coordinator's decision
   REQUIRE(find<action::JoinRound>(a) == nullptr);  // the coordinator decides
   REQUIRE(find<action::StartGroup>(a) == nullptr);
   REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
   a = sm.on_round_ended(t0 + 30ms);
-  REQUIRE(a.size() == 1);
-  REQUIRE(std::holds_alternative<action::JoinRound>(a[0]));
+  REQUIRE(a.size() == 2);
+  REQUIRE(std::get<action::ReportFailure>(a[0]).root_cause.exit_code == 9);
+  REQUIRE(std::get<action::ReportFailure>(a[0]).restarting);
+  REQUIRE(std::holds_alternative<action::JoinRound>(a[1]));
+}
+
+TEST_CASE("coordinated: the coordinator's close, not this node's max_restarts, says no restart", "[state_machine]") {
+  auto sm = coordinated(2, 3);  // restarts would remain by this node's count
+  sm.start(t0);
+  sm.on_round(0);
+  sm.on_worker_exit(exit_of(0, 1, 9, 0, 10ms));
+  REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 20ms))) == nullptr);
+  REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
+  const auto a = sm.on_job_closed(9, t0 + 30ms);  // e.g. the job's restarts were used up elsewhere
+  REQUIRE(a.size() == 2);
+  REQUIRE_FALSE(std::get<action::ReportFailure>(a[0]).restarting);
+  REQUIRE(std::get<action::Exit>(a[1]).code == 9);
+  REQUIRE(sm.on_job_closed(9, t0 + 40ms).empty());
+}
+
+TEST_CASE("coordinated: a round the coordinator ended restarts though this node's max_restarts is 0", "[state_machine]") {
+  auto sm = coordinated(2, 0);
+  sm.start(t0);
+  sm.on_round(0);
+  sm.on_worker_exit(exit_of(0, 1, 9, 0, 10ms));
+  REQUIRE(sm.on_round_ended(t0 + 15ms).empty());  // the stop decision overtook our workers' exits
+  auto a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 20ms));
+  REQUIRE(find<action::ReportFailure>(a) != nullptr);
+  REQUIRE(find<action::ReportFailure>(a)->restarting);
+  REQUIRE(find<action::JoinRound>(a) != nullptr);
+  a = sm.on_round(1);
+  REQUIRE(std::get<action::StartGroup>(a.at(0)).restart_count == 1);
+  // The next round's failure is reported again, once, with its own decision.
+  sm.on_worker_exit(exit_of(1, 0, 4, 0, 30ms));
+  REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(1, 1, 0, SIGTERM, 40ms))) == nullptr);
+  a = sm.on_job_closed(4, t0 + 50ms);
+  REQUIRE(std::get<action::ReportFailure>(a.at(0)).root_cause.exit_code == 4);
+  REQUIRE_FALSE(std::get<action::ReportFailure>(a.at(0)).restarting);
+}
+
+TEST_CASE("coordinated: a signal while waiting for the decision reports the failure without a restart", "[state_machine]") {
+  auto sm = coordinated(1, 3);
+  sm.start(t0);
+  sm.on_round(0);
+  sm.on_worker_exit(exit_of(0, 0, 5, 0, 10ms));
+  REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
+  const auto a = sm.on_signal(SIGTERM, t0 + 20ms);
+  REQUIRE(a.size() == 2);
+  REQUIRE_FALSE(std::get<action::ReportFailure>(a[0]).restarting);
+  REQUIRE(std::get<action::Exit>(a[1]).code == 128 + SIGTERM);
 }
 
 TEST_CASE("coordinated: a round ended elsewhere stops the workers, then rejoins", "[state_machine]") {

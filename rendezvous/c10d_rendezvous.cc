@@ -1,7 +1,7 @@
-#include "agent/c10d_rendezvous.h"
+#include "rendezvous/c10d_rendezvous.h"
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
+#include <unistd.h>
+
 #include <mutex>
 #include <thread>
 
@@ -13,8 +13,6 @@
 
 namespace crun {
 
-namespace asio = boost::asio;
-
 namespace {
 void say(const std::string& line) {
   std::string text = "crun: " + line + "\n";
@@ -25,24 +23,24 @@ void say(const std::string& line) {
 
 // Shared with the join thread, which may outlive a request by a moment: it holds a shared_ptr.
 struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
-  Impl(asio::io_context& io_ref, const AgentConfig& c, Listener l)
-      : io(io_ref), config(c), multi(*c.multi_node), listener(std::move(l)) {
+  Impl(C10dRendezvousConfig c, PostToLoop p, RendezvousListener l)
+      : post_to_loop(std::move(p)), config(std::move(c)), listener(std::move(l)) {
     // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
-    const std::string& local = multi.bind_address;
-    host = multi.is_host;
-    options.token = multi.token;
-    options.timeout = multi.read_timeout;
-    options.connect_timeout = multi.rendezvous.join_timeout;
+    const std::string& local = config.bind_address;
+    host = config.is_host;
+    options.token = config.token;
+    options.timeout = config.read_timeout;
+    options.connect_timeout = config.rendezvous.join_timeout;
     options.cancel = cancel;
     if (host) {
       StoreServerOptions so;
       so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
-      so.port = multi.endpoint.port;
-      so.token = multi.token;
+      so.port = config.endpoint.port;
+      so.token = config.token;
       server = std::make_unique<StoreServer>(so);
       server->start();
       coordinator = std::make_unique<RendezvousCoordinator>(
-          StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, multi.rendezvous,
+          StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.rendezvous,
           [](const std::string& line) { say(line); }, make_record(),
           [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); });
     }
@@ -53,21 +51,21 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     NodeRecord self;
     self.hostname = config.hostname;
     self.node_id = make_node_id(config.hostname);
-    self.addr = multi.local_addr;
-    self.rank_hint = multi.rank_hint;
+    self.addr = config.local_addr;
+    self.rank_hint = config.rank_hint;
     self.nproc = config.nproc_per_node;
     self.role = config.role;
     self.max_restarts = config.max_restarts;
-    self.min_nodes = multi.rendezvous.min_nodes;
-    self.max_nodes = multi.rendezvous.max_nodes;
-    self.program = multi.program;
+    self.min_nodes = config.rendezvous.min_nodes;
+    self.max_nodes = config.rendezvous.max_nodes;
+    self.program = config.program;
     return self;
   }
 
   // Posts `f` to the agent's loop unless the rendezvous was shut down.
   template <typename F>
   void post(F&& f) {
-    asio::post(io, [weak = weak_from_this(), f = std::forward<F>(f)]() mutable {
+    post_to_loop([weak = weak_from_this(), f = std::forward<F>(f)]() mutable {
       auto self = weak.lock();
       if (self && !self->stopped) f(*self);
     });
@@ -81,7 +79,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         try {
           connect();
         } catch (const StoreConnectionError& e) {
-          result.error = "no rendezvous store answered at " + multi.endpoint.str() +
+          result.error = "no rendezvous store answered at " + config.endpoint.str() +
                          " (is an agent hosting it? the endpoint must be one of its addresses, or pass is_host=1): " +
                          e.what();
           result.exit_code = kExitRendezvousTimeout;
@@ -132,8 +130,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     ev.on_store_lost = [weak](const std::string& why) {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
-    auto p = std::make_unique<RendezvousParticipant>(multi.endpoint, options,
-                                                     multi.rendezvous, self, ev);
+    auto p = std::make_unique<RendezvousParticipant>(config.endpoint, options,
+                                                     config.rendezvous, self, ev);
     std::lock_guard lock(mu);
     participant = std::move(p);
     node = participant->self().node_id;
@@ -160,10 +158,9 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     if (joiner.joinable()) joiner.join();
   }
 
-  asio::io_context& io;
-  AgentConfig config;
-  MultiNodeConfig multi;
-  Listener listener;
+  PostToLoop post_to_loop;
+  C10dRendezvousConfig config;
+  RendezvousListener listener;
   bool host = false;
   bool stopped = false;
   std::shared_ptr<ConnectCancel> cancel = std::make_shared<ConnectCancel>();
@@ -177,10 +174,10 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::thread joiner;
 };
 
-C10dRendezvous::C10dRendezvous(asio::io_context& io, const AgentConfig& config, Listener listener)
-    : impl_(std::make_shared<Impl>(io, config, std::move(listener))) {}
+C10dRendezvous::C10dRendezvous(C10dRendezvousConfig config, PostToLoop post, RendezvousListener listener)
+    : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener))) {}
 
-C10dRendezvous::~C10dRendezvous() { shutdown(); }
+C10dRendezvous::~C10dRendezvous() { shutdown(std::chrono::milliseconds(0)); }
 
 void C10dRendezvous::request_round() {
   if (impl_->joiner.joinable()) impl_->joiner.join();  // the previous join delivered its answer
@@ -210,8 +207,8 @@ void C10dRendezvous::shutdown(std::chrono::milliseconds linger) {
   m.participant.reset();  // our alive key goes with the connection
   if (m.coordinator) {
     // Keep the store up until the other agents have read the close and left.
-    if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.multi.rendezvous.close_timeout)) {
-      say("some agents had not left " + std::to_string(m.multi.rendezvous.close_timeout.count() / 1000) +
+    if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.config.rendezvous.close_timeout)) {
+      say("some agents had not left " + std::to_string(m.config.rendezvous.close_timeout.count() / 1000) +
           " s after the job closed; stopping the store anyway");
     } else if (!m.coordinator->closed() && linger.count() > 0 && !m.coordinator->wait_until_alone(linger)) {
       say("some agents had not left " + std::to_string(linger.count() / 1000) + " s after this one; stopping the store");
@@ -231,7 +228,7 @@ std::string C10dRendezvous::node_address() const {
   return impl_->address;
 }
 std::string C10dRendezvous::store_endpoint() const {
-  return impl_->multi.endpoint.str();
+  return impl_->config.endpoint.str();
 }
 
 }  // namespace crun

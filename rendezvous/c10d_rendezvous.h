@@ -1,0 +1,78 @@
+// C10dRendezvous: the multi-node Rendezvous over crun's store (docs/rendezvous.md).
+//
+// Contract
+//   - The agent whose config says is_host (the launcher decides who hosts) starts the store on the
+//     endpoint's port at bind_address (its own thread) and the RendezvousCoordinator; every agent,
+//     host included, takes part through a RendezvousParticipant.
+//   - request_round() joins the next round on a background thread; the answer (a RoundInfo, or an
+//     error with crun's exit code for it) is delivered through the listener's on_round.
+//   - Control events (the coordinator ended the round, or closed the job), progress lines and the
+//     loss of the store are delivered through the listener.
+//   - publish_failure()/publish_success() report this node's outcome of the current round.
+//   - shutdown(linger): stops joining, leaves the rendezvous; on the host, keeps the store up until
+//     every other agent has left: after the job closed (bounded by close_timeout), or for `linger`
+//     when it leaves unclosed (a preempted job, whose other nodes are still checkpointing).
+//
+// Threading
+//   As Rendezvous (rendezvous_backend.h): constructed, used and destroyed on the agent's
+//   event-loop thread; every listener callback is posted there.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rendezvous/rendezvous_backend.h"
+#include "rendezvous/rendezvous_records.h"
+#include "store/store_client.h"
+
+namespace crun {
+
+// What a c10d rendezvous needs to know: where the store is, who hosts it, and this node.
+struct C10dRendezvousConfig {
+  StoreEndpoint endpoint{"", 29400};
+  bool is_host = false;         // this agent hosts the store (the launcher decided who does)
+  std::string bind_address;     // the local address `endpoint` stands for ("" = none: host on every interface)
+  RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts
+  std::chrono::milliseconds read_timeout{60000};
+  std::string token;            // the store's shared secret ("" = none)
+  std::string local_addr;       // the address other nodes reach us at ("" = the store route's)
+  int rank_hint = -1;           // --node-rank / SLURM_NODEID
+  std::string program;          // compared across nodes
+  // This node's part, compared across nodes where NodeRecord says so.
+  std::string hostname;
+  int nproc_per_node = 1;
+  std::string role = "default";
+  int max_restarts = 0;
+  std::optional<std::uint16_t> master_port;  // nullopt: a free port picked before each join
+};
+
+class C10dRendezvous final : public Rendezvous {
+ public:
+  C10dRendezvous(C10dRendezvousConfig config, PostToLoop post, RendezvousListener listener);
+  ~C10dRendezvous() override;
+  C10dRendezvous(const C10dRendezvous&) = delete;
+  C10dRendezvous& operator=(const C10dRendezvous&) = delete;
+
+  void request_round() override;
+  void publish_failure(int rendezvous_round, int exit_code, std::int64_t wall_time_us,
+                       const std::string& report) override;
+  void publish_success(int rendezvous_round) override;
+  void shutdown(std::chrono::milliseconds linger) override;
+  // This agent's node id (valid once the first round was requested and connected).
+  std::string node_id() const override;
+  // The address the other nodes reach this node at (--local-addr, else the local address of the
+  // store connection); "" until connected.
+  std::string node_address() const override;
+
+  bool is_host() const;
+  std::string store_endpoint() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace crun

@@ -1,0 +1,299 @@
+#include "rendezvous/coordinator_core.h"
+
+#include <algorithm>
+#include <climits>
+#include <tuple>
+#include <utility>
+
+namespace crun {
+
+namespace {
+std::string seconds(CoordinatorClock::duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d + std::chrono::milliseconds(999)).count()) + " s";
+}
+}  // namespace
+
+namespace fx = coordinator_effect;
+
+CoordinatorCore::CoordinatorCore(RendezvousConfig config, std::optional<NodeRecord> reference)
+    : keys_(config.run_id), cfg_(std::move(config)), reference_(std::move(reference)) {}
+
+CoordinatorEffects CoordinatorCore::take() { return std::exchange(out_, {}); }
+
+std::optional<CoordinatorCore::TimePoint> CoordinatorCore::next_deadline() const {
+  std::optional<TimePoint> t;
+  auto earliest = [&](TimePoint p) { t = t ? std::min(*t, p) : p; };
+  if (!last_seen_.empty()) earliest(next_scan_);
+  if (last_call_deadline_) earliest(*last_call_deadline_);
+  if (progress_due_) earliest(*progress_due_);
+  return t;
+}
+
+std::string CoordinatorCore::describe(const std::string& node) const {
+  auto it = known_.find(node);
+  return it == known_.end() ? node : it->second.hostname + " (" + it->second.addr + ", " + node + ")";
+}
+
+void CoordinatorCore::answer_error(const NodeRecord& rec, const std::string& error, bool closed) {
+  RoundAnswer a;
+  a.error = error;
+  a.closed = closed;
+  out_.push_back(fx::Answer{{{rec.node_id, rec.seq, a}}});
+  answered_[rec.node_id] = rec.seq;
+}
+
+CoordinatorEffects CoordinatorCore::on_join(const NodeRecord& rec, TimePoint now) {
+  auto seen = seen_seq_.find(rec.node_id);
+  if (seen != seen_seq_.end() && seen->second >= rec.seq) return take();  // already handled
+  seen_seq_[rec.node_id] = rec.seq;
+  // A node joins again only after it read its previous answer.
+  if (auto a = answered_.find(rec.node_id); a != answered_.end() && a->second < rec.seq) {
+    out_.push_back(fx::Prune{keys_.answer(rec.node_id, a->second)});
+    answered_.erase(a);
+  }
+  known_[rec.node_id] = rec;
+  if (phase_ == Phase::kClosed) {
+    answer_error(rec, "the rendezvous of run '" + cfg_.run_id + "' is closed", true);
+    return take();
+  }
+  if (!reference_) reference_ = rec;
+  if (std::string diff = rec.mismatch(*reference_); !diff.empty()) {
+    std::string msg = "configuration of node " + describe(rec.node_id) + " differs from node " +
+                      describe(reference_->node_id) + ": " + diff;
+    out_.push_back(fx::Log{"rendezvous: rejected " + msg});
+    answer_error(rec, msg, false);
+    return take();
+  }
+  last_seen_[rec.node_id] = now;
+  waiting_[rec.node_id] = rec;
+  if (phase_ == Phase::kRunning) {
+    if (in_round_.count(rec.node_id) != 0) {
+      begin_reform(false, "node " + describe(rec.node_id) + " rejoined", {}, {}, {});
+    } else if (static_cast<int>(participants_.size()) < cfg_.max_nodes) {
+      begin_reform(false, "node " + describe(rec.node_id) + " joined: scaling up", {}, {}, {});
+    } else {
+      out_.push_back(fx::Log{"rendezvous: node " + describe(rec.node_id) + " waits: the round is at its maximum of " +
+                             std::to_string(cfg_.max_nodes) + " nodes"});
+    }
+  }
+  try_close(now);
+  return take();
+}
+
+CoordinatorEffects CoordinatorCore::on_alive(const std::string& node, TimePoint now) {
+  alive_.insert(node);
+  last_seen_[node] = now;
+  return take();
+}
+
+CoordinatorEffects CoordinatorCore::on_alive_gone(const std::string& node, TimePoint now) {
+  if (alive_.erase(node) != 0) lost(node, "its agent exited or lost its store connection", now);
+  return take();
+}
+
+CoordinatorEffects CoordinatorCore::on_heartbeat(const std::string& node, TimePoint now) {
+  if (alive_.count(node) != 0) last_seen_[node] = now;
+  return take();
+}
+
+CoordinatorEffects CoordinatorCore::on_report(int r, const std::string& node, const std::optional<RoundOutcome>& outcome,
+                                              TimePoint now) {
+  if (r <= round_ - 2) {
+    out_.push_back(fx::Prune{keys_.report(r, node)});  // a late report of a round already pruned
+    return take();
+  }
+  reporters_[r].insert(node);
+  if (!outcome || phase_ != Phase::kRunning || r != round_) return take();
+  if (in_round_.count(node) == 0) return take();
+  if (outcome->succeeded) {
+    succeeded_.insert(node);
+    if (succeeded_.size() == participants_.size()) {
+      close_job(0, "all " + std::to_string(participants_.size()) + " nodes succeeded", {}, {});
+    }
+    return take();
+  }
+  std::string where = "worker failure on node " + describe(node) + " (exit code " + std::to_string(outcome->exit_code) + ")";
+  if (restart_count_ >= cfg_.max_restarts) {
+    close_job(outcome->exit_code, where + "; no restarts left (max " + std::to_string(cfg_.max_restarts) + ")", node,
+              outcome->report);
+    return take();
+  }
+  ++restart_count_;
+  begin_reform(true, where + "; restart " + std::to_string(restart_count_) + " of " + std::to_string(cfg_.max_restarts),
+               node, outcome->report, {});
+  try_close(now);
+  return take();
+}
+
+void CoordinatorCore::lost(const std::string& node, const std::string& why, TimePoint now) {
+  // Its records go; should it come back (a healed partition) it writes them again.
+  if (auto a = answered_.find(node); a != answered_.end()) {
+    out_.push_back(fx::Prune{keys_.answer(node, a->second)});
+    answered_.erase(a);
+  }
+  out_.push_back(fx::Prune{keys_.join(node)});
+  out_.push_back(fx::Prune{keys_.heartbeat(node)});
+  last_seen_.erase(node);
+  waiting_.erase(node);
+  expected_.erase(node);
+  bool participant = in_round_.count(node) != 0;
+  if (participant && phase_ != Phase::kClosed) out_.push_back(fx::Log{"rendezvous: lost node " + describe(node) + ": " + why});
+  if (phase_ == Phase::kRunning && participant) {
+    begin_reform(false, "node " + describe(node) + " lost: " + why, {}, {}, node);
+  }
+  try_close(now);
+}
+
+// Ends the running round: agents stop their workers and join again.
+void CoordinatorCore::begin_reform(bool failure, const std::string& detail, const std::string& origin,
+                                   const std::string& report, const std::string& lost_node) {
+  ControlEvent ev;
+  ev.kind = ControlEvent::Kind::kStop;
+  ev.round = round_;
+  ev.restart_count = restart_count_;
+  ev.failure = failure;
+  ev.detail = detail;
+  ev.origin_node = origin;
+  ev.report = report;
+  out_.push_back(fx::Control{std::move(ev)});
+  out_.push_back(fx::Log{"rendezvous: round " + std::to_string(round_) + " ends: " + detail});
+  phase_ = Phase::kForming;
+  expected_ = std::set<std::string>(participants_.begin(), participants_.end());
+  if (!lost_node.empty()) expected_.erase(lost_node);
+  for (auto it = expected_.begin(); it != expected_.end();) {
+    it = last_seen_.count(*it) != 0 ? std::next(it) : expected_.erase(it);
+  }
+  participants_.clear();
+  in_round_.clear();
+  succeeded_.clear();
+  last_call_deadline_.reset();
+}
+
+void CoordinatorCore::try_close(TimePoint now) {
+  if (phase_ != Phase::kForming || waiting_.empty()) return;
+  int n = static_cast<int>(waiting_.size());
+  bool all_expected = !expected_.empty() && std::all_of(expected_.begin(), expected_.end(),
+                                                        [&](const std::string& e) { return waiting_.count(e) != 0; });
+  if (n >= cfg_.max_nodes || (n >= cfg_.min_nodes && all_expected)) {
+    close_round();
+    return;
+  }
+  if (n >= cfg_.min_nodes && !last_call_deadline_) last_call_deadline_ = now + cfg_.last_call_timeout;
+  if (n < cfg_.min_nodes) last_call_deadline_.reset();
+  schedule_progress(now);
+}
+
+void CoordinatorCore::close_round() {
+  std::vector<const NodeRecord*> order;
+  for (auto& [id, rec] : waiting_) order.push_back(&rec);
+  auto key = [&](const NodeRecord* r) {
+    auto prev = last_rank_.find(r->node_id);
+    return std::tuple(r->rank_hint >= 0 ? r->rank_hint : INT_MAX, prev != last_rank_.end() ? prev->second : INT_MAX,
+                      r->node_id);
+  };
+  std::sort(order.begin(), order.end(), [&](auto* a, auto* b) { return key(a) < key(b); });
+  if (static_cast<int>(order.size()) > cfg_.max_nodes) order.resize(cfg_.max_nodes);
+  ++round_;
+  int n = static_cast<int>(order.size());
+  fx::Answer answers;
+  participants_.clear();
+  last_rank_.clear();
+  for (int i = 0; i < n; ++i) {
+    RoundAnswer a;
+    a.round = round_;
+    a.restart_count = restart_count_;
+    a.node_rank = i;
+    a.nnodes = n;
+    a.master_addr = order[0]->addr;
+    a.master_port = order[0]->free_port;
+    answers.entries.push_back({order[i]->node_id, order[i]->seq, std::move(a)});
+    answered_[order[i]->node_id] = order[i]->seq;
+    participants_.push_back(order[i]->node_id);
+    last_rank_[order[i]->node_id] = i;
+  }
+  out_.push_back(std::move(answers));
+  for (auto& id : participants_) waiting_.erase(id);
+  in_round_ = std::set<std::string>(participants_.begin(), participants_.end());
+  phase_ = Phase::kRunning;
+  expected_.clear();
+  succeeded_.clear();
+  last_call_deadline_.reset();
+  progress_due_.reset();
+  last_progress_line_.clear();
+  out_.push_back(fx::Log{"rendezvous: round " + std::to_string(round_) + " formed with " + std::to_string(n) +
+                         " node(s), restart count " + std::to_string(restart_count_)});
+  prune_round(round_ - 2);
+}
+
+// Round `r` ended before the round before the current one formed: every agent of it has
+// rejoined or is gone, and its stop event reached every watcher when it was written.
+void CoordinatorCore::prune_round(int r) {
+  if (r < 0) return;
+  out_.push_back(fx::Prune{keys_.stop(r)});
+  for (auto it = reporters_.begin(); it != reporters_.end() && it->first <= r; it = reporters_.erase(it)) {
+    for (const auto& node : it->second) out_.push_back(fx::Prune{keys_.report(it->first, node)});
+  }
+  out_.push_back(fx::PruneRound{r});
+}
+
+void CoordinatorCore::close_job(int exit_code, const std::string& detail, const std::string& origin,
+                                const std::string& report) {
+  ControlEvent ev;
+  ev.kind = ControlEvent::Kind::kClosed;
+  ev.round = round_;
+  ev.restart_count = restart_count_;
+  ev.failure = exit_code != 0;
+  ev.exit_code = exit_code;
+  ev.detail = detail;
+  ev.origin_node = origin;
+  ev.report = report;
+  // Closed before it is published: an agent that reads the close and asks the coordinator
+  // whether it closed must never find it still open.
+  phase_ = Phase::kClosed;
+  out_.push_back(fx::Closed{});
+  out_.push_back(fx::Control{std::move(ev)});
+  out_.push_back(fx::Log{"rendezvous: closed: " + detail});
+  for (auto& [id, rec] : waiting_) answer_error(rec, "the rendezvous of run '" + cfg_.run_id + "' is closed", true);
+  waiting_.clear();
+  last_call_deadline_.reset();
+  progress_due_.reset();
+}
+
+void CoordinatorCore::schedule_progress(TimePoint now) {
+  if (!progress_due_) progress_due_ = std::max(now, last_progress_ + std::chrono::seconds(1));
+}
+
+void CoordinatorCore::publish_progress(TimePoint now) {
+  progress_due_.reset();
+  if (phase_ != Phase::kForming) return;
+  std::string line = "round " + std::to_string(round_ + 1) + ": " + std::to_string(waiting_.size()) + "/" +
+                     std::to_string(cfg_.min_nodes) +
+                     (cfg_.max_nodes != cfg_.min_nodes ? ".." + std::to_string(cfg_.max_nodes) : "") + " nodes";
+  if (last_call_deadline_) line += ", last call in " + seconds(*last_call_deadline_ - now);
+  if (line == last_progress_line_) return;
+  last_progress_line_ = line;
+  last_progress_ = now;
+  out_.push_back(fx::Progress{std::move(line)});
+}
+
+CoordinatorEffects CoordinatorCore::on_timers(TimePoint now) {
+  if (now >= next_scan_) {
+    next_scan_ = now + std::max<CoordinatorClock::duration>(std::chrono::milliseconds(50), cfg_.heartbeat_timeout / 4);
+    std::vector<std::string> stale;
+    for (auto& [node, seen] : last_seen_)
+      if (now - seen > cfg_.heartbeat_timeout) stale.push_back(node);
+    for (auto& node : stale) {
+      alive_.erase(node);
+      out_.push_back(fx::EndAlive{node});  // a partitioned agent counts as gone
+      lost(node, "no heartbeat for " + seconds(cfg_.heartbeat_timeout), now);
+    }
+  }
+  if (last_call_deadline_ && now >= *last_call_deadline_) {
+    last_call_deadline_.reset();
+    if (phase_ == Phase::kForming && static_cast<int>(waiting_.size()) >= cfg_.min_nodes) close_round();
+  }
+  if (progress_due_ && now >= *progress_due_) publish_progress(now);
+  return take();
+}
+
+}  // namespace crun

@@ -1,0 +1,159 @@
+// CoordinatorCore: the rendezvous coordinator's decisions, free of the store, threads and clocks.
+//
+// Contract
+//   Events go in (a node's join record, its alive key set or gone, a heartbeat, a report, the
+//   timers), each with the time it is handled at; the effects to carry out come back, in order
+//   (RendezvousCoordinator applies them to the store). next_deadline() says when on_timers() is
+//   due next.
+//     - Joins: a node whose configuration differs from the reference (the hosting agent's record,
+//       else the first node's to join) is answered with an error naming both nodes and every
+//       differing field; after the close every join is answered "closed".
+//     - Rounds: once min_nodes have joined the round forms when last_call_timeout has passed, at
+//       once when max_nodes have joined, and at once when every surviving node of the previous
+//       round has joined again. Node ranks are ordered by rank hint, then previous rank, then node
+//       id; node rank 0's address and free port become the round's master.
+//     - While a round runs: a failure report ends it with Control{stop, restart_count + 1} while
+//       restarts remain, else closes the job with the failure's exit code; a node that joins while
+//       there is room, or a participant that is lost (alive key gone, or no heartbeat for
+//       heartbeat_timeout: then EndAlive), ends it without counting a restart; success reported
+//       by every participant closes the job with 0.
+//     - Closing: Closed comes before the Control that publishes the close, so the coordinator
+//       counts itself closed before any agent can read the close.
+//     - Pruning (docs/rendezvous.md): a node's previous answer when it joins again; a lost node's
+//       answer, join and heartbeat keys; when round r forms, the stop key, reports and round/ keys
+//       of round r - 2; a report of a round already pruned. Prune effects may be deferred and
+//       batched by the caller; every other effect is applied in order, at once.
+//     - Progress: while a round forms, at most one line a second ("round 3: 2/4 nodes, last call
+//       in 27 s"), only when it changed.
+//
+// Threading
+//   Not thread-safe; owned and driven by one thread (the coordinator's, or a test).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "rendezvous/rendezvous_records.h"
+
+namespace crun {
+
+using CoordinatorClock = std::chrono::steady_clock;
+
+namespace coordinator_effect {
+// Writes these answers (answer/<node>/<seq>) in one request.
+struct Answer {
+  struct Entry {
+    std::string node_id;
+    int seq = 0;
+    RoundAnswer answer;
+  };
+  std::vector<Entry> entries;
+};
+// Writes ctl/stop/<round> (kStop) or ctl/closed (kClosed).
+struct Control {
+  ControlEvent event;
+};
+// The job is over: from now on the coordinator counts itself closed.
+struct Closed {};
+// Writes ctl/progress.
+struct Progress {
+  std::string line;
+};
+// Deletes the node's ephemeral alive key now (it stopped heartbeating: it counts as gone).
+struct EndAlive {
+  std::string node_id;
+};
+// Deletes a key no agent can still need.
+struct Prune {
+  std::string key;
+};
+// Deletes every key under round/<round>/.
+struct PruneRound {
+  int round = 0;
+};
+struct Log {
+  std::string line;
+};
+}  // namespace coordinator_effect
+
+using CoordinatorEffect =
+    std::variant<coordinator_effect::Answer, coordinator_effect::Control, coordinator_effect::Closed,
+                 coordinator_effect::Progress, coordinator_effect::EndAlive, coordinator_effect::Prune,
+                 coordinator_effect::PruneRound, coordinator_effect::Log>;
+using CoordinatorEffects = std::vector<CoordinatorEffect>;
+
+class CoordinatorCore {
+ public:
+  using TimePoint = CoordinatorClock::time_point;
+
+  // `reference`: the hosting agent's own record (absent: the first node to join sets it).
+  CoordinatorCore(RendezvousConfig config, std::optional<NodeRecord> reference);
+
+  CoordinatorEffects on_join(const NodeRecord& record, TimePoint now);
+  CoordinatorEffects on_alive(const std::string& node, TimePoint now);
+  CoordinatorEffects on_alive_gone(const std::string& node, TimePoint now);
+  CoordinatorEffects on_heartbeat(const std::string& node, TimePoint now);
+  // `outcome` nullopt: the report's record was malformed; its key is still pruned with its round.
+  CoordinatorEffects on_report(int round, const std::string& node, const std::optional<RoundOutcome>& outcome,
+                               TimePoint now);
+  CoordinatorEffects on_timers(TimePoint now);
+
+  // When on_timers() is due next (the heartbeat scan, the last call, a progress line); nullopt:
+  // nothing is pending.
+  std::optional<TimePoint> next_deadline() const;
+  bool closed() const { return phase_ == Phase::kClosed; }
+  // No node's alive key exists (no participant is connected).
+  bool alone() const { return alive_.empty(); }
+  // The newest round formed (-1 before the first), and the restart count of the rounds to come.
+  int round() const { return round_; }
+  int restart_count() const { return restart_count_; }
+
+ private:
+  enum class Phase { kForming, kRunning, kClosed };
+
+  void lost(const std::string& node, const std::string& why, TimePoint now);
+  void answer_error(const NodeRecord& rec, const std::string& error, bool closed);
+  void begin_reform(bool failure, const std::string& detail, const std::string& origin, const std::string& report,
+                    const std::string& lost_node);
+  void try_close(TimePoint now);
+  void close_round();
+  void prune_round(int r);
+  void close_job(int exit_code, const std::string& detail, const std::string& origin, const std::string& report);
+  void schedule_progress(TimePoint now);
+  void publish_progress(TimePoint now);
+  std::string describe(const std::string& node) const;
+  CoordinatorEffects take();
+
+  RendezvousKeys keys_;
+  RendezvousConfig cfg_;
+  CoordinatorEffects out_;
+
+  Phase phase_ = Phase::kForming;
+  int round_ = -1;
+  int restart_count_ = 0;
+  std::map<std::string, NodeRecord> waiting_;
+  std::map<std::string, NodeRecord> known_;
+  std::map<std::string, int> seen_seq_;
+  std::vector<std::string> participants_;
+  std::set<std::string> in_round_;  // participants_, for O(log n) membership tests
+  std::set<std::string> expected_;  // the previous round's survivors, while a round forms
+  std::map<std::string, int> last_rank_;
+  std::map<std::string, TimePoint> last_seen_;
+  std::set<std::string> alive_;
+  std::optional<NodeRecord> reference_;
+  std::set<std::string> succeeded_;
+  std::map<std::string, int> answered_;             // node -> seq of its answer key in the store
+  std::map<int, std::set<std::string>> reporters_;  // round -> nodes whose report key exists
+  std::optional<TimePoint> last_call_deadline_;
+  std::optional<TimePoint> progress_due_;
+  TimePoint last_progress_{};
+  std::string last_progress_line_;
+  TimePoint next_scan_{};
+};
+
+}  // namespace crun

@@ -1,0 +1,77 @@
+// Rendezvous: the agent's one seam to "who is in this round, where is rank 0, and when does it end".
+//
+// Contract
+//   Event-driven, the same for every backend (standalone here; c10d over crun's store; etcd
+//   later):
+//     - request_round() asks for this node's place in the next round; the answer (a RoundResult:
+//       a RoundInfo, or an error with crun's exit code for it) comes through Listener::on_round,
+//       never from inside request_round() itself.
+//     - Multi-node backends also deliver the coordinator's control events (the round ended, or
+//       the job closed: ControlEvent), progress lines and the loss of their store.
+//     - publish_failure()/publish_success() report this node's outcome of a round; the backend's
+//       coordinator alone decides restart or stop (single node: nobody listens).
+//     - shutdown(linger) leaves the rendezvous; no callback runs after it. A backend that hosts
+//       shared state keeps it up for the others (multi-node: up to close_timeout once the job
+//       closed, or `linger` when it leaves unclosed).
+//   Backends must not include the agent or the launcher; they take a rendezvous-level config.
+//
+// Threading
+//   Constructed, used and destroyed on the agent's event-loop thread. Every Listener callback is
+//   handed to the PostToLoop given at construction, so it runs on that thread too.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace crun {
+
+struct ControlEvent;
+
+// This node's place in one round.
+struct RoundInfo {
+  int restart_count = 0;      // TORCHELASTIC_RESTART_COUNT of the group started for this round
+  int group_rank = 0;         // this node's rank (GROUP_RANK)
+  int group_world_size = 1;   // number of nodes
+  int rank_offset = 0;        // global rank of this node's local rank 0
+  int world_size = 1;         // total workers
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+};
+
+// The answer to request_round().
+struct RoundResult {
+  RoundInfo info;
+  int rendezvous_round = -1;  // the round's number (counts membership changes too)
+  std::string error;          // non-empty: no round; exit with `exit_code`
+  int exit_code = 0;
+};
+
+struct RendezvousListener {
+  std::function<void(const RoundResult&)> on_round;
+  std::function<void(const ControlEvent&)> on_control;
+  std::function<void(const std::string&)> on_progress;
+  std::function<void(const std::string&)> on_store_lost;
+};
+
+// Runs a callable on the agent's event loop, later (boost::asio::post, for the agent).
+using PostToLoop = std::function<void(std::function<void()>)>;
+
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+
+  virtual void request_round() = 0;
+  virtual void publish_failure(int rendezvous_round, int exit_code, std::int64_t wall_time_us,
+                               const std::string& report) = 0;
+  virtual void publish_success(int rendezvous_round) = 0;
+  virtual void shutdown(std::chrono::milliseconds linger) = 0;
+
+  // This node's id among the rendezvous' nodes, and the address the others reach it at; "" when
+  // there are no others (or before the first round was requested and connected).
+  virtual std::string node_id() const = 0;
+  virtual std::string node_address() const = 0;
+};
+
+}  // namespace crun

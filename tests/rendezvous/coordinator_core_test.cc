@@ -1,0 +1,404 @@
+// CoordinatorCore with a fake clock: events in, effects out; no store, no thread.
+#include <catch2/catch.hpp>
+
+#include "rendezvous/coordinator_core.h"
+
+using namespace crun;
+using namespace std::chrono_literals;
+namespace fx = crun::coordinator_effect;
+
+namespace {
+
+const CoordinatorClock::time_point t0 = CoordinatorClock::time_point{} + 1h;  // the fake clock
+
+RendezvousConfig config(int min_nodes, int max_nodes, int max_restarts = 0) {
+  RendezvousConfig c;
+  c.run_id = "job42";
+  c.min_nodes = min_nodes;
+  c.max_nodes = max_nodes;
+  c.max_restarts = max_restarts;
+  c.last_call_timeout = 30s;
+  c.heartbeat_timeout = 120s;  // no scan drops a node unless a test means it to
+  return c;
+}
+
+NodeRecord node(const std::string& id, int seq = 1, int hint = -1) {
+  NodeRecord r;
+  r.node_id = id;
+  r.hostname = "host-" + id;
+  r.addr = "10.0.0." + id;
+  r.free_port = static_cast<std::uint16_t>(29500 + seq);
+  r.rank_hint = hint;
+  r.seq = seq;
+  r.nproc = 2;
+  r.program = "train";
+  return r;
+}
+
+// Same configuration fields as `config(min, max, restarts)` expects.
+NodeRecord member(const RendezvousConfig& c, const std::string& id, int seq = 1, int hint = -1) {
+  NodeRecord r = node(id, seq, hint);
+  r.min_nodes = c.min_nodes;
+  r.max_nodes = c.max_nodes;
+  r.max_restarts = c.max_restarts;
+  return r;
+}
+
+template <typename E>
+std::vector<E> all(const CoordinatorEffects& effects) {
+  std::vector<E> out;
+  for (const auto& e : effects) {
+    if (auto* p = std::get_if<E>(&e)) out.push_back(*p);
+  }
+  return out;
+}
+
+template <typename E>
+const E* find(const CoordinatorEffects& effects) {
+  for (const auto& e : effects) {
+    if (auto* p = std::get_if<E>(&e)) return p;
+  }
+  return nullptr;
+}
+
+// node id -> its answer, from every Answer effect.
+std::map<std::string, RoundAnswer> answers(const CoordinatorEffects& effects) {
+  std::map<std::string, RoundAnswer> out;
+  for (const auto& a : all<fx::Answer>(effects)) {
+    for (const auto& entry : a.entries) out[entry.node_id] = entry.answer;
+  }
+  return out;
+}
+
+std::vector<std::string> pruned(const CoordinatorEffects& effects) {
+  std::vector<std::string> out;
+  for (const auto& p : all<fx::Prune>(effects)) out.push_back(p.key);
+  return out;
+}
+
+bool logged(const CoordinatorEffects& effects, const std::string& part) {
+  for (const auto& l : all<fx::Log>(effects)) {
+    if (l.line.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+void append(CoordinatorEffects& to, const CoordinatorEffects& from) { to.insert(to.end(), from.begin(), from.end()); }
+
+// Joins every node (alive first, as an agent does) at `now`; returns every effect.
+CoordinatorEffects join_all(CoordinatorCore& core, const std::vector<NodeRecord>& nodes, CoordinatorClock::time_point now) {
+  CoordinatorEffects out;
+  for (const auto& n : nodes) {
+    append(out, core.on_alive(n.node_id, now));
+    append(out, core.on_join(n, now));
+  }
+  return out;
+}
+
+RoundOutcome failed(int code, const std::string& report = "{\"why\":1}") {
+  RoundOutcome o;
+  o.exit_code = code;
+  o.report = report;
+  return o;
+}
+
+RoundOutcome succeeded() {
+  RoundOutcome o;
+  o.succeeded = true;
+  return o;
+}
+
+const RendezvousKeys keys("job42");
+
+}  // namespace
+
+TEST_CASE("core: a fixed-size round forms once every node joined", "[coordinator_core]") {
+  auto c = config(2, 2);
+  CoordinatorCore core(c, std::nullopt);
+  auto first = join_all(core, {member(c, "b")}, t0);
+  CHECK(answers(first).empty());
+  CHECK(core.round() == -1);
+  auto second = join_all(core, {member(c, "a")}, t0 + 1s);
+  auto got = answers(second);
+  REQUIRE(got.size() == 2);
+  CHECK(all<fx::Answer>(second).size() == 1);  // one write for the whole round
+  CHECK(got["a"].node_rank == 0);               // no hints, no previous ranks: by node id
+  CHECK(got["b"].node_rank == 1);
+  CHECK(got["a"].nnodes == 2);
+  CHECK(got["b"].master_addr == "10.0.0.a");
+  CHECK(got["b"].master_port == 29501);
+  CHECK(got["a"].round == 0);
+  CHECK(got["a"].restart_count == 0);
+  CHECK(core.round() == 0);
+  CHECK(logged(second, "round 0 formed with 2 node(s), restart count 0"));
+}
+
+TEST_CASE("core: rank hints come first, then the previous rank, then the node id", "[coordinator_core]") {
+  auto c = config(3, 3, 1);
+  CoordinatorCore core(c, std::nullopt);
+  auto got = answers(join_all(core, {member(c, "a", 1, 2), member(c, "b", 1), member(c, "c", 1, 0)}, t0));
+  REQUIRE(got.size() == 3);
+  CHECK(got["c"].node_rank == 0);
+  CHECK(got["a"].node_rank == 1);  // hint 2 comes before "b", which has none
+  CHECK(got["b"].node_rank == 2);
+
+  // Without hints, a node keeps its previous rank across rounds though its id sorts first.
+  CoordinatorCore stable(c, std::nullopt);
+  auto r0 = answers(join_all(stable, {member(c, "z", 1, 0), member(c, "y", 1, 1), member(c, "x", 1, 2)}, t0));
+  REQUIRE(r0["x"].node_rank == 2);
+  stable.on_report(0, "x", failed(1), t0 + 1s);
+  auto r1 = answers(join_all(stable, {member(c, "x", 2), member(c, "y", 2), member(c, "z", 2)}, t0 + 2s));
+  REQUIRE(r1.size() == 3);
+  CHECK(r1["z"].node_rank == 0);
+  CHECK(r1["y"].node_rank == 1);
+  CHECK(r1["x"].node_rank == 2);
+  CHECK(r1["x"].round == 1);
+  CHECK(r1["x"].restart_count == 1);
+}
+
+TEST_CASE("core: between min and max nodes the round forms when the last call ends", "[coordinator_core]") {
+  auto c = config(2, 3);
+  CoordinatorCore core(c, std::nullopt);
+  CHECK_FALSE(core.next_deadline().has_value());
+  join_all(core, {member(c, "a")}, t0);
+  auto two = join_all(core, {member(c, "b")}, t0 + 1s);
+  CHECK(answers(two).empty());
+  REQUIRE(core.next_deadline().has_value());
+  CHECK(answers(core.on_timers(t0 + 30s)).empty());  // 29 s after the second join: not yet
+  auto formed = core.on_timers(t0 + 31s);
+  auto got = answers(formed);
+  REQUIRE(got.size() == 2);
+  CHECK(got["a"].nnodes == 2);
+}
+
+TEST_CASE("core: max nodes form the round at once, and a full round makes a joiner wait", "[coordinator_core]") {
+  auto c = config(1, 2);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a")}, t0);
+  auto got = answers(join_all(core, {member(c, "b")}, t0));
+  REQUIRE(got.size() == 2);
+  auto third = join_all(core, {member(c, "c")}, t0 + 1s);
+  CHECK(answers(third).empty());
+  CHECK(all<fx::Control>(third).empty());
+  CHECK(logged(third, "waits: the round is at its maximum of 2 nodes"));
+}
+
+TEST_CASE("core: the reference configuration rejects a differing node with both names", "[coordinator_core]") {
+  auto c = config(2, 2);
+  SECTION("the hosting agent's record is the reference") {
+    CoordinatorCore core(c, member(c, "host"));
+    NodeRecord other = member(c, "a");
+    other.nproc = 4;
+    auto e = join_all(core, {other}, t0);
+    auto got = answers(e);
+    REQUIRE(got.size() == 1);
+    CHECK(got["a"].error == "configuration of node host-a (10.0.0.a, a) differs from node host: nproc 4 vs 2");
+    CHECK_FALSE(got["a"].closed);
+    CHECK(logged(e, "rendezvous: rejected configuration of node host-a"));
+  }
+  SECTION("without one, the first node to join sets it") {
+    CoordinatorCore core(c, std::nullopt);
+    join_all(core, {member(c, "a")}, t0);
+    NodeRecord other = member(c, "b");
+    other.program = "eval";
+    auto got = answers(join_all(core, {other}, t0));
+    REQUIRE(got.size() == 1);
+    CHECK_THAT(got["b"].error, Catch::Contains("differs from node host-a (10.0.0.a, a): program eval vs train"));
+    CHECK(core.round() == -1);  // the rejected node does not count
+  }
+  SECTION("a join already handled (same or older seq) is ignored") {
+    CoordinatorCore core(c, std::nullopt);
+    join_all(core, {member(c, "a", 2)}, t0);
+    CHECK(core.on_join(member(c, "a", 2), t0).empty());
+    CHECK(core.on_join(member(c, "a", 1), t0).empty());
+  }
+}
+
+TEST_CASE("core: a failure restarts while restarts remain, then closes with its code", "[coordinator_core]") {
+  auto c = config(2, 2, 1);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a"), member(c, "b")}, t0);
+  CHECK(core.on_report(5, "a", failed(3), t0).empty());  // not the running round
+  auto stop = core.on_report(0, "b", failed(3, "rep-b"), t0 + 1s);
+  auto ctl = all<fx::Control>(stop);
+  REQUIRE(ctl.size() == 1);
+  CHECK(ctl[0].event.kind == ControlEvent::Kind::kStop);
+  CHECK(ctl[0].event.round == 0);
+  CHECK(ctl[0].event.restart_count == 1);
+  CHECK(ctl[0].event.failure);
+  CHECK(ctl[0].event.origin_node == "b");
+  CHECK(ctl[0].event.report == "rep-b");
+  CHECK_THAT(ctl[0].event.detail, Catch::Contains("worker failure on node host-b") && Catch::Contains("restart 1 of 1"));
+  CHECK(core.restart_count() == 1);
+  CHECK(core.on_report(0, "a", failed(3), t0 + 1s).empty());  // the round already ended
+
+  join_all(core, {member(c, "a", 2), member(c, "b", 2)}, t0 + 2s);
+  REQUIRE(core.round() == 1);
+  auto close = core.on_report(1, "a", failed(9, "rep-a"), t0 + 3s);
+  REQUIRE(close.size() >= 2);
+  CHECK(std::holds_alternative<fx::Closed>(close[0]));  // counted closed before the close is written
+  auto closing = std::get<fx::Control>(close[1]).event;
+  CHECK(closing.kind == ControlEvent::Kind::kClosed);
+  CHECK(closing.exit_code == 9);
+  CHECK(closing.failure);
+  CHECK(closing.report == "rep-a");
+  CHECK_THAT(closing.detail, Catch::Contains("no restarts left (max 1)"));
+  CHECK(core.closed());
+}
+
+TEST_CASE("core: success on every participant closes the job with 0; later joins are told it closed", "[coordinator_core]") {
+  auto c = config(2, 2);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a"), member(c, "b")}, t0);
+  CHECK(core.on_report(0, "a", succeeded(), t0).empty());
+  CHECK_FALSE(core.closed());
+  auto e = core.on_report(0, "b", succeeded(), t0);
+  REQUIRE(e.size() >= 2);
+  CHECK(std::holds_alternative<fx::Closed>(e[0]));
+  auto closing = std::get<fx::Control>(e[1]).event;
+  CHECK(closing.exit_code == 0);
+  CHECK_FALSE(closing.failure);
+  CHECK(closing.detail == "all 2 nodes succeeded");
+  auto late = answers(core.on_join(member(c, "c"), t0 + 1s));
+  CHECK(late["c"].closed);
+  CHECK(late["c"].error == "the rendezvous of run 'job42' is closed");
+}
+
+TEST_CASE("core: nodes waiting when the job closes are answered that it closed", "[coordinator_core]") {
+  auto c = config(1, 1);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a")}, t0);
+  join_all(core, {member(c, "b")}, t0);  // waits: the round is full
+  auto got = answers(core.on_report(0, "a", succeeded(), t0));
+  REQUIRE(got.count("b") == 1);
+  CHECK(got["b"].closed);
+}
+
+TEST_CASE("core: a lost participant ends the round; the survivors re-form without a restart", "[coordinator_core]") {
+  auto c = config(2, 3);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a"), member(c, "b"), member(c, "c")}, t0);
+  REQUIRE(core.round() == 0);
+  auto e = core.on_alive_gone("c", t0 + 1s);
+  auto ctl = all<fx::Control>(e);
+  REQUIRE(ctl.size() == 1);
+  CHECK_FALSE(ctl[0].event.failure);
+  CHECK(ctl[0].event.restart_count == 0);
+  CHECK_THAT(ctl[0].event.detail, Catch::Contains("node host-c (10.0.0.c, c) lost"));
+  CHECK(logged(e, "rendezvous: lost node host-c"));
+  auto gone = pruned(e);
+  CHECK(std::find(gone.begin(), gone.end(), keys.answer("c", 1)) != gone.end());
+  CHECK(std::find(gone.begin(), gone.end(), keys.join("c")) != gone.end());
+  CHECK(std::find(gone.begin(), gone.end(), keys.heartbeat("c")) != gone.end());
+  CHECK(core.on_alive_gone("c", t0 + 1s).empty());  // once
+
+  // The two survivors are every node expected: the round forms at once, no last call.
+  join_all(core, {member(c, "a", 2)}, t0 + 2s);
+  auto got = answers(join_all(core, {member(c, "b", 2)}, t0 + 2s));
+  REQUIRE(got.size() == 2);
+  CHECK(got["a"].restart_count == 0);
+  CHECK(got["a"].round == 1);
+}
+
+TEST_CASE("core: a node that joins again prunes its previous answer", "[coordinator_core]") {
+  auto c = config(1, 2);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a")}, t0);
+  auto formed = core.on_timers(t0 + 31s);
+  REQUIRE(answers(formed).size() == 1);
+  auto again = core.on_join(member(c, "a", 2), t0 + 32s);
+  auto gone = pruned(again);
+  REQUIRE(!gone.empty());
+  CHECK(gone[0] == keys.answer("a", 1));
+  auto ctl = all<fx::Control>(again);  // its own rejoin ends the running round
+  REQUIRE(ctl.size() == 1);
+  CHECK_THAT(ctl[0].event.detail, Catch::Contains("rejoined"));
+}
+
+TEST_CASE("core: a late joiner with room scales the job up without a restart", "[coordinator_core]") {
+  auto c = config(1, 3);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a")}, t0);
+  core.on_timers(t0 + 31s);
+  REQUIRE(core.round() == 0);
+  auto e = join_all(core, {member(c, "b")}, t0 + 40s);
+  auto ctl = all<fx::Control>(e);
+  REQUIRE(ctl.size() == 1);
+  CHECK_THAT(ctl[0].event.detail, Catch::Contains("joined: scaling up"));
+  CHECK_FALSE(ctl[0].event.failure);
+  auto got = answers(join_all(core, {member(c, "a", 2)}, t0 + 41s));  // every survivor is back
+  REQUIRE(got.size() == 2);
+  CHECK(got["a"].node_rank == 0);  // its previous rank
+  CHECK(got["b"].restart_count == 0);
+}
+
+TEST_CASE("core: the heartbeat scan drops a silent node and ends its alive key", "[coordinator_core]") {
+  auto c = config(2, 2);
+  c.heartbeat_timeout = 8s;
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a"), member(c, "b")}, t0);
+  REQUIRE(core.next_deadline().has_value());
+  core.on_timers(t0);  // the first scan: everyone was just seen
+  CHECK(*core.next_deadline() == t0 + 2s);  // heartbeat_timeout / 4
+  core.on_heartbeat("a", t0 + 6s);
+  core.on_heartbeat("zz", t0 + 6s);  // not alive: ignored
+  CHECK(core.on_timers(t0 + 8s).empty());
+  auto e = core.on_timers(t0 + 10s);  // b: silent for 10 s > 8 s
+  auto ended = all<fx::EndAlive>(e);
+  REQUIRE(ended.size() == 1);
+  CHECK(ended[0].node_id == "b");
+  REQUIRE(!all<fx::Control>(e).empty());
+  CHECK_THAT(all<fx::Control>(e)[0].event.detail, Catch::Contains("no heartbeat for 8 s"));
+  CHECK(core.on_alive_gone("b", t0 + 10s).empty());  // its alive key's deletion is no news
+  CHECK_FALSE(core.alone());
+  core.on_alive_gone("a", t0 + 11s);
+  CHECK(core.alone());
+}
+
+TEST_CASE("core: progress lines while a round forms, at most one a second, only when changed", "[coordinator_core]") {
+  auto c = config(2, 4);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a")}, t0);
+  REQUIRE(core.next_deadline().has_value());
+  auto first = all<fx::Progress>(core.on_timers(t0));
+  REQUIRE(first.size() == 1);
+  CHECK(first[0].line == "round 0: 1/2..4 nodes");
+  join_all(core, {member(c, "b")}, t0 + 100ms);
+  CHECK(all<fx::Progress>(core.on_timers(t0 + 500ms)).empty());  // within the second
+  auto second = all<fx::Progress>(core.on_timers(t0 + 1s));
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].line == "round 0: 2/2..4 nodes, last call in 30 s");
+}
+
+TEST_CASE("core: forming round r prunes the stop key, reports and round keys of round r - 2", "[coordinator_core]") {
+  auto c = config(1, 1, 5);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {member(c, "a", 1)}, t0);
+  core.on_report(0, "a", failed(1), t0);
+  auto second = join_all(core, {member(c, "a", 2)}, t0);
+  REQUIRE(core.round() == 1);
+  CHECK(all<fx::PruneRound>(second).empty());  // no round before round -1
+  core.on_report(1, "a", failed(1), t0);
+  auto third = join_all(core, {member(c, "a", 3)}, t0);
+  REQUIRE(core.round() == 2);
+  auto gone = pruned(third);
+  CHECK(gone == std::vector<std::string>{keys.answer("a", 2), keys.stop(0), keys.report(0, "a")});
+  auto rounds = all<fx::PruneRound>(third);
+  REQUIRE(rounds.size() == 1);
+  CHECK(rounds[0].round == 0);
+  // A report that arrives for a round already pruned is deleted as it comes.
+  auto late = core.on_report(0, "b", failed(1), t0);
+  REQUIRE(late.size() == 1);
+  CHECK(std::get<fx::Prune>(late[0]).key == keys.report(0, "b"));
+  // A malformed report is not acted on, but its key is pruned with its round.
+  CHECK(core.on_report(2, "a", std::nullopt, t0).empty());
+  CHECK_FALSE(core.closed());
+  core.on_report(2, "b", failed(1), t0);  // not a participant: its key is still pruned later
+  join_all(core, {member(c, "a", 4)}, t0);
+  core.on_report(3, "a", failed(1), t0);
+  auto fifth = join_all(core, {member(c, "a", 5)}, t0);
+  REQUIRE(core.round() == 4);
+  gone = pruned(fifth);
+  CHECK(std::find(gone.begin(), gone.end(), keys.report(2, "a")) != gone.end());
+  CHECK(std::find(gone.begin(), gone.end(), keys.report(2, "b")) != gone.end());
+}
