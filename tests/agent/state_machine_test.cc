@@ -210,7 +210,7 @@ TEST_CASE("coordinated: a local failure is published at once, then the node wait
   REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
   a = sm.on_round_ended(t0 + 30ms);
   REQUIRE(a.size() == 2);
-  REQUIRE(std::get<action::ReportFailure>(a[0]).root_cause.exit_code == 9);
+  REQUIRE(std::get<action::ReportFailure>(a[0]).root_cause.status == ExitStatus::exited(9));
   REQUIRE(std::get<action::ReportFailure>(a[0]).restarting);
   REQUIRE(std::holds_alternative<action::JoinRound>(a[1]));
 }
@@ -245,7 +245,7 @@ TEST_CASE("coordinated: a round the coordinator ended restarts though this node'
   sm.on_worker_exit(exit_of(1, 0, 4, 0, 30ms));
   REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(1, 1, 0, SIGTERM, 40ms))) == nullptr);
   a = sm.on_job_closed(4, t0 + 50ms);
-  REQUIRE(std::get<action::ReportFailure>(a.at(0)).root_cause.exit_code == 4);
+  REQUIRE(std::get<action::ReportFailure>(a.at(0)).root_cause.status == ExitStatus::exited(4));
   REQUIRE_FALSE(std::get<action::ReportFailure>(a.at(0)).restarting);
 }
 
