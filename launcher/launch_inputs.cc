@@ -104,13 +104,15 @@ HostFacts HostFacts::of_this_host() {
   HostFacts host;
   char name[256] = {0};
   if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') host.hostname = name;
-  try {
-    host.addresses = local_addresses();
-  } catch (const std::system_error&) {
-    // getifaddrs failed: no address counts as ours (is_host=1 still makes this node the host).
-  }
+  host.addresses = Lazy<std::vector<std::string>>::read_by([]() -> std::vector<std::string> {
+    try {
+      return local_addresses();
+    } catch (const std::system_error&) {
+      return {};  // getifaddrs failed: no address counts as ours (is_host=1 still makes this node the host)
+    }
+  });
   host.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  host.gpus = count_gpus();
+  host.gpus = Lazy<int>::read_by(count_gpus);
   host.resolve = resolve_name;
   host.slurm_node_addr = scontrol_node_addr;
   return host;

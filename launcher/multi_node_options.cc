@@ -70,7 +70,8 @@ std::optional<bool> apply_conf(const std::vector<std::pair<std::string, std::str
 // resolved addresses that is local for a name), or "" when it is not this host.
 std::string address_on_host(const std::string& name, const HostFacts& host) {
   const auto mine = [&](const std::string& a) {
-    return std::find(host.addresses.begin(), host.addresses.end(), a) != host.addresses.end();
+    const auto& ours = host.addresses.get();
+    return std::find(ours.begin(), ours.end(), a) != ours.end();
   };
   in6_addr buf;
   if (::inet_pton(AF_INET, name.c_str(), &buf) == 1 || ::inet_pton(AF_INET6, name.c_str(), &buf) == 1) {

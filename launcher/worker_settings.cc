@@ -18,10 +18,10 @@ namespace {
 int parse_nproc(const std::string& text, const HostFacts& host) {
   if (text == "cpu") return host.cpus;
   if (text == "gpu") {
-    if (host.gpus == 0) usage("--nproc-per-node gpu: no GPU found on this node");
-    return host.gpus;
+    if (host.gpus.get() == 0) usage("--nproc-per-node gpu: no GPU found on this node");
+    return host.gpus.get();
   }
-  if (text == "auto") return host.gpus > 0 ? host.gpus : host.cpus;
+  if (text == "auto") return host.gpus.get() > 0 ? host.gpus.get() : host.cpus;
   const auto v = parse_long(text);
   if (!v || *v < 1 || *v > 65536) {
     usage("--nproc-per-node: expected a positive integer, cpu, gpu or auto, got '" + text + "'");

@@ -468,3 +468,26 @@ TEST_CASE("--slurm-tasks: the worker environment from the task's SLURM_* variabl
   CHECK_THROWS_WITH(parse({"--slurm-tasks", "/bin/true"}, with(env, "SLURM_PROCID", "")), Catch::Contains("SLURM_PROCID is not set"));
   CHECK_THAT(*parse({"--slurm-tasks", "--print-config", "/bin/true"}, env).exit_now, Catch::Contains("task RANK = 5  (Slurm task)"));
 }
+
+TEST_CASE("host facts a launch does not need are never read", "[launch_plan]") {
+  int address_reads = 0, gpu_reads = 0;
+  HostFacts h = test_host();
+  h.addresses = Lazy<std::vector<std::string>>::read_by([&] {
+    ++address_reads;
+    return std::vector<std::string>{"127.0.0.1", "10.0.0.5"};
+  });
+  h.gpus = Lazy<int>::read_by([&] {
+    ++gpu_reads;
+    return 2;
+  });
+  plan({"--standalone", "--nproc-per-node", "4", "--no-python", "/bin/true"}, {}, h);
+  CHECK(address_reads == 0);
+  CHECK(gpu_reads == 0);
+  // A c10d endpoint asks whether it is ours, "auto" counts GPUs: each read once.
+  auto p = plan({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.5:29400", "--nproc-per-node",
+                 "auto", "--no-python", "/bin/true"},
+                {}, h);
+  CHECK(p.nproc_per_node.value == 2);
+  CHECK(address_reads == 1);
+  CHECK(gpu_reads == 1);
+}
