@@ -11,10 +11,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "agent/agent_state_machine.h"
 #include "agent/failure_report.h"
+#include "agent/file_timer_server.h"
 #include "agent/line_router.h"
 #include "agent/signal_names.h"
 #include "agent/worker_containment.h"
@@ -86,6 +88,8 @@ struct Agent::Impl {
   RoundInfo current_round;
   std::optional<int> exit_code;
   std::optional<FailureReport> root_report;  // built once per root cause (report_for)
+  std::unique_ptr<FileTimerServer> file_timer;  // torch's file timer, when enabled
+  std::map<int, std::string> watchdog_notes;     // local rank -> what the watchdog did to it, this group
   std::uint64_t timer_generation = 0;  // a stale expiry (armed for an earlier stop) is ignored
 
   int run();
@@ -100,6 +104,9 @@ struct Agent::Impl {
   void on_control(const ControlEvent& e);
   void print_remote_report(const ControlEvent& e);
   void finish(int code);
+  void start_file_timer();
+  void on_timer_expired(const FileTimerExpiry& e);
+  std::optional<int> worker_of(int pid) const;
   fs::path attempt_dir(int restart_count, int local_rank) const {
     return run_dir / ("attempt_" + std::to_string(restart_count)) / std::to_string(local_rank);
   }
@@ -133,9 +140,11 @@ int Agent::Impl::run() {
     } else {
       run_dir = make_unique_dir(fs::absolute(config.log_dir), config.run_id + "_");  // workers may chdir
     }
+    if (config.file_timer) start_file_timer();
     start_rendezvous();
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
+    file_timer.reset();
     if (!run_dir.empty()) {  // made before the failure, and nothing was written to it yet
       std::error_code ignored;
       fs::remove_all(run_dir, ignored);
@@ -144,11 +153,16 @@ int Agent::Impl::run() {
     return kExitAgentError;
   }
   base_env = current_environment();
+  if (file_timer) {
+    std::erase_if(base_env, [](const std::string& v) { return v.starts_with("TORCHELASTIC_TIMER_FILE="); });
+    base_env.push_back("TORCHELASTIC_TIMER_FILE=" + file_timer->path());
+  }
   if (const char* f = std::getenv("TORCHELASTIC_ERROR_FILE")) parent_error_file = f;
   wait_signal();
   perform(machine.start(AgentClock::now()));
   if (!exit_code) io.run();
   group.reset();  // SIGKILLs what is left of the workers' trees
+  file_timer.reset();  // removes its FIFO
   containment->release();  // the keeper removes the job's cgroup and exits meanwhile
   // The host keeps the store up until the others have left; after a preemption notice the others
   // are still checkpointing, so it waits for them up to the grace period (and a little more).
@@ -225,6 +239,8 @@ void Agent::Impl::finish(int code) {
 
 void Agent::Impl::start_group(int restart_count) {
   group.reset();  // the previous round's workers are all gone by now
+  watchdog_notes.clear();
+  if (file_timer) file_timer->clear();
   try {
     std::vector<WorkerLaunch> launches;
     launches.reserve(static_cast<std::size_t>(config.nproc_per_node));
@@ -271,6 +287,7 @@ void Agent::Impl::start_group(int restart_count) {
         io, restart_count,
         [this](const WorkerExit& e) {
           // Decide outside the group's own handler: a restart destroys the group.
+          if (file_timer) file_timer->forget(e.pid);
           asio::post(io, [this, e] {
             if (!exit_code) perform(machine.on_worker_exit(e));
           });
@@ -337,8 +354,50 @@ const FailureReport& Agent::Impl::report_for(const WorkerExit& e) {
     const auto& tail = group->stderr_tail(e.local_rank);
     report.stderr_tail.assign(tail.begin(), tail.end());
   }
+  if (auto note = watchdog_notes.find(e.local_rank); note != watchdog_notes.end()) report.watchdog = note->second;
   root_report = std::move(report);
   return *root_report;
+}
+
+void Agent::Impl::start_file_timer() {
+  const std::string path = config.file_timer->empty() ? (run_dir / "file_timer").string() : *config.file_timer;
+  FileTimerServer::Callbacks cb;
+  cb.owns = [this](int pid) { return worker_of(pid).has_value(); };
+  cb.on_expired = [this](const FileTimerExpiry& e) { on_timer_expired(e); };
+  cb.log = [](const std::string& line) { say(line + "\n"); };
+  file_timer = std::make_unique<FileTimerServer>(io, path, std::move(cb));
+}
+
+// The running worker `pid` is, or whose process group it belongs to (a worker leads its own).
+std::optional<int> Agent::Impl::worker_of(int pid) const {
+  if (!group || pid <= 0) return std::nullopt;
+  const pid_t pgid = ::getpgid(pid);
+  for (int lr = 0; lr < group->size(); ++lr) {
+    if (group->is_running(lr) && (group->pid(lr) == pid || group->pid(lr) == pgid)) return lr;
+  }
+  return std::nullopt;
+}
+
+// torch's FileTimerServer sends the requested signal to the pid that opened the scope; the
+// worker's exit then takes the ordinary failure path, its report saying what the timer saw.
+void Agent::Impl::on_timer_expired(const FileTimerExpiry& e) {
+  if (exit_code) return;
+  const auto& r = e.request;
+  const auto lr = worker_of(r.pid);
+  if (!lr) return;  // gone meanwhile: its exit is on its way
+  std::string what = "file timer scope '" + r.scope_id + "' of local rank " + std::to_string(*lr) + " (pid " +
+                     std::to_string(r.pid) + ") ran " + std::to_string(e.overdue.count()) + " ms past its deadline";
+  if (r.signal > 0) {
+    if (::kill(r.pid, r.signal) == 0) {
+      what += "; sent " + signal_name(r.signal);
+    } else {
+      what += "; could not signal it: " + std::string(std::strerror(errno));
+    }
+  } else {
+    what += "; not signalled (the scope asked for signal " + std::to_string(r.signal) + ")";
+  }
+  say("crun: " + what + "\n");
+  watchdog_notes[*lr] = what;
 }
 
 void Agent::Impl::start_rendezvous() {

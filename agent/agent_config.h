@@ -51,6 +51,16 @@ struct AgentConfig {
 
   std::string hostname;
 
+  // torch's file timer (TORCHELASTIC_ENABLE_FILE_TIMER=1): the agent serves the FIFO at this path
+  // ("": one it makes in the run dir) and exports it to the workers as TORCHELASTIC_TIMER_FILE;
+  // nullopt: off.
+  std::optional<std::string> file_timer;
+
+  // Hang detection (agent/hang_watch.h): a worker with no first heartbeat within
+  // initial_heartbeat_timeout, or none within heartbeat_timeout of its last, is hung. 0: off.
+  std::chrono::milliseconds heartbeat_timeout{0};
+  std::chrono::milliseconds initial_heartbeat_timeout{0};
+
   std::optional<MultiNodeConfig> multi_node;  // unset: single node (standalone store)
 };
 

@@ -74,6 +74,7 @@ std::string FailureReport::format_text() const {
      << ", role " << role << ") on " << host << (addr.empty() ? "" : " (" + addr + ")") << ", pid " << pid << ", " << status.describe()
      << ", at " << iso_time(time) << ", attempt " << restart_count << "; "
      << (restarting ? "restarting the group" : "no restarts left") << "\n";
+  if (!watchdog.empty()) os << "crun:   watchdog: " << watchdog << "\n";
   if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
   const auto traceback = split_lines(error_traceback);
   if (!traceback.empty() && !tail_shows(stderr_tail, traceback.back())) {
@@ -115,6 +116,11 @@ std::string FailureReport::to_json() const {
   j["error_message"] = error_message;
   j["error_traceback"] = error_traceback;
   j["stderr_tail"] = stderr_tail;
+  if (watchdog.empty()) {
+    j["watchdog"] = nullptr;
+  } else {
+    j["watchdog"] = watchdog;
+  }
   // A worker's stderr need not be UTF-8: invalid bytes become U+FFFD instead of an exception.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -142,6 +148,7 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
     r.error_message = j.at("error_message").get<std::string>();
     r.error_traceback = j.at("error_traceback").get<std::string>();
     r.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
+    if (auto w = j.find("watchdog"); w != j.end() && !w->is_null()) r.watchdog = w->get<std::string>();
     return r;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

@@ -3,7 +3,7 @@
 // Contract
 //   - format_text() is short: one header line naming rank, local rank, host (with the node's
 //     address when it has one: two hosts may share a hostname), pid, exit code or signal name,
-//     and time, then the error-file message (if any), the error file's traceback
+//     and time, then what the watchdog saw (when crun stopped the worker), the error-file message (if any), the error file's traceback
 //     (its last 40 lines; left out when the stderr tail already ends the same way, i.e. Python
 //     printed it) and the last stderr lines.
 //   - to_json() carries the same fields (written to --log-dir as failure_report.json, and what a
@@ -47,6 +47,9 @@ struct FailureReport {
   std::string error_message;  // from the worker's error file, if it wrote one
   std::string error_traceback;  // the error file's py_callstack (torch's @record), if any
   std::vector<std::string> stderr_tail;
+  // What crun's watchdog saw when it stopped this worker itself (a file-timer scope past its
+  // deadline); "" when the worker ended on its own.
+  std::string watchdog;
 
   std::string format_text() const;
   std::string to_json() const;

@@ -196,6 +196,7 @@ void WorkerGroup::kill_all() { signal_all(SIGKILL); }
 int WorkerGroup::size() const { return static_cast<int>(impl_->workers.size()); }
 int WorkerGroup::running() const { return impl_->running; }
 int WorkerGroup::pid(int local_rank) const { return impl_->workers.at(local_rank)->pid; }
+bool WorkerGroup::is_running(int local_rank) const { return !impl_->workers.at(local_rank)->exited; }
 
 const std::deque<std::string>& WorkerGroup::stderr_tail(int local_rank) const {
   return impl_->workers.at(local_rank)->err.router.tail();

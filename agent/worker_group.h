@@ -63,6 +63,7 @@ class WorkerGroup {
   int size() const;
   int running() const;
   int pid(int local_rank) const;
+  bool is_running(int local_rank) const;  // not yet reaped
   const std::deque<std::string>& stderr_tail(int local_rank) const;
 
  private:

@@ -40,6 +40,10 @@ const std::vector<SettingSpec>& launch_settings() {
        "signals forwarded to the workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 always are)",
        "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
       {"stop_timeout", "--stop-timeout,--stop_timeout", "seconds between the stop signal and SIGKILL (default 30)", "30"},
+      {"heartbeat_timeout", "--heartbeat-timeout,--heartbeat_timeout",
+       "seconds a worker may go without a heartbeat before it counts as hung (0: off)", "0"},
+      {"initial_heartbeat_timeout", "--initial-heartbeat-timeout,--initial_heartbeat_timeout",
+       "seconds from a worker's start to its first heartbeat (0: off)", "0"},
   };
   return specs;
 }

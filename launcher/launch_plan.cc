@@ -151,6 +151,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
     }
   }
   plan_workers(s, host, plan);
+  plan_watchdogs(s, env, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);
   if (cl.slurm_tasks) {

@@ -65,6 +65,9 @@ struct LaunchPlan {
   Sourced<std::vector<bool>> console;                 // per local rank (--local-ranks-filter)
   Sourced<std::string> log_dir;
   Sourced<std::vector<int>> handled_signals;
+  Sourced<std::chrono::milliseconds> heartbeat_timeout;          // 0: off
+  Sourced<std::chrono::milliseconds> initial_heartbeat_timeout;  // 0: off
+  Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: an executable path
   std::string hostname;
 

@@ -25,6 +25,8 @@ std::string print_plan(const LaunchPlan& plan) {
     line("store_endpoint", m.config.endpoint.str(), m.endpoint_source);
     line("store_host", m.config.is_host ? "this node" : "another node", m.host_source);
   }
+  line("file_timer", plan.file_timer.value ? (plan.file_timer.value->empty() ? "on (a FIFO in the run dir)" : *plan.file_timer.value) : "off",
+       plan.file_timer.source);
   line("run_id", plan.run_id.value, plan.run_id.source);
   line("program", join_words(plan.worker_argv.value), plan.worker_argv.source);
   for (const auto& [k, v] : plan.task_env) line("task " + k, v, "Slurm task");

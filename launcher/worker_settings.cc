@@ -116,6 +116,23 @@ void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan
   plan.hostname = host.hostname;
 }
 
+void plan_watchdogs(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan) {
+  const auto seconds = [&](const char* key, const char* flag) {
+    const double v = number_setting(s, key, flag);
+    if (!(v >= 0) || v > 1e6) usage(std::string(flag) + ": expected seconds >= 0 (0: off)");
+    return Sourced<std::chrono::milliseconds>{std::chrono::milliseconds(static_cast<long long>(v * 1000.0)),
+                                              s.at(key).source};
+  };
+  plan.heartbeat_timeout = seconds("heartbeat_timeout", "--heartbeat-timeout");
+  plan.initial_heartbeat_timeout = seconds("initial_heartbeat_timeout", "--initial-heartbeat-timeout");
+  if (env.get("TORCHELASTIC_ENABLE_FILE_TIMER") == std::optional<std::string>("1")) {
+    const auto path = env.get("TORCHELASTIC_TIMER_FILE");
+    plan.file_timer = {path.value_or(""), path ? "TORCHELASTIC_TIMER_FILE" : "TORCHELASTIC_ENABLE_FILE_TIMER"};
+  } else {
+    plan.file_timer = {std::nullopt, "default"};
+  }
+}
+
 void plan_program(std::vector<std::string> program, const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan) {
   const bool module = s.at("module").value == "1";
   const bool no_python = s.at("no_python").value == "1";

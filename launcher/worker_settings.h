@@ -9,6 +9,9 @@
 //     handled signals are always SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2 (Slurm's preemption
 //     notices), plus --signals-to-handle's (never SIGKILL, SIGSTOP, SIGCHLD). A bad value throws
 //     LaunchUsageError naming the flag.
+//   - plan_watchdogs: heartbeat_timeout and initial_heartbeat_timeout, seconds >= 0 (0: off);
+//     torch's file timer, on when TORCHELASTIC_ENABLE_FILE_TIMER is "1" in `env` (as torch's
+//     LocalElasticAgent), its FIFO at TORCHELASTIC_TIMER_FILE if set, else one crun makes.
 //   - plan_program: a .py script (or -m module) runs under $PYTHON_EXEC (from `env`, default
 //     python3) -u; any other executable, or --no-python, runs as it is. The program and the
 //     interpreter are looked up in PATH (resolve_executable); not found throws LaunchUsageError.
@@ -27,6 +30,7 @@
 namespace crun {
 
 void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan);
+void plan_watchdogs(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan);
 void plan_program(std::vector<std::string> program, const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan);
 
 }  // namespace crun

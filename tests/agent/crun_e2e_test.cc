@@ -466,3 +466,58 @@ TEST_CASE("every descriptor the agent opens is close-on-exec", "[e2e][fds]") {
   p.signal(SIGTERM);
   CHECK(p.wait_exit() == 128 + SIGTERM);
 }
+
+namespace {
+
+// A standalone crun running `script` under sh, one worker, with torch's file timer on.
+std::vector<std::string> timer_job(const std::string& script) {
+  return {CRUN_BIN, "--standalone", "--nproc-per-node", "1", "--no-python", "/bin/sh", "-c", script};
+}
+
+}  // namespace
+
+TEST_CASE("file timer: an overdue scope is killed with its signal and named in the report", "[e2e][file_timer]") {
+  TempDir tmp;
+  // The worker is the shell itself ($$): it opens a scope that ends 0.5 s from now and sleeps.
+  const double deadline =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + 0.5;
+  const std::string script = "echo \"{\\\"version\\\": 1, \\\"pid\\\": $$, \\\"scope_id\\\": \\\"load\\\", "
+                             "\\\"expiration_time\\\": " + std::to_string(deadline) +
+                             ", \\\"signal\\\": 9}\" > \"$TORCHELASTIC_TIMER_FILE\"; echo opened; exec sleep 60";
+  ChildProcess p(timer_job(script), {"TMPDIR=" + tmp.path.string(), "TORCHELASTIC_ENABLE_FILE_TIMER=1"});
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+  INFO(p.err());
+  CHECK(p.out().find("opened") != std::string::npos);
+  CHECK(std::regex_search(p.err(), std::regex(R"(file timer scope 'load' of local rank 0 \(pid \d+\) ran \d+ ms past its deadline; sent SIGKILL)")));
+  CHECK(std::regex_search(p.err(), std::regex(R"(killed by SIGKILL.*no restarts left\ncrun:   watchdog: file timer scope 'load')")));
+  CHECK(fs::is_empty(tmp.path));  // the FIFO went with the run dir
+}
+
+TEST_CASE("file timer: the FIFO is exported, bad requests are ignored with a line each", "[e2e][file_timer]") {
+  TempDir tmp;
+  const std::string fifo = (tmp.path / "timer.fifo").string();
+  const std::string script =
+      "test -p \"$TORCHELASTIC_TIMER_FILE\" && echo \"fifo=$TORCHELASTIC_TIMER_FILE\"; "
+      "echo 'not json' > \"$TORCHELASTIC_TIMER_FILE\"; "
+      "echo '{\"version\": 1, \"pid\": 1, \"scope_id\": \"x\", \"expiration_time\": 1, \"signal\": 9}' > \"$TORCHELASTIC_TIMER_FILE\"; "
+      "echo '{\"pid\": \"me\"}' > \"$TORCHELASTIC_TIMER_FILE\"";
+  ChildProcess p(timer_job(script), {"TORCHELASTIC_ENABLE_FILE_TIMER=1", "TORCHELASTIC_TIMER_FILE=" + fifo});
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 0);
+  INFO(p.err());
+  CHECK(p.out().find("fifo=" + fifo) != std::string::npos);
+  CHECK(p.err().find("file timer: ignored a malformed request: the timer request is not JSON") != std::string::npos);
+  CHECK(p.err().find("ignored a request from pid 1, which is not one of this job's workers") != std::string::npos);
+  CHECK(p.err().find("\"pid\" is not an integer") != std::string::npos);
+  CHECK_FALSE(fs::exists(fifo));  // removed when the agent ends
+}
+
+TEST_CASE("file timer: a pipe that cannot be made stops the agent before any worker", "[e2e][file_timer]") {
+  TempDir tmp;
+  ChildProcess p(timer_job("echo started"), {"TMPDIR=" + tmp.path.string(), "TORCHELASTIC_ENABLE_FILE_TIMER=1",
+                                             "TORCHELASTIC_TIMER_FILE=/nonexistent-crun-dir/timer"});
+  REQUIRE(p.wait_exit() == 3);
+  CHECK(p.err().find("crun: cannot start the agent: the file timer's pipe /nonexistent-crun-dir/timer: cannot create it") !=
+        std::string::npos);
+  CHECK(p.out().find("started") == std::string::npos);
+  CHECK(fs::is_empty(tmp.path));
+}

@@ -112,12 +112,15 @@ TEST_CASE("failure report: its JSON reads back as the same report, so it can cro
   r.error_message = "RuntimeError: boom";
   r.error_traceback = "Traceback (most recent call last):\n  boom";
   r.stderr_tail = {"a", "b \"quoted\""};
+  r.watchdog = "file timer scope 'step' ran 12 ms past its deadline; sent SIGKILL";
   const auto back = FailureReport::from_json(r.to_json());
   REQUIRE(back);
   CHECK(back->to_json() == r.to_json());
   CHECK(back->format_text() == r.format_text());
   CHECK(back->time == r.time);
   CHECK(back->status == ExitStatus::killed(SIGKILL));
+  CHECK(back->watchdog == r.watchdog);
+  CHECK_THAT(r.format_text(), Catch::Contains("crun:   watchdog: file timer scope 'step'"));
 
   r.status = ExitStatus::exited(3);
   r.addr.clear();

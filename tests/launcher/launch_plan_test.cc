@@ -491,3 +491,37 @@ TEST_CASE("host facts a launch does not need are never read", "[launch_plan]") {
   CHECK(address_reads == 1);
   CHECK(gpu_reads == 1);
 }
+
+TEST_CASE("watchdogs: heartbeat timeouts from flags or PET_*, torch's file timer from its variables", "[launch_plan]") {
+  auto off = plan({"--no-python", "/bin/true"});
+  CHECK(off.heartbeat_timeout.value == std::chrono::milliseconds(0));
+  CHECK(off.initial_heartbeat_timeout.value == std::chrono::milliseconds(0));
+  CHECK_FALSE(off.file_timer.value);
+
+  auto on = plan({"--heartbeat-timeout", "3", "--no-python", "/bin/true"},
+                 EnvSnapshot{{{"PET_INITIAL_HEARTBEAT_TIMEOUT", "60.5"}, {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}});
+  CHECK(on.heartbeat_timeout.value == std::chrono::milliseconds(3000));
+  CHECK(on.heartbeat_timeout.source == "--heartbeat-timeout");
+  CHECK(on.initial_heartbeat_timeout.value == std::chrono::milliseconds(60500));
+  CHECK(on.initial_heartbeat_timeout.source == "PET_INITIAL_HEARTBEAT_TIMEOUT");
+  REQUIRE(on.file_timer.value);
+  CHECK(on.file_timer.value->empty());  // crun makes the FIFO
+  auto agent = to_launch_options(on).agent;
+  CHECK(agent.heartbeat_timeout == std::chrono::milliseconds(3000));
+  CHECK(agent.initial_heartbeat_timeout == std::chrono::milliseconds(60500));
+  CHECK(agent.file_timer == std::optional<std::string>(""));
+
+  auto named = plan({"--no-python", "/bin/true"},
+                    EnvSnapshot{{{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}, {"TORCHELASTIC_TIMER_FILE", "/tmp/t.fifo"}}});
+  CHECK(named.file_timer.value == std::optional<std::string>("/tmp/t.fifo"));
+  CHECK(named.file_timer.source == "TORCHELASTIC_TIMER_FILE");
+  // torch's rule: only "1" turns it on; the path alone does not.
+  CHECK_FALSE(plan({"--no-python", "/bin/true"},
+                   EnvSnapshot{{{"TORCHELASTIC_ENABLE_FILE_TIMER", "true"}, {"TORCHELASTIC_TIMER_FILE", "/tmp/t"}}})
+                  .file_timer.value);
+
+  CHECK_THAT(usage_error({"--heartbeat-timeout", "-1", "--no-python", "/bin/true"}),
+             Catch::Contains("--heartbeat-timeout: expected seconds >= 0"));
+  CHECK_THAT(usage_error({"--no-python", "/bin/true"}, EnvSnapshot{{{"PET_INITIAL_HEARTBEAT_TIMEOUT", "soon"}}}),
+             Catch::Contains("PET_INITIAL_HEARTBEAT_TIMEOUT"));
+}

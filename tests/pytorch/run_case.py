@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs one PyTorch compatibility case under crun and under torchrun and compares the results.
 
-Usage: run_case.py --crun CRUN_BINARY --case {ddp,record_fail,resume,env,tcpstore}
+Usage: run_case.py --crun CRUN_BINARY --case {ddp,file_timer,record_fail,resume,env,tcpstore}
 
 The case scripts (this folder) print deterministic "RESULT ..." lines on stdout; for each case
 the sorted RESULT lines of crun's run must equal torchrun's, plus the checks listed per case.
@@ -232,7 +232,31 @@ def case_tcpstore(L):
     same_results(*runs, "tcpstore")
 
 
-CASES = {"ddp": case_ddp, "record_fail": case_record_fail, "resume": case_resume, "env": case_env,
+def case_file_timer(L):
+    """torch's FileTimerClient with TORCHELASTIC_ENABLE_FILE_TIMER=1: rank 1 overstays its 2 s
+    scope on the first attempt. Both launchers kill it (SIGKILL, the client's default), restart
+    the group once and finish with exit 0; crun's report names the rank, the scope and how far
+    past its deadline it was."""
+    runs = [L.run(x, "file_timer.py", max_restarts=1, env={"TORCHELASTIC_ENABLE_FILE_TIMER": "1"})
+            for x in ("crun", "torchrun")]
+    for r in runs:
+        check(r.rc == 0, f"{r.launcher}: the job did not recover from the expired scope\n{r.describe()}")
+        for rank in "01":
+            check(f"RESULT kind=step rank={rank} restart=1" in r.results(),
+                  f"{r.launcher}: rank {rank} did not finish its step after the restart\n{r.describe()}")
+        check(f"RESULT kind=step rank=1 restart=0" not in r.results(),
+              f"{r.launcher}: rank 1 finished the scope it overstayed\n{r.describe()}")
+    crun = runs[0]
+    check(re.search(r"file timer scope 'step' of local rank 1 \(pid \d+\) ran \d+ ms past its deadline; sent SIGKILL",
+                    crun.err), f"crun did not say what the timer did\n{crun.describe()}")
+    check(re.search(r"root cause\): rank 1 .*killed by SIGKILL.*restarting the group\ncrun:   watchdog: file timer scope 'step'",
+                    crun.err), f"crun's report does not name the expired scope\n{crun.describe()}")
+    check(re.search(r"exitcode: -9\) local_rank: 1 ", runs[1].err),
+          f"torchrun did not report rank 1 killed by SIGKILL\n{runs[1].describe()}")
+    same_results(*runs, "file_timer")
+
+
+CASES = {"ddp": case_ddp, "file_timer": case_file_timer, "record_fail": case_record_fail, "resume": case_resume, "env": case_env,
          "tcpstore": case_tcpstore}
 
 
