@@ -1,0 +1,50 @@
+#include "agent/hang_watch.h"
+
+#include <algorithm>
+
+namespace crun {
+
+HangWatch::HangWatch(HangLimits limits, int nproc, Clock::time_point started)
+    : limits_(limits), started_(started), workers_(static_cast<std::size_t>(nproc)) {}
+
+std::optional<HangWatch::Clock::time_point> HangWatch::deadline(const Worker& w) const {
+  if (!w.watched) return std::nullopt;
+  if (!w.last_beat) {
+    if (limits_.initial.count() == 0) return std::nullopt;
+    return started_ + limits_.initial;
+  }
+  if (limits_.steady.count() == 0) return std::nullopt;
+  return *w.last_beat + limits_.steady;
+}
+
+std::optional<Hang> HangWatch::observe(int local_rank, const std::optional<Heartbeat>& beat, Clock::time_point now) {
+  Worker& w = workers_.at(static_cast<std::size_t>(local_rank));
+  if (!w.watched) return std::nullopt;
+  if (beat && beat->monotonic_ns != 0 && beat->monotonic_ns > w.last_beat_ns) {
+    w.last_beat_ns = beat->monotonic_ns;
+    w.last_beat = std::min(now, Clock::time_point(std::chrono::nanoseconds(beat->monotonic_ns)));
+    w.last_step = beat->step;
+    highest_step_ = std::max(highest_step_.value_or(beat->step), beat->step);
+  }
+  const auto due = deadline(w);
+  if (!due || now < *due) return std::nullopt;
+  w.watched = false;
+  Hang h;
+  h.local_rank = local_rank;
+  h.first_beat_missing = !w.last_beat;
+  h.last_step = w.last_step;
+  h.silent_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_beat.value_or(started_));
+  return h;
+}
+
+void HangWatch::exited(int local_rank) { workers_.at(static_cast<std::size_t>(local_rank)).watched = false; }
+
+std::optional<HangWatch::Clock::time_point> HangWatch::next_deadline() const {
+  std::optional<Clock::time_point> first;
+  for (const auto& w : workers_) {
+    if (auto d = deadline(w); d && (!first || *d < *first)) first = d;
+  }
+  return first;
+}
+
+}  // namespace crun

@@ -1,0 +1,80 @@
+// HangWatch with a fake clock: the initial and steady limits, clamped beat times, one report.
+#include <catch2/catch.hpp>
+
+#include "agent/hang_watch.h"
+
+using namespace crun;
+using namespace std::chrono_literals;
+using Clock = HangWatch::Clock;
+
+namespace {
+
+const Clock::time_point t0 = Clock::time_point(100s);
+
+Heartbeat beat(std::int64_t step, Clock::time_point at) {
+  return Heartbeat{step, std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count()};
+}
+
+const std::optional<Heartbeat> none = Heartbeat{};  // the file as crun made it: no beat yet
+
+}  // namespace
+
+TEST_CASE("no first beat within the initial limit is a hang", "[hang_watch]") {
+  HangWatch w(HangLimits{5s, 2s}, 2, t0);
+  CHECK(w.next_deadline() == t0 + 5s);
+  CHECK_FALSE(w.observe(0, none, t0 + 4999ms));
+  auto h = w.observe(0, none, t0 + 5s);
+  REQUIRE(h);
+  CHECK(h->local_rank == 0);
+  CHECK(h->first_beat_missing);
+  CHECK(h->silent_for == 5s);
+  CHECK_FALSE(w.observe(0, none, t0 + 6s));  // reported once
+  CHECK(w.next_deadline() == t0 + 5s);       // rank 1 is still watched
+}
+
+TEST_CASE("after a beat, the steady limit runs from the beat's own time", "[hang_watch]") {
+  HangWatch w(HangLimits{5s, 2s}, 1, t0);
+  CHECK_FALSE(w.observe(0, beat(7, t0 + 1s), t0 + 1500ms));
+  CHECK(w.next_deadline() == t0 + 3s);
+  CHECK(w.highest_step() == 7);
+  CHECK_FALSE(w.observe(0, beat(8, t0 + 2500ms), t0 + 3s));  // a newer beat moves the deadline
+  CHECK(w.next_deadline() == t0 + 4500ms);
+  CHECK_FALSE(w.observe(0, beat(8, t0 + 2500ms), t0 + 4s));  // the same beat again
+  auto h = w.observe(0, beat(8, t0 + 2500ms), t0 + 4500ms);
+  REQUIRE(h);
+  CHECK_FALSE(h->first_beat_missing);
+  CHECK(h->last_step == 8);
+  CHECK(h->silent_for == 2s);
+  CHECK_FALSE(w.next_deadline());
+}
+
+TEST_CASE("a beat stamped in the future counts as now, an older one is ignored", "[hang_watch]") {
+  HangWatch w(HangLimits{0s, 2s}, 1, t0);
+  CHECK_FALSE(w.next_deadline());  // no initial limit: nothing is due before a first beat
+  CHECK_FALSE(w.observe(0, beat(1, t0 + 1h), t0 + 1s));
+  CHECK(w.next_deadline() == t0 + 3s);
+  CHECK_FALSE(w.observe(0, beat(2, t0 + 500ms), t0 + 2s));  // older than the last: no effect
+  CHECK(w.highest_step() == 1);
+  CHECK(w.observe(0, none, t0 + 3s));
+}
+
+TEST_CASE("an unreadable file is no beat; an exited worker is not watched", "[hang_watch]") {
+  HangWatch w(HangLimits{1s, 0s}, 2, t0);
+  CHECK_FALSE(w.observe(0, beat(3, t0 + 200ms), t0 + 300ms));
+  CHECK_FALSE(w.next_deadline() == t0 + 200ms);
+  CHECK(w.next_deadline() == t0 + 1s);  // rank 1 still owes its first beat; rank 0 (no steady limit) is done
+  w.exited(1);
+  CHECK_FALSE(w.next_deadline());
+  CHECK_FALSE(w.observe(1, std::nullopt, t0 + 10s));
+  HangWatch v(HangLimits{1s, 0s}, 1, t0);
+  CHECK(v.observe(0, std::nullopt, t0 + 1s));  // truncated by the worker: never a beat
+}
+
+TEST_CASE("highest_step is the group's maximum", "[hang_watch]") {
+  HangWatch w(HangLimits{0s, 10s}, 3, t0);
+  CHECK_FALSE(w.highest_step());
+  w.observe(0, beat(4, t0 + 1s), t0 + 1s);
+  w.observe(1, beat(9, t0 + 1s), t0 + 1s);
+  w.observe(2, beat(6, t0 + 1s), t0 + 1s);
+  CHECK(w.highest_step() == 9);
+}
