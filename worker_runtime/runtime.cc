@@ -1,12 +1,19 @@
 #include "worker_runtime/runtime.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <mutex>
+#include <cstring>
 
+#include "base/heartbeat_file.h"
 #include "store/prefix_store.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
@@ -24,13 +31,7 @@ struct Runtime::Impl {
   std::unique_ptr<ProcessGroup> cpu_pg;  // only when pg is not gloo
   crun::StoreEndpoint endpoint;
   std::string prefix;
-  std::mutex hb_mu;  // guards the heartbeat state and its own store connection below
-  std::unique_ptr<crun::TcpStore> hb_client;
-  std::unique_ptr<crun::PrefixStore> hb_store;
-  std::uint64_t hb_count = 0;
-  bool hb_warned = false;
-  std::chrono::steady_clock::time_point hb_last{};
-  std::chrono::milliseconds hb_interval{1000};
+  std::int64_t* heartbeat = nullptr;  // CRUN_HEARTBEAT_FILE mapped: [0] step, [1] monotonic ns
 };
 
 Runtime::Runtime() : impl_(std::make_unique<Impl>()) {}
@@ -39,8 +40,7 @@ Runtime::~Runtime() {
     impl_->pg.reset();
     impl_->cpu_pg.reset();
     impl_->cpu_store.reset();
-    impl_->hb_store.reset();
-    impl_->hb_client.reset();
+    if (impl_->heartbeat != nullptr) ::munmap(impl_->heartbeat, kHeartbeatFileBytes);
     impl_->store.reset();
     impl_->client.reset();
     impl_->server.reset();
@@ -60,6 +60,23 @@ void ignore_sigpipe_unless_handled() {
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
 }
+// The agent's heartbeat file (base/heartbeat_file.h) mapped into memory, or nullptr when crun
+// does not watch for hangs; a file that cannot be mapped is reported once and leaves heartbeats off.
+std::int64_t* map_heartbeat_file(const std::string& where) {
+  const char* path = std::getenv(kHeartbeatFileVariable);
+  if (path == nullptr || *path == '\0') return nullptr;
+  const int fd = ::open(path, O_RDWR | O_CLOEXEC);
+  void* p = fd < 0 ? MAP_FAILED : ::mmap(nullptr, kHeartbeatFileBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (p == MAP_FAILED) {
+    std::fprintf(stderr, "crun runtime %s: heartbeats off: cannot map %s=%s: %s\n", where.c_str(), kHeartbeatFileVariable,
+                 path, std::strerror(err));
+    return nullptr;
+  }
+  return static_cast<std::int64_t*>(p);
+}
+
 }  // namespace
 
 std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
@@ -124,44 +141,20 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
   } catch (const std::exception& ex) {
     throw InitError("crun runtime " + where + ": first barrier failed: " + ex.what());
   }
-  if (const char* iv = std::getenv("CRUN_HEARTBEAT_INTERVAL_MS")) {
-    s.hb_interval = std::chrono::milliseconds(std::atol(iv));
-  }
+  s.heartbeat = map_heartbeat_file(where);
   return rt;
 }
 
 void Runtime::finish() { impl_->pg->barrier()->wait(); }
 
-void Runtime::heartbeat(std::string_view note) noexcept {
-  std::lock_guard lk(impl_->hb_mu);
-  ++impl_->hb_count;
-  // Rate limit: a store round trip per training step would cost more than the step.
-  const auto now = std::chrono::steady_clock::now();
-  if (impl_->hb_count > 1 && now - impl_->hb_last < impl_->hb_interval) return;
-  impl_->hb_last = now;
-  const auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  std::string value = std::to_string(impl_->hb_count) + " " + std::to_string(now_ms);
-  if (!note.empty()) value += " " + std::string(note);
-  try {
-    if (const char* path = std::getenv("CRUN_HEARTBEAT_FILE"); path != nullptr && *path) {
-      std::ofstream(path, std::ios::trunc) << value << "\n";
-    }
-    if (!impl_->hb_store) {
-      crun::StoreClientOptions copts;
-      copts.connect_timeout = std::chrono::seconds(5);
-      copts.timeout = std::chrono::seconds(5);
-      impl_->hb_client = std::make_unique<crun::TcpStore>(impl_->endpoint, copts);
-      impl_->hb_store = std::make_unique<crun::PrefixStore>(*impl_->hb_client, impl_->prefix);
-    }
-    impl_->hb_store->set("heartbeat/" + std::to_string(impl_->env.rank), value);
-  } catch (const std::exception& ex) {
-    if (!impl_->hb_warned) {
-      impl_->hb_warned = true;
-      std::fprintf(stderr, "crun runtime: heartbeat not recorded: %s\n", ex.what());
-    }
-  }
+void Runtime::heartbeat(std::int64_t step) noexcept {
+  std::int64_t* slot = impl_->heartbeat;
+  if (slot == nullptr) return;
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  const std::int64_t ns = static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+  std::atomic_ref<std::int64_t>(slot[0]).store(step, std::memory_order_relaxed);
+  std::atomic_ref<std::int64_t>(slot[1]).store(ns, std::memory_order_release);
 }
 
 }  // namespace crun::rt

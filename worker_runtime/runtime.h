@@ -10,20 +10,20 @@
 //   - The process group ("gloo", "nccl" or "auto" = nccl when built with CUDA and a GPU is
 //     visible, else gloo) is connected and a barrier passed before init() returns; any failure
 //     (store unreachable, peer missing) throws InitError within `timeout`.
-//   - heartbeat() records "still making progress" (for a hang watchdog; crun's agent does not
-//     watch it yet, see docs/architecture.md): it rewrites
-//     $CRUN_HEARTBEAT_FILE when set and sets store key "heartbeat/<rank>" to "<count> <unix_ms>".
-//     It records at most once per CRUN_HEARTBEAT_INTERVAL_MS (default 1000; the first call always
-//     records), so calling it every step is cheap. It never throws (a failed store write is
-//     reported once to stderr).
+//   - heartbeat(step) tells crun's agent that this worker is making progress: when the agent
+//     watches for hangs (--heartbeat-timeout / --initial-heartbeat-timeout; it then sets
+//     CRUN_HEARTBEAT_FILE), it stores the step and the time in that file, mapped into memory at
+//     init() (base/heartbeat_file.h); otherwise it does nothing. Two stores and a vDSO clock read,
+//     no system call: call it every step. It never throws.
 //   - Destruction: rank 0's store server stops with the Runtime; call finish() first (a barrier)
 //     when other ranks might still use the store.
 //
 // Threading
 //   Use a Runtime from one thread (the training thread). heartbeat() is also safe from another
-//   thread: it holds its own lock and its own store connection (opened on first use).
+//   thread (two atomic stores).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -59,7 +59,7 @@ class Runtime {
   // The per-restart store view (keys under "crun/restart_<N>/"). Same thread as the Runtime.
   crun::Store& store();
 
-  void heartbeat(std::string_view note = {}) noexcept;
+  void heartbeat(std::int64_t step) noexcept;
   // Barrier so that no rank still needs rank 0's store; then the Runtime may be destroyed.
   void finish();
 

@@ -273,7 +273,7 @@ class Trainer {
     double loss_sum = 0;
     for (; s_.at.batch < batches_; ++s_.at.batch) {
       if (!run_step(idx, loss_sum)) return false;
-      rt_.heartbeat();
+      rt_.heartbeat(static_cast<std::int64_t>(s_.at.step));
     }
     if (!a_.checkpoint_dir.empty() && a_.checkpoint_every == 0) save_checkpoint_at({s_.at.epoch + 1, 0, s_.at.step});
     if (rank_ == 0) std::printf("epoch %llu: train_loss=%.4f\n", static_cast<unsigned long long>(s_.at.epoch),

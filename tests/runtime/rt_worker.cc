@@ -1,6 +1,7 @@
 // Worker program for the multi-process runtime tests: `rt_worker <scenario>`, started by
 // proc_harness with the torchrun environment. Prints "PASS <scenario>" and exits 0 on success;
 // prints what differed and exits 1 otherwise.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/heartbeat_file.h"
 #include "worker_runtime/bucketer.h"
 #include "worker_runtime/checkpoint.h"
 #include "worker_runtime/metrics.h"
@@ -287,15 +289,16 @@ void checkpoint_group(Runtime& rt, const std::string& dir) {
   }
   auto c = load_checkpoint(pg, dir);
   if (!c || c->step != 3 || from_bytes<float>(c->sections.at("w"))[999] != 3.0f) fail("load_checkpoint latest");
-  rt.heartbeat("step 3");
-  const std::string key = "heartbeat/" + std::to_string(pg.rank());
-  const std::string hb = rt.store().get(key, Millis(5000));
-  if (hb.rfind("1 ", 0) != 0 || hb.find("step 3") == std::string::npos) fail("heartbeat store value '" + hb + "'");
+  const auto before = std::chrono::steady_clock::now().time_since_epoch();
+  rt.heartbeat(3);
   if (const char* path = std::getenv("CRUN_HEARTBEAT_FILE")) {
-    std::ifstream in(path);
-    std::string line;
-    std::getline(in, line);
-    if (line.find("step 3") == std::string::npos) fail("heartbeat file '" + line + "'");
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    const auto beat = fd >= 0 ? crun::read_heartbeat_file(fd) : std::nullopt;
+    if (fd >= 0) ::close(fd);
+    if (!beat || beat->step != 3 || beat->monotonic_ns < std::chrono::nanoseconds(before).count() ||
+        beat->monotonic_ns > std::chrono::nanoseconds(std::chrono::steady_clock::now().time_since_epoch()).count()) {
+      fail("heartbeat file does not hold step 3 stamped now");
+    }
   }
   rt.finish();
 }
