@@ -17,6 +17,8 @@
 #include "agent/agent_state_machine.h"
 #include "agent/failure_report.h"
 #include "agent/file_timer_server.h"
+#include "agent/hang_watch.h"
+#include "agent/heartbeat_files.h"
 #include "agent/line_router.h"
 #include "agent/signal_names.h"
 #include "agent/worker_containment.h"
@@ -68,7 +70,9 @@ struct Agent::Impl {
         signals(io),
         stop_timer(io),
         machine(AgentPolicy{config.nproc_per_node, config.max_restarts, config.stop_timeout,
-                            config.multi_node.has_value()}) {}
+                            config.multi_node.has_value()}),
+        hang_timer(io),
+        hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout} {}
 
   AgentConfig config;
   asio::io_context io;
@@ -88,6 +92,11 @@ struct Agent::Impl {
   RoundInfo current_round;
   std::optional<int> exit_code;
   std::optional<FailureReport> root_report;  // built once per root cause (report_for)
+  asio::steady_timer hang_timer;                // the earliest heartbeat deadline of the group
+  HangLimits hang_limits;
+  std::unique_ptr<HeartbeatFiles> heartbeats;   // the current group's, when hang detection is on
+  std::optional<HangWatch> hang_watch;          // while the group runs
+  std::uint64_t hang_generation = 0;            // a stale expiry (an earlier group's) is ignored
   std::unique_ptr<FileTimerServer> file_timer;  // torch's file timer, when enabled
   std::map<int, std::string> watchdog_notes;     // local rank -> what the watchdog did to it, this group
   std::uint64_t timer_generation = 0;  // a stale expiry (armed for an earlier stop) is ignored
@@ -107,6 +116,9 @@ struct Agent::Impl {
   void start_file_timer();
   void on_timer_expired(const FileTimerExpiry& e);
   std::optional<int> worker_of(int pid) const;
+  void watch_heartbeats();
+  void check_heartbeats();
+  void on_hang(const Hang& h);
   fs::path attempt_dir(int restart_count, int local_rank) const {
     return run_dir / ("attempt_" + std::to_string(restart_count)) / std::to_string(local_rank);
   }
@@ -153,10 +165,6 @@ int Agent::Impl::run() {
     return kExitAgentError;
   }
   base_env = current_environment();
-  if (file_timer) {
-    std::erase_if(base_env, [](const std::string& v) { return v.starts_with("TORCHELASTIC_TIMER_FILE="); });
-    base_env.push_back("TORCHELASTIC_TIMER_FILE=" + file_timer->path());
-  }
   if (const char* f = std::getenv("TORCHELASTIC_ERROR_FILE")) parent_error_file = f;
   wait_signal();
   perform(machine.start(AgentClock::now()));
@@ -234,11 +242,14 @@ void Agent::Impl::finish(int code) {
   boost::system::error_code ignored;
   signals.cancel(ignored);
   stop_timer.cancel();
+  hang_timer.cancel();
   io.stop();
 }
 
 void Agent::Impl::start_group(int restart_count) {
   group.reset();  // the previous round's workers are all gone by now
+  hang_watch.reset();
+  heartbeats = hang_limits.enabled() ? std::make_unique<HeartbeatFiles>(config.nproc_per_node) : nullptr;
   watchdog_notes.clear();
   if (file_timer) file_timer->clear();
   try {
@@ -255,6 +266,8 @@ void Agent::Impl::start_group(int restart_count) {
       who.role = config.role;
       who.run_id = config.run_id;
       who.error_file = (dir / "error.json").string();
+      if (file_timer) who.timer_file = file_timer->path();
+      if (hang_limits.enabled()) who.heartbeat_file = heartbeats->make(lr, dir / "heartbeat");
       who.agent_id = containment->agent_id();
       WorkerLaunch launch;
       launch.argv = config.worker_argv;
@@ -288,12 +301,17 @@ void Agent::Impl::start_group(int restart_count) {
         [this](const WorkerExit& e) {
           // Decide outside the group's own handler: a restart destroys the group.
           if (file_timer) file_timer->forget(e.pid);
+          if (hang_watch) hang_watch->exited(e.local_rank);
           asio::post(io, [this, e] {
             if (!exit_code) perform(machine.on_worker_exit(e));
           });
         },
         containment.get());
     group->start(std::move(launches));
+    if (hang_limits.enabled()) {
+      hang_watch.emplace(hang_limits, config.nproc_per_node, AgentClock::now());
+      watch_heartbeats();
+    }
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start workers: ") + e.what() + "\n");
     group.reset();
@@ -398,6 +416,53 @@ void Agent::Impl::on_timer_expired(const FileTimerExpiry& e) {
   }
   say("crun: " + what + "\n");
   watchdog_notes[*lr] = what;
+}
+
+// One timer for the group's earliest heartbeat deadline; the files are read only then.
+void Agent::Impl::watch_heartbeats() {
+  const std::uint64_t generation = ++hang_generation;
+  hang_timer.cancel();
+  const auto due = hang_watch ? hang_watch->next_deadline() : std::nullopt;
+  if (!due) return;
+  hang_timer.expires_at(*due);
+  hang_timer.async_wait([this, generation](const boost::system::error_code& ec) {
+    if (ec || generation != hang_generation || exit_code) return;
+    check_heartbeats();
+  });
+}
+
+void Agent::Impl::check_heartbeats() {
+  // Only a running group is watched: workers we are stopping may well fall silent.
+  if (!group || !hang_watch || machine.state() != AgentStateMachine::State::kRunning) return;
+  std::vector<std::optional<Heartbeat>> beats;
+  for (int lr = 0; lr < group->size(); ++lr) beats.push_back(heartbeats->read(lr));
+  if (auto hang = hang_watch->observe_group(beats, AgentClock::now())) {
+    on_hang(*hang);
+    return;
+  }
+  watch_heartbeats();
+}
+
+// A hung worker is killed at once (SIGTERM rarely moves a process stuck in a collective), which
+// also frees its peers; the state machine makes its exit the root cause and stops the group.
+void Agent::Impl::on_hang(const Hang& h) {
+  const int pid = group->pid(h.local_rank);
+  const auto secs = [](std::chrono::milliseconds d) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(d.count()) / 1000.0);
+    return std::string(buf);
+  };
+  std::string what = "local rank " + std::to_string(h.local_rank) + " (pid " + std::to_string(pid) + ") is hung: ";
+  what += h.first_beat_missing ? "no first heartbeat " + secs(h.silent_for) + " after it started"
+                               : "no heartbeat for " + secs(h.silent_for) + ", last at step " + std::to_string(h.last_step);
+  if (const std::string state = process_state(pid); !state.empty()) what += "; " + state;
+  what += "; sent SIGKILL";
+  ::kill(-pid, SIGKILL);  // the worker leads its own process group
+  say("crun: " + what + "\n");
+  watchdog_notes[h.local_rank] = what;
+  hang_watch.reset();
+  ++hang_generation;
+  perform(machine.on_worker_hung(h.local_rank, AgentClock::now()));
 }
 
 void Agent::Impl::start_rendezvous() {

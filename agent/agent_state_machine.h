@@ -15,8 +15,11 @@
 //                                  either JoinRound (restarts remain: the next round's restart
 //                                  count is one more) or Exit{root cause code: exit code, or
 //                                  128 + signal}
-//   Root cause = the first failing exit observed, by time, of the current round; exits caused by
-//   our own stop are never the root cause. Events of an older round are ignored.
+//     - on_worker_hung(rank)    -> the stop as for a failure; that worker's exit (the agent killed
+//                                  it) is the root cause, even if its peers' exits arrive first
+//   Root cause = the first failing exit observed, by time, of the current round, or the hung
+//   worker's; exits caused by our own stop are never the root cause. Events of an older round are
+//   ignored.
 //
 //   Coordinated (multi-node) mode: the rendezvous coordinator, not this node, decides restarts;
 //   max_restarts is not consulted.
@@ -116,6 +119,9 @@ class AgentStateMachine {
   AgentActions on_worker_exit(const WorkerExit& exit);
   AgentActions on_signal(int signo, AgentClock::time_point now);
   AgentActions on_stop_timeout(AgentClock::time_point now);
+  // A watchdog found local rank `local_rank` hung (the agent has killed it): the group stops as for
+  // a failure, and that worker's exit is the root cause whenever it arrives among the others'.
+  AgentActions on_worker_hung(int local_rank, AgentClock::time_point now);
   // Coordinated mode.
   AgentActions on_round(int restart_count);
   AgentActions on_round_ended(AgentClock::time_point now);
@@ -141,6 +147,7 @@ class AgentStateMachine {
   bool round_ended_ = false;          // the coordinator ended the round: rejoin once stopped
   std::optional<int> closing_code_;   // the coordinator closed the job: exit once stopped
   std::optional<WorkerExit> root_cause_;
+  std::optional<int> condemned_;      // a hung worker's local rank: its exit is the root cause
   bool failure_reported_ = false;     // ReportFailure went out for root_cause_
 };
 

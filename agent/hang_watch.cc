@@ -10,8 +10,9 @@ HangWatch::HangWatch(HangLimits limits, int nproc, Clock::time_point started)
 std::optional<HangWatch::Clock::time_point> HangWatch::deadline(const Worker& w) const {
   if (!w.watched) return std::nullopt;
   if (!w.last_beat) {
-    if (limits_.initial.count() == 0) return std::nullopt;
-    return started_ + limits_.initial;
+    if (limits_.initial.count() > 0) return started_ + limits_.initial;
+    if (limits_.steady.count() > 0) return w.next_look.value_or(started_ + limits_.steady);
+    return std::nullopt;
   }
   if (limits_.steady.count() == 0) return std::nullopt;
   return *w.last_beat + limits_.steady;
@@ -28,6 +29,10 @@ std::optional<Hang> HangWatch::observe(int local_rank, const std::optional<Heart
   }
   const auto due = deadline(w);
   if (!due || now < *due) return std::nullopt;
+  if (!w.last_beat && limits_.initial.count() == 0) {  // only a look: no first-beat limit
+    w.next_look = now + limits_.steady;
+    return std::nullopt;
+  }
   w.watched = false;
   Hang h;
   h.local_rank = local_rank;
@@ -35,6 +40,20 @@ std::optional<Hang> HangWatch::observe(int local_rank, const std::optional<Heart
   h.last_step = w.last_step;
   h.silent_for = std::chrono::duration_cast<std::chrono::milliseconds>(now - w.last_beat.value_or(started_));
   return h;
+}
+
+std::optional<Hang> HangWatch::observe_group(const std::vector<std::optional<Heartbeat>>& beats, Clock::time_point now) {
+  std::optional<Hang> worst;
+  const auto behind = [](const Hang& a, const Hang& b) {  // is a further behind than b?
+    if (a.first_beat_missing != b.first_beat_missing) return a.first_beat_missing;
+    if (!a.first_beat_missing && a.last_step != b.last_step) return a.last_step < b.last_step;
+    return a.silent_for > b.silent_for;
+  };
+  for (std::size_t lr = 0; lr < beats.size() && lr < workers_.size(); ++lr) {
+    auto h = observe(static_cast<int>(lr), beats[lr], now);
+    if (h && (!worst || behind(*h, *worst))) worst = h;
+  }
+  return worst;
 }
 
 void HangWatch::exited(int local_rank) { workers_.at(static_cast<std::size_t>(local_rank)).watched = false; }

@@ -10,7 +10,13 @@
 //     of the last one. A beat's time is taken as at most `now` (a worker cannot push its own
 //     deadline into the future) and a beat older than the last one seen is ignored. A worker is
 //     reported hung once; exited() stops watching it.
-//   - next_deadline() is the earliest deadline of the watched workers (nullopt: nothing to watch).
+//   - observe_group(beats, now) observes every watched worker (beats[local_rank]; an exited one's
+//     entry is ignored) and returns the hang to act on when any is past its deadline: the worker
+//     that is furthest behind (no first beat, else the lowest last step), then the longest silent.
+//     Its peers, blocked in a collective waiting for it, fall silent too but are a step ahead.
+//   - next_deadline() is the earliest time a watched worker's file must be read: its deadline, or,
+//     for a worker owing its first beat with no initial limit, the next look every `steady` (so
+//     that its first beat is learned at most `steady` late); nullopt: nothing to watch.
 //   - highest_step() is the highest step any worker of the group has beaten with.
 //
 // Threading
@@ -46,6 +52,7 @@ class HangWatch {
   HangWatch(HangLimits limits, int nproc, Clock::time_point started);
 
   std::optional<Hang> observe(int local_rank, const std::optional<Heartbeat>& beat, Clock::time_point now);
+  std::optional<Hang> observe_group(const std::vector<std::optional<Heartbeat>>& beats, Clock::time_point now);
   void exited(int local_rank);
   std::optional<Clock::time_point> next_deadline() const;
   std::optional<std::int64_t> highest_step() const { return highest_step_; }
@@ -56,6 +63,7 @@ class HangWatch {
     std::optional<Clock::time_point> last_beat;
     std::int64_t last_beat_ns = 0;
     std::int64_t last_step = 0;
+    std::optional<Clock::time_point> next_look;  // no first beat and no initial limit: look again then
   };
   std::optional<Clock::time_point> deadline(const Worker& w) const;
 

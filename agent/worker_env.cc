@@ -51,6 +51,8 @@ EnvironmentList worker_variables(const std::vector<std::string>& base, const Rou
   set("TORCHELASTIC_RUN_ID", who.run_id);
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   if (!who.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", who.error_file);
+  if (!who.timer_file.empty()) set("TORCHELASTIC_TIMER_FILE", who.timer_file);
+  if (!who.heartbeat_file.empty()) set("CRUN_HEARTBEAT_FILE", who.heartbeat_file);
   if (!who.agent_id.empty()) set("CRUN_AGENT_ID", who.agent_id);
   // torchrun sets OMP_NUM_THREADS=1 only when several workers share the node: one worker keeps
   // torch's default (all cores).

@@ -7,6 +7,8 @@
 //   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=False, with RANK =
 //   ROLE_RANK = place.rank_offset + local_rank and the restart count the round's;
 //   TORCHELASTIC_ERROR_FILE when who.error_file is set (else `base`'s value stays);
+//   TORCHELASTIC_TIMER_FILE when who.timer_file is set (torch's file timer, served by the agent);
+//   CRUN_HEARTBEAT_FILE when who.heartbeat_file is set (base/heartbeat_file.h);
 //   TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) and NCCL_ASYNC_ERROR_HANDLING=1
 //   (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` has them; OMP_NUM_THREADS=1 unless
 //   `base` has it or local_world_size is 1 (as torchrun); CRUN_AGENT_ID=<agent_id>
@@ -34,6 +36,8 @@ struct WorkerIdentity {
   std::string role = "default";
   std::string run_id = "none";
   std::string error_file;
+  std::string timer_file;      // the FIFO of torch's file timer ("" = off)
+  std::string heartbeat_file;  // this worker's heartbeat file ("" = crun does not watch for hangs)
   std::string agent_id;
 };
 

@@ -13,6 +13,7 @@
 // checkpoint holds), Stepper (one SGD step on the CPU or the GPU), Trainer (the epochs and steps,
 // failure injection, the preemption vote), evaluate, and main, which strings them together.
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -72,6 +73,8 @@ struct Args {
   int checkpoint_every = 50;  // steps; 0 = only at the end of each epoch
   long fail_at_step = -1;
   int fail_rank = 0;
+  long hang_at_step = -1;
+  int hang_rank = 0;
   std::uint64_t seed = 1234;
   std::string backend;  // default: gloo for cpu, nccl for cuda
   std::string device = "cpu";
@@ -91,6 +94,9 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
   app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every N steps (0: each epoch end)");
   app.add_option("--fail-at-step", a.fail_at_step, "inject a failure before step S (first attempt only)");
   app.add_option("--fail-rank", a.fail_rank, "rank that fails");
+  app.add_option("--hang-at-step", a.hang_at_step,
+                 "after step S, stop heartbeating and sleep forever (first attempt only; for crun's hang watchdog)");
+  app.add_option("--hang-rank", a.hang_rank, "rank that hangs");
   app.add_option("--seed", a.seed, "seed of data, init and shuffling");
   app.add_option("--backend", a.backend, "gloo or nccl (default: gloo for cpu, nccl for cuda)");
   app.add_option("--device", a.device, "cpu, or cuda (cuBLAS + NCCL, GPU = LOCAL_RANK)")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -273,6 +279,7 @@ class Trainer {
     double loss_sum = 0;
     for (; s_.at.batch < batches_; ++s_.at.batch) {
       if (!run_step(idx, loss_sum)) return false;
+      if (first_attempt_ && static_cast<long>(s_.at.step) == a_.hang_at_step && rank_ == a_.hang_rank) hang_now();
       rt_.heartbeat(static_cast<std::int64_t>(s_.at.step));
     }
     if (!a_.checkpoint_dir.empty() && a_.checkpoint_every == 0) save_checkpoint_at({s_.at.epoch + 1, 0, s_.at.step});
@@ -315,6 +322,14 @@ class Trainer {
   void save_checkpoint_at(const Position& at) {
     stepper_.sync_to_host();
     save_checkpoint(cpu_, a_.checkpoint_dir, make_checkpoint(s_, at));
+  }
+
+  // Alive but silent, as a rank stuck in a deadlock: no more heartbeats, no more collectives.
+  [[noreturn]] void hang_now() const {
+    std::fprintf(stderr, "train_mlp: hanging after step %llu on rank %d\n", static_cast<unsigned long long>(s_.at.step),
+                 rank_);
+    std::fflush(stderr);
+    for (;;) ::pause();
   }
 
   [[noreturn]] void fail_now() const {

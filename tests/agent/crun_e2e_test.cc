@@ -521,3 +521,50 @@ TEST_CASE("file timer: a pipe that cannot be made stops the agent before any wor
   CHECK(p.out().find("started") == std::string::npos);
   CHECK(fs::is_empty(tmp.path));
 }
+
+namespace {
+
+// A standalone crun running a Python worker (the heartbeat file written as documented in
+// base/heartbeat_file.h, no library) with `flags`.
+std::vector<std::string> python_job(const std::vector<std::string>& flags, const std::string& body) {
+  std::vector<std::string> argv{CRUN_BIN, "--standalone", "--nproc-per-node", "1"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), {"--no-python", "/usr/bin/python3", "-c",
+                           "import mmap, os, struct, time\n"
+                           "hb = mmap.mmap(os.open(os.environ['CRUN_HEARTBEAT_FILE'], os.O_RDWR), 16)\n" +
+                               body});
+  return argv;
+}
+
+}  // namespace
+
+TEST_CASE("heartbeats: a Python worker that falls silent is hung, named with its last step", "[e2e][hang]") {
+  ChildProcess p(python_job({"--heartbeat-timeout", "1"},
+                            "for step in range(5):\n"
+                            "    hb[:] = struct.pack('=qq', step, time.monotonic_ns())\n"
+                            "print('silent', flush=True)\n"
+                            "time.sleep(60)\n"));
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+  INFO(p.err());
+  CHECK(p.out().find("silent") != std::string::npos);
+  CHECK(std::regex_search(p.err(), std::regex(R"(local rank 0 \(pid \d+\) is hung: no heartbeat for 1\.\d s, last at step 4; state S \(sleeping\))")));
+  CHECK(p.err().find("crun:   watchdog: local rank 0") != std::string::npos);
+}
+
+TEST_CASE("heartbeats: no first beat within --initial-heartbeat-timeout is a hang; beating keeps a worker alive",
+          "[e2e][hang]") {
+  SECTION("never beats") {
+    ChildProcess p(python_job({"--initial-heartbeat-timeout", "1", "--heartbeat-timeout", "30"}, "time.sleep(60)\n"));
+    REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+    INFO(p.err());
+    CHECK(std::regex_search(p.err(), std::regex(R"(is hung: no first heartbeat 1\.\d s after it started)")));
+  }
+  SECTION("beats every 0.2 s for 2.5 s under a 1 s timeout") {
+    ChildProcess p(python_job({"--initial-heartbeat-timeout", "1", "--heartbeat-timeout", "1"},
+                              "for step in range(13):\n"
+                              "    hb[:] = struct.pack('=qq', step, time.monotonic_ns())\n"
+                              "    time.sleep(0.2)\n"));
+    REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 0);
+    CHECK(p.err().find("hung") == std::string::npos);
+  }
+}

@@ -50,7 +50,13 @@ TEST_CASE("after a beat, the steady limit runs from the beat's own time", "[hang
 
 TEST_CASE("a beat stamped in the future counts as now, an older one is ignored", "[hang_watch]") {
   HangWatch w(HangLimits{0s, 2s}, 1, t0);
-  CHECK_FALSE(w.next_deadline());  // no initial limit: nothing is due before a first beat
+  // No initial limit: never a hang before the first beat, but a look every 2 s to learn of it.
+  CHECK(w.next_deadline() == t0 + 2s);
+  CHECK_FALSE(w.observe(0, none, t0 + 2s));
+  CHECK(w.next_deadline() == t0 + 4s);
+  CHECK_FALSE(w.observe(0, none, t0 + 10min));
+  CHECK(w.next_deadline() == t0 + 10min + 2s);
+  w = HangWatch(HangLimits{0s, 2s}, 1, t0);
   CHECK_FALSE(w.observe(0, beat(1, t0 + 1h), t0 + 1s));
   CHECK(w.next_deadline() == t0 + 3s);
   CHECK_FALSE(w.observe(0, beat(2, t0 + 500ms), t0 + 2s));  // older than the last: no effect
@@ -77,4 +83,26 @@ TEST_CASE("highest_step is the group's maximum", "[hang_watch]") {
   w.observe(1, beat(9, t0 + 1s), t0 + 1s);
   w.observe(2, beat(6, t0 + 1s), t0 + 1s);
   CHECK(w.highest_step() == 9);
+}
+
+TEST_CASE("of a group gone silent, the worker furthest behind is the hang", "[hang_watch]") {
+  // Rank 1 stopped after step 29; ranks 0 and 2 finished step 30 and then waited for it.
+  HangWatch w(HangLimits{10s, 2s}, 3, t0);
+  std::vector<std::optional<Heartbeat>> beats{beat(30, t0 + 1010ms), beat(29, t0 + 1000ms), beat(30, t0 + 1011ms)};
+  CHECK_FALSE(w.observe_group(beats, t0 + 1500ms));
+  auto h = w.observe_group(beats, t0 + 3100ms);  // all three are past their deadlines by now
+  REQUIRE(h);
+  CHECK(h->local_rank == 1);
+  CHECK(h->last_step == 29);
+  // Same step: the longest silent; no beat at all is furthest behind.
+  HangWatch v(HangLimits{1s, 2s}, 3, t0);
+  std::vector<std::optional<Heartbeat>> same{beat(5, t0 + 500ms), beat(5, t0 + 400ms), none};
+  auto first = v.observe_group(same, t0 + 3s);
+  REQUIRE(first);
+  CHECK(first->local_rank == 2);
+  CHECK(first->first_beat_missing);
+  HangWatch u(HangLimits{1s, 2s}, 2, t0);
+  auto older = u.observe_group({beat(5, t0 + 500ms), beat(5, t0 + 400ms)}, t0 + 3s);
+  REQUIRE(older);
+  CHECK(older->local_rank == 1);
 }

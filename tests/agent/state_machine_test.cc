@@ -327,3 +327,44 @@ TEST_CASE("coordinated: a close that overtakes the stop of a local failure still
   CHECK_FALSE(find<action::ReportFailure>(a)->restarting);
   REQUIRE(std::get<action::Exit>(a.back()).code == 128 + SIGKILL);
 }
+
+TEST_CASE("a hung worker is the root cause even when its peers' exits arrive first", "[state_machine]") {
+  AgentStateMachine sm({3, 1, 30s});
+  start(sm);
+  auto a = sm.on_worker_hung(2, t0 + 5s);
+  REQUIRE(find<action::SignalGroup>(a)->signo == SIGTERM);
+  REQUIRE(find<action::ArmStopTimer>(a)->deadline == t0 + 35s);
+  REQUIRE(sm.state() == AgentStateMachine::State::kStopping);
+  REQUIRE(sm.on_worker_hung(1, t0 + 5s).empty());  // one stop at a time
+  // A peer's collective fails the moment the hung rank is killed; it is reaped first.
+  REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(0, 0, 1, 0, 5001ms))) == nullptr);
+  REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(0, 2, 0, SIGKILL, 5002ms))) == nullptr);
+  a = sm.on_worker_exit(exit_of(0, 1, 0, SIGTERM, 5003ms));
+  const auto* report = find<action::ReportFailure>(a);
+  REQUIRE(report);
+  CHECK(report->root_cause.local_rank == 2);
+  CHECK(report->root_cause.status == ExitStatus::killed(SIGKILL));
+  CHECK(report->restarting);
+  REQUIRE(find<action::JoinRound>(a));
+  // The next round forgets the hang.
+  REQUIRE(std::get<action::StartGroup>(sm.on_round(1).at(0)).restart_count == 1);
+  a = sm.on_worker_exit(exit_of(1, 0, 4, 0, 6s));
+  sm.on_worker_exit(exit_of(1, 1, 0, SIGTERM, 6s));
+  a = sm.on_worker_exit(exit_of(1, 2, 0, SIGTERM, 6s));
+  REQUIRE(find<action::ReportFailure>(a)->root_cause.local_rank == 0);
+  REQUIRE(find<action::Exit>(a)->code == 4);
+}
+
+TEST_CASE("coordinated: a hung worker's exit is published as the root cause", "[state_machine]") {
+  auto sm = coordinated(2, 3);
+  sm.start(t0);
+  sm.on_round(0);
+  auto a = sm.on_worker_hung(0, t0 + 1s);
+  REQUIRE(find<action::PublishFailure>(a) == nullptr);  // nothing to publish until it is gone
+  a = sm.on_worker_exit(exit_of(0, 1, 1, 0, 1001ms));
+  REQUIRE(find<action::PublishFailure>(a) == nullptr);
+  a = sm.on_worker_exit(exit_of(0, 0, 0, SIGKILL, 1002ms));
+  REQUIRE(find<action::PublishFailure>(a));
+  CHECK(find<action::PublishFailure>(a)->root_cause.local_rank == 0);
+  REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
+}

@@ -77,3 +77,16 @@ TEST_CASE("worker environment: OMP_NUM_THREADS and NCCL error handling as torchr
     REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2");
   }
 }
+
+TEST_CASE("worker environment: the watchdogs' files only when the agent serves them", "[worker_env]") {
+  RoundInfo round;
+  WorkerIdentity who;
+  auto off = as_map(worker_environment({"PATH=/bin", "TORCHELASTIC_TIMER_FILE=/user/set"}, round, who));
+  CHECK(off.count("CRUN_HEARTBEAT_FILE") == 0);
+  CHECK(off["TORCHELASTIC_TIMER_FILE"] == "/user/set");  // torch's agent passes the variable on as well
+  who.timer_file = "/run/crun/file_timer";
+  who.heartbeat_file = "/run/crun/attempt_0/0/heartbeat";
+  auto on = as_map(worker_environment({"PATH=/bin", "TORCHELASTIC_TIMER_FILE=/user/set"}, round, who));
+  CHECK(on["TORCHELASTIC_TIMER_FILE"] == "/run/crun/file_timer");
+  CHECK(on["CRUN_HEARTBEAT_FILE"] == "/run/crun/attempt_0/0/heartbeat");
+}

@@ -83,6 +83,33 @@ TEST_CASE("train_mlp resumes bit-identically after an injected failure under cru
   std::filesystem::remove_all(fail_dir);
 }
 
+TEST_CASE("train_mlp: a hung rank is caught by the heartbeat watchdog, named, and the job resumes bit-identically",
+          "[train_hang]") {
+  const std::string plain_dir = temp_dir(), hang_dir = temp_dir();
+  auto plain = run_command({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--no-python", CRUN_TRAIN_MLP,
+                            "--checkpoint-dir", plain_dir});
+  INFO(plain.output);
+  REQUIRE(plain.exit_code == 0);
+  // Rank 1 goes silent after step 120; rank 0 finishes step 120, beats, and waits for it in step 121.
+  auto hung = run_command({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                           "--heartbeat-timeout", "3", "--no-python", CRUN_TRAIN_MLP, "--checkpoint-dir", hang_dir,
+                           "--hang-at-step", "120", "--hang-rank", "1", "--checkpoint-every", "50"});
+  INFO(hung.output);
+  REQUIRE(hung.exit_code == 0);
+  CHECK(hung.output.find("hanging after step 120 on rank 1") != std::string::npos);
+  static const std::regex caught(
+      R"(crun: local rank 1 \(pid \d+\) is hung: no heartbeat for [3-9]\.\d s, last at step 119; state S \(sleeping\)[^\n]*; sent SIGKILL)");
+  CHECK(std::regex_search(hung.output, caught));
+  static const std::regex root(R"(root cause\): rank 1 \(local rank 1.*killed by SIGKILL.*restarting the group\ncrun:   watchdog: local rank 1)");
+  CHECK(std::regex_search(hung.output, root));
+  CHECK(hung.output.find("resumed from checkpoint at step 100") != std::string::npos);
+  const Final p = parse_final(plain.output), h = parse_final(hung.output);
+  REQUIRE(p.sha.size() == 64);
+  CHECK(h.sha == p.sha);
+  std::filesystem::remove_all(plain_dir);
+  std::filesystem::remove_all(hang_dir);
+}
+
 TEST_CASE("train_mlp checkpoints at an agreed step on SIGUSR1, exits 0, and resumes bit-identically",
           "[train_preempt]") {
   auto plain = run_ranks({CRUN_TRAIN_MLP}, 2, {}, std::chrono::seconds(120));
