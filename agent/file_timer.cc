@@ -44,6 +44,31 @@ FileTimerRequest parse_file_timer_request(std::string_view line) {
   return r;
 }
 
+void LineSplitter::feed(std::string_view bytes, const std::function<void(std::string_view line)>& on_line,
+                        const std::function<void()>& on_oversized) {
+  while (!bytes.empty()) {
+    const auto nl = bytes.find('\n');
+    const std::string_view piece = bytes.substr(0, nl);
+    if (!dropping_) {
+      if (partial_.size() + piece.size() > max_line_) {
+        dropping_ = true;
+        partial_.clear();
+      } else {
+        partial_.append(piece);
+      }
+    }
+    if (nl == std::string_view::npos) return;
+    bytes.remove_prefix(nl + 1);
+    if (dropping_) {
+      dropping_ = false;
+      on_oversized();
+    } else {
+      on_line(partial_);
+    }
+    partial_.clear();
+  }
+}
+
 bool FileTimerTable::apply(const FileTimerRequest& request) {
   auto key = std::make_pair(request.pid, request.scope_id);
   auto it = timers_.find(key);

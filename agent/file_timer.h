@@ -13,12 +13,16 @@
 //   - expire(now) removes and returns every timer with expiration_time <= now, earliest first.
 //   - next_expiry() is the earliest expiration time held, nullopt when empty.
 //   - forget(pid) drops the timers of a worker that is gone.
+//   - LineSplitter cuts a byte stream, fed in any pieces, into lines of at most `max_line` bytes
+//     (without the newline); a longer line is dropped whole and reported once. It holds at most
+//     `max_line` bytes between calls.
 //
 // Threading
 //   Not thread-safe; owned by the agent's event loop (or a test).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +40,19 @@ struct FileTimerRequest {
 };
 
 FileTimerRequest parse_file_timer_request(std::string_view line);
+
+class LineSplitter {
+ public:
+  explicit LineSplitter(std::size_t max_line) : max_line_(max_line) {}
+  void feed(std::string_view bytes, const std::function<void(std::string_view line)>& on_line,
+            const std::function<void()>& on_oversized);
+  std::size_t held() const { return partial_.size(); }
+
+ private:
+  std::size_t max_line_;
+  std::string partial_;
+  bool dropping_ = false;
+};
 
 class FileTimerTable {
  public:

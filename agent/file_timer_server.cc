@@ -90,27 +90,9 @@ struct FileTimerServer::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void take(std::string_view bytes) {
-    while (!bytes.empty()) {
-      auto nl = bytes.find('\n');
-      std::string_view piece = bytes.substr(0, nl);
-      if (!dropping) {
-        if (partial.size() + piece.size() > PIPE_BUF) {
-          dropping = true;
-          partial.clear();
-        } else {
-          partial.append(piece);
-        }
-      }
-      if (nl == std::string_view::npos) return;
-      bytes.remove_prefix(nl + 1);
-      if (dropping) {
-        say("oversized", "ignored a request longer than " + std::to_string(PIPE_BUF) + " bytes");
-        dropping = false;
-      } else {
-        handle(partial);
-      }
-      partial.clear();
-    }
+    lines.feed(
+        bytes, [this](std::string_view line) { handle(std::string(line)); },
+        [this] { say("oversized", "ignored a request longer than " + std::to_string(PIPE_BUF) + " bytes"); });
   }
 
   void handle(const std::string& line) {
@@ -173,8 +155,7 @@ struct FileTimerServer::Impl : std::enable_shared_from_this<Impl> {
   asio::steady_timer timer;
   std::optional<double> armed_for;
   std::array<char, 8192> buf{};
-  std::string partial;
-  bool dropping = false;
+  LineSplitter lines{PIPE_BUF};
   bool closed = false;
   FileTimerTable table;
   LogThrottle throttle;

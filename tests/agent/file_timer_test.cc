@@ -208,3 +208,20 @@ TEST_CASE("a FIFO left by an earlier run is replaced", "[file_timer]") {
   REQUIRE(::stat(run.path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
 }
+
+TEST_CASE("lines arrive whole however the bytes are cut; a line over the bound is dropped once", "[file_timer]") {
+  LineSplitter lines(8);
+  std::vector<std::string> got;
+  int oversized = 0;
+  const auto on_line = [&](std::string_view l) { got.emplace_back(l); };
+  const auto on_big = [&] { ++oversized; };
+  for (char c : std::string("ab\ncdefgh\n\n123456789\nxy")) lines.feed(std::string_view(&c, 1), on_line, on_big);
+  CHECK(got == std::vector<std::string>{"ab", "cdefgh", ""});
+  CHECK(oversized == 1);
+  CHECK(lines.held() == 2);  // "xy", waiting for its newline
+  lines.feed("z\n0123456789abcdef0123\nok\n", on_line, on_big);
+  CHECK(got.back() == "ok");
+  CHECK(got.at(3) == "xyz");
+  CHECK(oversized == 2);
+  CHECK(lines.held() == 0);
+}
