@@ -70,7 +70,11 @@ struct Agent::Impl {
         signals(io),
         stop_timer(io),
         machine(AgentPolicy{config.nproc_per_node, config.max_restarts, config.stop_timeout,
-                            config.multi_node.has_value()}),
+                            config.multi_node.has_value(),
+                            // Progress is measured in heartbeat steps: without heartbeats there is none to see.
+                            config.heartbeat_timeout.count() > 0 || config.initial_heartbeat_timeout.count() > 0
+                                ? config.max_no_progress_restarts
+                                : 0}),
         hang_timer(io),
         hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout} {}
 
@@ -119,6 +123,7 @@ struct Agent::Impl {
   void watch_heartbeats();
   void check_heartbeats();
   void on_hang(const Hang& h);
+  std::optional<std::int64_t> highest_step() const;
   fs::path attempt_dir(int restart_count, int local_rank) const {
     return run_dir / ("attempt_" + std::to_string(restart_count)) / std::to_string(local_rank);
   }
@@ -227,10 +232,14 @@ void Agent::Impl::perform(const AgentActions& actions) {
     } else if (std::holds_alternative<action::JoinRound>(a)) {
       rendezvous->request_round();
     } else if (auto* pub = std::get_if<action::PublishFailure>(&a)) {
-      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(pub->root_cause.wall_time.time_since_epoch());
       // The coordinator decides restart or stop; the machine reports the root cause with its decision.
-      rendezvous->publish_failure(rendezvous_round, pub->root_cause.crun_exit_code(), us.count(),
-                                  report_for(pub->root_cause).to_json());
+      RoundOutcome failure;
+      failure.exit_code = pub->root_cause.crun_exit_code();
+      failure.wall_time_us =
+          std::chrono::duration_cast<std::chrono::microseconds>(pub->root_cause.wall_time.time_since_epoch()).count();
+      failure.report = report_for(pub->root_cause).to_json();
+      failure.highest_step = highest_step();
+      rendezvous->publish_failure(rendezvous_round, failure);
     } else if (std::holds_alternative<action::PublishSuccess>(a)) {
       rendezvous->publish_success(rendezvous_round);
     }
@@ -302,6 +311,9 @@ void Agent::Impl::start_group(int restart_count) {
           // Decide outside the group's own handler: a restart destroys the group.
           if (file_timer) file_timer->forget(e.pid);
           if (hang_watch) hang_watch->exited(e.local_rank);
+          if (heartbeats) {  // the worker's last step, for the no-progress rule
+            if (auto beat = heartbeats->read(e.local_rank); beat && beat->monotonic_ns != 0) machine.record_step(beat->step);
+          }
           asio::post(io, [this, e] {
             if (!exit_code) perform(machine.on_worker_exit(e));
           });
@@ -322,6 +334,7 @@ void Agent::Impl::start_group(int restart_count) {
 void Agent::Impl::report_failure(const action::ReportFailure& r) {
   FailureReport report = report_for(r.root_cause);
   report.restarting = r.restarting;
+  report.no_progress = r.no_progress;
   say(report.format_text());
   if (!r.restarting && !parent_error_file.empty()) {
     // Like torchrun under a scheduler that set TORCHELASTIC_ERROR_FILE for the launcher: the
@@ -416,6 +429,16 @@ void Agent::Impl::on_timer_expired(const FileTimerExpiry& e) {
   }
   say("crun: " + what + "\n");
   watchdog_notes[*lr] = what;
+}
+
+// The highest step any worker of the group has beaten with so far (nullopt: no beats, or off).
+std::optional<std::int64_t> Agent::Impl::highest_step() const {
+  if (!heartbeats || !group) return std::nullopt;
+  std::optional<std::int64_t> best;
+  for (int lr = 0; lr < group->size(); ++lr) {
+    if (auto beat = heartbeats->read(lr); beat && beat->monotonic_ns != 0 && (!best || beat->step > *best)) best = beat->step;
+  }
+  return best;
 }
 
 // One timer for the group's earliest heartbeat deadline; the files are read only then.
@@ -552,6 +575,7 @@ void Agent::Impl::print_remote_report(const ControlEvent& e) {
     return;
   }
   report->restarting = e.kind == ControlEvent::Kind::kStop;
+  report->no_progress = e.kind == ControlEvent::Kind::kClosed && e.exit_code == kExitNoProgress;
   say("crun: root cause reported by node " + e.origin_node + ":\n" + report->format_text());
   write_report_file(*report);
 }

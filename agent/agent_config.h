@@ -60,6 +60,10 @@ struct AgentConfig {
   // initial_heartbeat_timeout, or none within heartbeat_timeout of its last, is hung. 0: off.
   std::chrono::milliseconds heartbeat_timeout{0};
   std::chrono::milliseconds initial_heartbeat_timeout{0};
+  // With heartbeats on: stop with kExitNoProgress after this many restarts in a row that did not
+  // raise the highest step (0: never). Multi-node, the coordinator applies it
+  // (MultiNodeConfig::rendezvous.no_progress_limit).
+  int max_no_progress_restarts = 3;
 
   std::optional<MultiNodeConfig> multi_node;  // unset: single node (standalone store)
 };

@@ -6,7 +6,11 @@ namespace crun {
 
 bool is_preemption_notice(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
 
-AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy) {}
+AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy), progress_(policy.no_progress_limit) {}
+
+void AgentStateMachine::record_step(std::int64_t step) {
+  if (!attempt_step_ || step > *attempt_step_) attempt_step_ = step;
+}
 
 AgentActions AgentStateMachine::start(AgentClock::time_point) {
   if (state_ != State::kIdle) return {};
@@ -40,10 +44,10 @@ AgentActions AgentStateMachine::on_round_ended(AgentClock::time_point now) {
   }
 }
 
-void AgentStateMachine::report_decision(AgentActions& actions, bool restarting) {
+void AgentStateMachine::report_decision(AgentActions& actions, bool restarting, bool no_progress) {
   if (!policy_.coordinated || !root_cause_ || failure_reported_) return;
   failure_reported_ = true;
-  actions.push_back(action::ReportFailure{*root_cause_, restarting});
+  actions.push_back(action::ReportFailure{*root_cause_, restarting, no_progress});
 }
 
 AgentActions AgentStateMachine::on_job_closed(int code, AgentClock::time_point now) {
@@ -58,7 +62,7 @@ AgentActions AgentStateMachine::on_job_closed(int code, AgentClock::time_point n
       return {};
     default: {
       AgentActions actions;
-      report_decision(actions, /*restarting=*/false);
+      report_decision(actions, /*restarting=*/false, code == kExitNoProgress);
       state_ = State::kDone;
       actions.push_back(action::Exit{code});
       return actions;
@@ -73,6 +77,7 @@ AgentActions AgentStateMachine::start_round() {
   round_ended_ = false;
   root_cause_.reset();
   condemned_.reset();
+  attempt_step_.reset();
   failure_reported_ = false;
   return {action::StartGroup{restart_count_}};
 }
@@ -163,7 +168,7 @@ AgentActions AgentStateMachine::on_all_exited() {
   if (closing_code_) {
     // The close may overtake our own failure's stop (the coordinator acted on our report before
     // our workers were gone): this node still reports its root cause before it exits.
-    report_decision(actions, /*restarting=*/false);
+    report_decision(actions, /*restarting=*/false, *closing_code_ == kExitNoProgress);
     state_ = State::kDone;
     actions.push_back(action::Exit{*closing_code_});
     return actions;
@@ -181,6 +186,13 @@ AgentActions AgentStateMachine::on_all_exited() {
   }
   const WorkerExit root = *root_cause_;
   const bool restarting = restart_count_ < policy_.max_restarts;
+  const bool no_progress = restarting && progress_.end_attempt(attempt_step_);
+  if (no_progress) {
+    actions.push_back(action::ReportFailure{root, false, true});
+    state_ = State::kDone;
+    actions.push_back(action::Exit{kExitNoProgress});
+    return actions;
+  }
   actions.push_back(action::ReportFailure{root, restarting});
   if (restarting) {
     state_ = State::kJoining;  // the round that follows has the next restart count

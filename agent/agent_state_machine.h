@@ -14,7 +14,10 @@
 //     - all workers gone while stopping -> CancelStopTimer, then for a failure ReportFailure and
 //                                  either JoinRound (restarts remain: the next round's restart
 //                                  count is one more) or Exit{root cause code: exit code, or
-//                                  128 + signal}
+//                                  128 + signal}; or, when no_progress_limit restarts in a row
+//                                  have not raised the highest step record_step() was given
+//                                  (base/progress_ledger.h), ReportFailure{no_progress} and
+//                                  Exit{kExitNoProgress}
 //     - on_worker_hung(rank)    -> the stop as for a failure; that worker's exit (the agent killed
 //                                  it) is the root cause, even if its peers' exits arrive first
 //   Root cause = the first failing exit observed, by time, of the current round, or the hung
@@ -41,6 +44,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <variant>
@@ -48,6 +52,7 @@
 
 #include "agent/exit_status.h"
 #include "base/exit_codes.h"
+#include "base/progress_ledger.h"
 
 namespace crun {
 
@@ -82,6 +87,7 @@ struct CancelStopTimer {};
 struct ReportFailure {
   WorkerExit root_cause;
   bool restarting;
+  bool no_progress = false;  // not restarting because restarts made no progress (kExitNoProgress)
 };
 struct Exit {
   int code;
@@ -107,6 +113,7 @@ struct AgentPolicy {
   int max_restarts = 0;  // single node only: coordinated mode takes the coordinator's decision
   std::chrono::milliseconds stop_timeout{30000};
   bool coordinated = false;  // multi-node: the rendezvous decides restarts
+  int no_progress_limit = 0;  // single node: stop after this many restarts in a row without progress (0: never)
 };
 
 class AgentStateMachine {
@@ -122,6 +129,8 @@ class AgentStateMachine {
   // A watchdog found local rank `local_rank` hung (the agent has killed it): the group stops as for
   // a failure, and that worker's exit is the root cause whenever it arrives among the others'.
   AgentActions on_worker_hung(int local_rank, AgentClock::time_point now);
+  // A heartbeat step a worker of the current group reached (the agent reads them as workers exit).
+  void record_step(std::int64_t step);
   // Coordinated mode.
   AgentActions on_round(int restart_count);
   AgentActions on_round_ended(AgentClock::time_point now);
@@ -136,7 +145,7 @@ class AgentStateMachine {
   AgentActions on_all_exited();
   AgentActions start_round();
   // Coordinated: ReportFailure for this round's root cause, once, with the coordinator's decision.
-  void report_decision(AgentActions& actions, bool restarting);
+  void report_decision(AgentActions& actions, bool restarting, bool no_progress = false);
 
   AgentPolicy policy_;
   State state_ = State::kIdle;
@@ -147,7 +156,9 @@ class AgentStateMachine {
   bool round_ended_ = false;          // the coordinator ended the round: rejoin once stopped
   std::optional<int> closing_code_;   // the coordinator closed the job: exit once stopped
   std::optional<WorkerExit> root_cause_;
-  std::optional<int> condemned_;      // a hung worker's local rank: its exit is the root cause
+  std::optional<int> condemned_;
+  std::optional<std::int64_t> attempt_step_;  // the highest step of the current group
+  ProgressLedger progress_;      // a hung worker's local rank: its exit is the root cause
   bool failure_reported_ = false;     // ReportFailure went out for root_cause_
 };
 

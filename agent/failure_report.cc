@@ -73,7 +73,7 @@ std::string FailureReport::format_text() const {
   os << "crun: worker failed (root cause): rank " << rank << " (local rank " << local_rank
      << ", role " << role << ") on " << host << (addr.empty() ? "" : " (" + addr + ")") << ", pid " << pid << ", " << status.describe()
      << ", at " << iso_time(time) << ", attempt " << restart_count << "; "
-     << (restarting ? "restarting the group" : "no restarts left") << "\n";
+     << (restarting ? "restarting the group" : no_progress ? "stopping: the restarts make no progress" : "no restarts left") << "\n";
   if (!watchdog.empty()) os << "crun:   watchdog: " << watchdog << "\n";
   if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
   const auto traceback = split_lines(error_traceback);
@@ -96,6 +96,7 @@ std::string FailureReport::to_json() const {
   j["role"] = role;
   j["attempt"] = restart_count;
   j["restarting"] = restarting;
+  j["no_progress"] = no_progress;
   j["rank"] = rank;
   j["local_rank"] = local_rank;
   j["host"] = host;
@@ -133,6 +134,7 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
     r.role = j.at("role").get<std::string>();
     r.restart_count = j.at("attempt").get<int>();
     r.restarting = j.at("restarting").get<bool>();
+    if (auto n = j.find("no_progress"); n != j.end()) r.no_progress = n->get<bool>();
     r.rank = j.at("rank").get<int>();
     r.local_rank = j.at("local_rank").get<int>();
     r.host = j.at("host").get<std::string>();

@@ -36,6 +36,7 @@ struct FailureReport {
   std::string role = "default";
   int restart_count = 0;
   bool restarting = false;
+  bool no_progress = false;  // not restarting: the restarts made no progress (kExitNoProgress)
   int rank = 0;
   int local_rank = 0;
   std::string host;

@@ -44,6 +44,8 @@ const std::vector<SettingSpec>& launch_settings() {
        "seconds a worker may go without a heartbeat before it counts as hung (0: off)", "0"},
       {"initial_heartbeat_timeout", "--initial-heartbeat-timeout,--initial_heartbeat_timeout",
        "seconds from a worker's start to its first heartbeat (0: off)", "0"},
+      {"max_no_progress_restarts", "--max-no-progress-restarts,--max_no_progress_restarts",
+       "with heartbeats: exit 8 after this many restarts in a row that did not raise the highest step (0: never)", "3"},
   };
   return specs;
 }
@@ -77,7 +79,8 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
       "(--print-config shows each value and its source).\n"
       "Exit status: 0 all workers succeeded; the root-cause worker's code (128+N for signal N)\n"
       "when restarts are exhausted; 128+N when crun got signal N (SIGUSR1: preempted, 138); 2 bad\n"
-      "usage; 3 agent error; 4 rendezvous timeout; 5 rendezvous closed; 6 rejected; 7 store lost.");
+      "usage; 3 agent error; 4 rendezvous timeout; 5 rendezvous closed; 6 rejected; 7 store lost;\n"
+      "8 the restarts made no progress (do not requeue).");
 
   std::map<std::string, std::string> text;
   std::map<std::string, bool> on;

@@ -67,6 +67,7 @@ struct LaunchPlan {
   Sourced<std::vector<int>> handled_signals;
   Sourced<std::chrono::milliseconds> heartbeat_timeout;          // 0: off
   Sourced<std::chrono::milliseconds> initial_heartbeat_timeout;  // 0: off
+  Sourced<int> max_no_progress_restarts;                         // 0: never
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: an executable path
   std::string hostname;

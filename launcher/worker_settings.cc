@@ -125,6 +125,9 @@ void plan_watchdogs(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& p
   };
   plan.heartbeat_timeout = seconds("heartbeat_timeout", "--heartbeat-timeout");
   plan.initial_heartbeat_timeout = seconds("initial_heartbeat_timeout", "--initial-heartbeat-timeout");
+  plan.max_no_progress_restarts = {int_setting(s, "max_no_progress_restarts", "--max-no-progress-restarts"),
+                                   s.at("max_no_progress_restarts").source};
+  if (plan.max_no_progress_restarts.value < 0) usage("--max-no-progress-restarts: must be >= 0");
   if (env.get("TORCHELASTIC_ENABLE_FILE_TIMER") == std::optional<std::string>("1")) {
     const auto path = env.get("TORCHELASTIC_TIMER_FILE");
     plan.file_timer = {path.value_or(""), path ? "TORCHELASTIC_TIMER_FILE" : "TORCHELASTIC_ENABLE_FILE_TIMER"};

@@ -10,6 +10,7 @@
 //     notices), plus --signals-to-handle's (never SIGKILL, SIGSTOP, SIGCHLD). A bad value throws
 //     LaunchUsageError naming the flag.
 //   - plan_watchdogs: heartbeat_timeout and initial_heartbeat_timeout, seconds >= 0 (0: off);
+//     max_no_progress_restarts >= 0;
 //     torch's file timer, on when TORCHELASTIC_ENABLE_FILE_TIMER is "1" in `env` (as torch's
 //     LocalElasticAgent), its FIFO at TORCHELASTIC_TIMER_FILE if set, else one crun makes.
 //   - plan_program: a .py script (or -m module) runs under $PYTHON_EXEC (from `env`, default

@@ -184,12 +184,9 @@ void C10dRendezvous::request_round() {
   impl_->joiner = std::thread([self = impl_] { self->join_once(); });
 }
 
-void C10dRendezvous::publish_failure(int rendezvous_round, int exit_code, std::int64_t wall_time_us, const std::string& report) {
-  RoundOutcome o;
+void C10dRendezvous::publish_failure(int rendezvous_round, const RoundOutcome& failure) {
+  RoundOutcome o = failure;
   o.succeeded = false;
-  o.exit_code = exit_code;
-  o.wall_time_us = wall_time_us;
-  o.report = report;
   impl_->publish(rendezvous_round, o);
 }
 

@@ -57,8 +57,7 @@ class C10dRendezvous final : public Rendezvous {
   C10dRendezvous& operator=(const C10dRendezvous&) = delete;
 
   void request_round() override;
-  void publish_failure(int rendezvous_round, int exit_code, std::int64_t wall_time_us,
-                       const std::string& report) override;
+  void publish_failure(int rendezvous_round, const RoundOutcome& failure) override;
   void publish_success(int rendezvous_round) override;
   void shutdown(std::chrono::milliseconds linger) override;
   // This agent's node id (valid once the first round was requested and connected).

@@ -1,5 +1,7 @@
 #include "rendezvous/coordinator_core.h"
 
+#include "base/exit_codes.h"
+
 #include <algorithm>
 #include <climits>
 #include <tuple>
@@ -16,7 +18,7 @@ std::string seconds(CoordinatorClock::duration d) {
 namespace fx = coordinator_effect;
 
 CoordinatorCore::CoordinatorCore(RendezvousConfig config, std::optional<NodeRecord> reference)
-    : keys_(config.run_id), cfg_(std::move(config)), reference_(std::move(reference)) {}
+    : keys_(config.run_id), cfg_(std::move(config)), progress_(cfg_.no_progress_limit), reference_(std::move(reference)) {}
 
 CoordinatorEffects CoordinatorCore::take() { return std::exchange(out_, {}); }
 
@@ -116,6 +118,13 @@ CoordinatorEffects CoordinatorCore::on_report(int r, const std::string& node, co
   if (restart_count_ >= cfg_.max_restarts) {
     close_job(outcome->exit_code, where + "; no restarts left (max " + std::to_string(cfg_.max_restarts) + ")", node,
               outcome->report);
+    return take();
+  }
+  if (progress_.end_attempt(outcome->highest_step)) {
+    close_job(kExitNoProgress,
+              where + "; " + std::to_string(progress_.streak()) + " restarts in a row made no progress (highest step " +
+                  (progress_.best() ? std::to_string(*progress_.best()) : std::string("none")) + ")",
+              node, outcome->report);
     return take();
   }
   ++restart_count_;

@@ -13,7 +13,9 @@
 //       round has joined again. Node ranks are ordered by rank hint, then previous rank, then node
 //       id; node rank 0's address and free port become the round's master.
 //     - While a round runs: a failure report ends it with Control{stop, restart_count + 1} while
-//       restarts remain, else closes the job with the failure's exit code; a node that joins while
+//       restarts remain, else closes the job with the failure's exit code, or with kExitNoProgress
+//       when no_progress_limit restarts in a row have not raised the highest heartbeat step the
+//       failing nodes reported (base/progress_ledger.h); a node that joins while
 //       there is room, or a participant that is lost (alive key gone, or no heartbeat for
 //       heartbeat_timeout: then EndAlive), ends it without counting a restart; success reported
 //       by every participant closes the job with 0.
@@ -38,6 +40,7 @@
 #include <variant>
 #include <vector>
 
+#include "base/progress_ledger.h"
 #include "rendezvous/rendezvous_records.h"
 
 namespace crun {
@@ -136,6 +139,7 @@ class CoordinatorCore {
   Phase phase_ = Phase::kForming;
   int round_ = -1;
   int restart_count_ = 0;
+  ProgressLedger progress_;
   std::map<std::string, NodeRecord> waiting_;
   std::map<std::string, NodeRecord> known_;
   std::map<std::string, int> seen_seq_;

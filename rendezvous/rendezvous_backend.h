@@ -25,6 +25,8 @@
 #include <functional>
 #include <string>
 
+#include "rendezvous/rendezvous_records.h"
+
 namespace crun {
 
 struct ControlEvent;
@@ -63,8 +65,7 @@ class Rendezvous {
   virtual ~Rendezvous() = default;
 
   virtual void request_round() = 0;
-  virtual void publish_failure(int rendezvous_round, int exit_code, std::int64_t wall_time_us,
-                               const std::string& report) = 0;
+  virtual void publish_failure(int rendezvous_round, const RoundOutcome& failure) = 0;
   virtual void publish_success(int rendezvous_round) = 0;
   virtual void shutdown(std::chrono::milliseconds linger) = 0;
 

@@ -109,7 +109,9 @@ RoundAnswer RoundAnswer::from_json(const std::string& text) {
 }
 
 std::string RoundOutcome::to_json() const {
-  return json{{"succeeded", succeeded}, {"exit_code", exit_code}, {"wall_time_us", wall_time_us}, {"report", report}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  json j{{"succeeded", succeeded}, {"exit_code", exit_code}, {"wall_time_us", wall_time_us}, {"report", report}};
+  if (highest_step) j["highest_step"] = *highest_step;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 RoundOutcome RoundOutcome::from_json(const std::string& text) {
@@ -119,6 +121,7 @@ RoundOutcome RoundOutcome::from_json(const std::string& text) {
   o.exit_code = field<int>(j, "exit_code", "outcome");
   o.wall_time_us = field<std::int64_t>(j, "wall_time_us", "outcome");
   o.report = field<std::string>(j, "report", "outcome");
+  if (j.contains("highest_step")) o.highest_step = field<std::int64_t>(j, "highest_step", "outcome");
   return o;
 }
 

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct RendezvousConfig {
   int min_nodes = 1;
   int max_nodes = 1;
   int max_restarts = 0;
+  int no_progress_limit = 0;  // stop with kExitNoProgress after this many restarts in a row without progress (0: never)
   std::chrono::milliseconds join_timeout{600000};
   std::chrono::milliseconds last_call_timeout{30000};
   std::chrono::milliseconds close_timeout{30000};
@@ -74,6 +76,7 @@ struct RoundOutcome {
   int exit_code = 0;        // crun's exit code for the root cause (code or 128+signal)
   std::int64_t wall_time_us = 0;  // when the failure happened (for root-cause ordering)
   std::string report;       // the agent's failure report (its JSON), opaque to the rendezvous
+  std::optional<std::int64_t> highest_step;  // the node's highest heartbeat step this round (none: no beats)
 
   std::string to_json() const;
   static RoundOutcome from_json(const std::string& text);

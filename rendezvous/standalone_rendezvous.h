@@ -26,7 +26,7 @@ class StandaloneRendezvous final : public Rendezvous {
                        RendezvousListener listener);
 
   void request_round() override;
-  void publish_failure(int, int, std::int64_t, const std::string&) override {}
+  void publish_failure(int, const RoundOutcome&) override {}
   void publish_success(int) override {}
   void shutdown(std::chrono::milliseconds) override { *stopped_ = true; }
   std::string node_id() const override { return {}; }

@@ -568,3 +568,17 @@ TEST_CASE("heartbeats: no first beat within --initial-heartbeat-timeout is a han
     CHECK(p.err().find("hung") == std::string::npos);
   }
 }
+
+TEST_CASE("heartbeats: restarts that make no progress end the job with exit 8", "[e2e][hang]") {
+  // Every attempt beats up to step 5 and fails: attempt 0 is progress, attempts 1-3 are not.
+  ChildProcess p(python_job({"--heartbeat-timeout", "30", "--max-restarts", "10", "--max-no-progress-restarts", "3"},
+                            "for step in range(6):\n"
+                            "    hb[:] = struct.pack('=qq', step, time.monotonic_ns())\n"
+                            "print('attempt', os.environ['TORCHELASTIC_RESTART_COUNT'], flush=True)\n"
+                            "raise SystemExit(1)\n"));
+  REQUIRE(p.wait_exit(std::chrono::seconds(60)) == 8);
+  INFO(p.out() + p.err());
+  CHECK(p.out().find("attempt 3") != std::string::npos);
+  CHECK(p.out().find("attempt 4") == std::string::npos);
+  CHECK(std::regex_search(p.err(), std::regex(R"(exit code 1, at .*attempt 3; stopping: the restarts make no progress)")));
+}

@@ -368,3 +368,54 @@ TEST_CASE("coordinated: a hung worker's exit is published as the root cause", "[
   CHECK(find<action::PublishFailure>(a)->root_cause.local_rank == 0);
   REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
 }
+
+TEST_CASE("restarts that make no progress stop the job with kExitNoProgress", "[state_machine]") {
+  AgentStateMachine sm({2, 10, 30s, false, /*no_progress_limit=*/2});
+  start(sm);
+  auto fail_at = [&](int restart, std::int64_t step) {
+    sm.record_step(step);
+    sm.on_worker_exit(exit_of(restart, 1, 13));
+    return sm.on_worker_exit(exit_of(restart, 0, 0, SIGTERM));
+  };
+  auto a = fail_at(0, 120);  // progress: the first steps seen
+  REQUIRE(find<action::JoinRound>(a));
+  sm.on_round(1);
+  a = fail_at(1, 119);
+  REQUIRE(find<action::JoinRound>(a));
+  REQUIRE(find<action::ReportFailure>(a)->restarting);
+  sm.on_round(2);
+  a = fail_at(2, 120);  // not beyond 120: two restarts in a row without progress
+  const auto* report = find<action::ReportFailure>(a);
+  REQUIRE(report);
+  CHECK_FALSE(report->restarting);
+  CHECK(report->no_progress);
+  REQUIRE(find<action::Exit>(a));
+  CHECK(find<action::Exit>(a)->code == kExitNoProgress);
+  CHECK(find<action::JoinRound>(a) == nullptr);
+}
+
+TEST_CASE("progress resets the count; restarts running out is not a no-progress stop", "[state_machine]") {
+  AgentStateMachine sm({1, 2, 30s, false, /*no_progress_limit=*/2});
+  start(sm);
+  sm.record_step(10);
+  REQUIRE(find<action::JoinRound>(sm.on_worker_exit(exit_of(0, 0, 1))));
+  sm.on_round(1);
+  sm.record_step(10);
+  REQUIRE(find<action::JoinRound>(sm.on_worker_exit(exit_of(1, 0, 1))));
+  sm.on_round(2);
+  sm.record_step(11);  // the last restart: no restarts left, whatever the steps
+  auto a = sm.on_worker_exit(exit_of(2, 0, 1));
+  CHECK_FALSE(find<action::ReportFailure>(a)->no_progress);
+  CHECK(find<action::Exit>(a)->code == 1);
+}
+
+TEST_CASE("coordinated: a close for no progress is reported as such", "[state_machine]") {
+  auto sm = coordinated(1, 5);
+  sm.start(t0);
+  sm.on_round(0);
+  sm.on_worker_exit(exit_of(0, 0, 1, 0, 10ms));
+  auto a = sm.on_job_closed(kExitNoProgress, t0 + 20ms);
+  REQUIRE(find<action::ReportFailure>(a));
+  CHECK(find<action::ReportFailure>(a)->no_progress);
+  CHECK(find<action::Exit>(a)->code == kExitNoProgress);
+}

@@ -510,6 +510,19 @@ TEST_CASE("watchdogs: heartbeat timeouts from flags or PET_*, torch's file timer
   CHECK(agent.heartbeat_timeout == std::chrono::milliseconds(3000));
   CHECK(agent.initial_heartbeat_timeout == std::chrono::milliseconds(60500));
   CHECK(agent.file_timer == std::optional<std::string>(""));
+  CHECK(agent.max_no_progress_restarts == 3);  // the default
+
+  // The no-progress limit reaches the coordinator only when heartbeats measure progress.
+  const std::vector<std::string> c10d{"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.5:29400",
+                                      "--max-no-progress-restarts", "5"};
+  auto with = c10d;
+  with.insert(with.end(), {"--heartbeat-timeout", "10", "--no-python", "/bin/true"});
+  auto without = c10d;
+  without.insert(without.end(), {"--no-python", "/bin/true"});
+  CHECK(parse(with).agent.multi_node->rendezvous.no_progress_limit == 5);
+  CHECK(parse(without).agent.multi_node->rendezvous.no_progress_limit == 0);
+  CHECK_THAT(usage_error({"--max-no-progress-restarts", "-2", "--no-python", "/bin/true"}),
+             Catch::Contains("--max-no-progress-restarts"));
 
   auto named = plan({"--no-python", "/bin/true"},
                     EnvSnapshot{{{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}, {"TORCHELASTIC_TIMER_FILE", "/tmp/t.fifo"}}});

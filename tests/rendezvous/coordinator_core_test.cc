@@ -1,6 +1,7 @@
 // CoordinatorCore with a fake clock: events in, effects out; no store, no thread.
 #include <catch2/catch.hpp>
 
+#include "base/exit_codes.h"
 #include "rendezvous/coordinator_core.h"
 
 using namespace crun;
@@ -401,4 +402,29 @@ TEST_CASE("core: forming round r prunes the stop key, reports and round keys of 
   gone = pruned(fifth);
   CHECK(std::find(gone.begin(), gone.end(), keys.report(2, "a")) != gone.end());
   CHECK(std::find(gone.begin(), gone.end(), keys.report(2, "b")) != gone.end());
+}
+
+TEST_CASE("core: restarts that do not raise the highest step close the job with kExitNoProgress", "[coordinator_core]") {
+  auto c = config(2, 2, 10);
+  c.no_progress_limit = 2;
+  CoordinatorCore core(c, std::nullopt);
+  auto fail = [&](int round, const std::string& who, std::optional<std::int64_t> step, CoordinatorClock::time_point at) {
+    RoundOutcome o = failed(13, "rep-" + who);
+    o.highest_step = step;
+    return core.on_report(round, who, o, at);
+  };
+  join_all(core, {member(c, "a"), member(c, "b")}, t0);
+  REQUIRE(all<fx::Control>(fail(0, "a", 120, t0 + 1s)).at(0).event.kind == ControlEvent::Kind::kStop);
+  join_all(core, {member(c, "a", 2), member(c, "b", 2)}, t0 + 2s);
+  REQUIRE(all<fx::Control>(fail(1, "b", 120, t0 + 3s)).at(0).event.kind == ControlEvent::Kind::kStop);  // 1 in a row
+  join_all(core, {member(c, "a", 3), member(c, "b", 3)}, t0 + 4s);
+  auto close = fail(2, "a", std::nullopt, t0 + 5s);  // no beats at all: 2 in a row
+  auto ctl = all<fx::Control>(close);
+  REQUIRE(ctl.size() == 1);
+  CHECK(ctl[0].event.kind == ControlEvent::Kind::kClosed);
+  CHECK(ctl[0].event.exit_code == kExitNoProgress);
+  CHECK(ctl[0].event.report == "rep-a");
+  CHECK_THAT(ctl[0].event.detail, Catch::Contains("2 restarts in a row made no progress (highest step 120)"));
+  CHECK(core.closed());
+  CHECK(core.restart_count() == 2);
 }

@@ -78,6 +78,12 @@ TEST_CASE("records: answers, outcomes and control events survive their JSON", "[
   CHECK(ob.exit_code == 137);
   CHECK(ob.wall_time_us == o.wall_time_us);
   CHECK(ob.report == o.report);
+  CHECK_FALSE(ob.highest_step);  // no beats: the field is left out
+  CHECK(o.to_json().find("highest_step") == std::string::npos);
+  o.highest_step = 1LL << 40;
+  CHECK(RoundOutcome::from_json(o.to_json()).highest_step == (1LL << 40));
+  CHECK_THROWS_WITH(RoundOutcome::from_json(R"({"succeeded": false, "exit_code": 1, "wall_time_us": 0, "report": "", "highest_step": "x"})"),
+                    Catch::Contains("highest_step"));
 
   for (auto kind : {ControlEvent::Kind::kStop, ControlEvent::Kind::kClosed}) {
     ControlEvent e;

@@ -42,7 +42,7 @@ TEST_CASE("standalone: each round is posted, one node, and every round after the
   CHECK(rounds[0].info.world_size == 4);
   CHECK(rounds[0].info.master_addr == "127.0.0.1");
   CHECK(rounds[0].info.master_port == 29555);
-  rdzv->publish_failure(0, 1, 0, "{}");  // nobody listens
+  rdzv->publish_failure(0, RoundOutcome{});  // nobody listens
   rdzv->request_round();
   loop.run();
   REQUIRE(rounds.size() == 2);
