@@ -480,12 +480,22 @@ void Agent::Impl::on_hang(const Hang& h) {
                                : "no heartbeat for " + secs(h.silent_for) + ", last at step " + std::to_string(h.last_step);
   if (const std::string state = process_state(pid); !state.empty()) what += "; " + state;
   what += "; sent SIGKILL";
-  ::kill(-pid, SIGKILL);  // the worker leads its own process group
   say("crun: " + what + "\n");
   watchdog_notes[h.local_rank] = what;
   hang_watch.reset();
   ++hang_generation;
-  perform(machine.on_worker_hung(h.local_rank, AgentClock::now()));
+  // The root cause is decided (and, multi-node, published) before the kill, so that no peer
+  // failing on its death can be taken for it.
+  WorkerExit killed;
+  killed.restart_count = machine.restart_count();
+  killed.local_rank = h.local_rank;
+  killed.pid = pid;
+  killed.status = ExitStatus::killed(SIGKILL);
+  killed.when = AgentClock::now();
+  killed.wall_time = std::chrono::system_clock::now();
+  const auto actions = machine.on_worker_hung(killed, killed.when);
+  ::kill(-pid, SIGKILL);  // the worker leads its own process group
+  perform(actions);
 }
 
 void Agent::Impl::start_rendezvous() {

@@ -76,7 +76,6 @@ AgentActions AgentStateMachine::start_round() {
   killed_ = false;
   round_ended_ = false;
   root_cause_.reset();
-  condemned_.reset();
   attempt_step_.reset();
   failure_reported_ = false;
   return {action::StartGroup{restart_count_}};
@@ -86,14 +85,11 @@ AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
   if (exit.restart_count != restart_count_ || (state_ != State::kRunning && state_ != State::kStopping)) return {};
   ++exited_;
   AgentActions actions;
-  const bool condemned = condemned_ && *condemned_ == exit.local_rank;
-  if ((state_ == State::kRunning && exit.failed()) || (condemned && !root_cause_)) {
+  if (state_ == State::kRunning && exit.failed()) {
     root_cause_ = exit;
     if (policy_.coordinated) actions.push_back(action::PublishFailure{exit});
-    if (state_ == State::kRunning) {
-      auto stop = begin_stop(0, exit.when);
-      actions.insert(actions.end(), stop.begin(), stop.end());
-    }
+    auto stop = begin_stop(0, exit.when);
+    actions.insert(actions.end(), stop.begin(), stop.end());
   }
   if (exited_ >= policy_.nproc) {
     auto rest = on_all_exited();
@@ -141,10 +137,14 @@ AgentActions AgentStateMachine::on_stop_timeout(AgentClock::time_point) {
   return {action::KillGroup{}};
 }
 
-AgentActions AgentStateMachine::on_worker_hung(int local_rank, AgentClock::time_point now) {
-  if (state_ != State::kRunning) return {};
-  condemned_ = local_rank;
-  return begin_stop(0, now);
+AgentActions AgentStateMachine::on_worker_hung(const WorkerExit& killed, AgentClock::time_point now) {
+  if (state_ != State::kRunning || killed.restart_count != restart_count_) return {};
+  root_cause_ = killed;
+  AgentActions actions;
+  if (policy_.coordinated) actions.push_back(action::PublishFailure{killed});
+  auto stop = begin_stop(0, now);
+  actions.insert(actions.end(), stop.begin(), stop.end());
+  return actions;
 }
 
 AgentActions AgentStateMachine::on_all_exited() {

@@ -18,8 +18,9 @@
 //                                  have not raised the highest step record_step() was given
 //                                  (base/progress_ledger.h), ReportFailure{no_progress} and
 //                                  Exit{kExitNoProgress}
-//     - on_worker_hung(rank)    -> the stop as for a failure; that worker's exit (the agent killed
-//                                  it) is the root cause, even if its peers' exits arrive first
+//     - on_worker_hung(killed)  -> it is the root cause at once (PublishFailure when coordinated),
+//                                  then the stop as for a failure; the exits that follow, its own
+//                                  included, are our stop's
 //   Root cause = the first failing exit observed, by time, of the current round, or the hung
 //   worker's; exits caused by our own stop are never the root cause. Events of an older round are
 //   ignored.
@@ -126,9 +127,10 @@ class AgentStateMachine {
   AgentActions on_worker_exit(const WorkerExit& exit);
   AgentActions on_signal(int signo, AgentClock::time_point now);
   AgentActions on_stop_timeout(AgentClock::time_point now);
-  // A watchdog found local rank `local_rank` hung (the agent has killed it): the group stops as for
-  // a failure, and that worker's exit is the root cause whenever it arrives among the others'.
-  AgentActions on_worker_hung(int local_rank, AgentClock::time_point now);
+  // A watchdog found a worker hung; `killed` is its exit as the agent is about to cause it
+  // (SIGKILL). It is the root cause at once, whatever order the group's exits then arrive in
+  // (coordinated: published at once, before its peers can fail on its death), and the group stops.
+  AgentActions on_worker_hung(const WorkerExit& killed, AgentClock::time_point now);
   // A heartbeat step a worker of the current group reached (the agent reads them as workers exit).
   void record_step(std::int64_t step);
   // Coordinated mode.
@@ -156,9 +158,8 @@ class AgentStateMachine {
   bool round_ended_ = false;          // the coordinator ended the round: rejoin once stopped
   std::optional<int> closing_code_;   // the coordinator closed the job: exit once stopped
   std::optional<WorkerExit> root_cause_;
-  std::optional<int> condemned_;
   std::optional<std::int64_t> attempt_step_;  // the highest step of the current group
-  ProgressLedger progress_;      // a hung worker's local rank: its exit is the root cause
+  ProgressLedger progress_;                    // attempts in a row without progress (single node)
   bool failure_reported_ = false;     // ReportFailure went out for root_cause_
 };
 

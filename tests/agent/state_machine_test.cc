@@ -331,11 +331,13 @@ TEST_CASE("coordinated: a close that overtakes the stop of a local failure still
 TEST_CASE("a hung worker is the root cause even when its peers' exits arrive first", "[state_machine]") {
   AgentStateMachine sm({3, 1, 30s});
   start(sm);
-  auto a = sm.on_worker_hung(2, t0 + 5s);
+  auto a = sm.on_worker_hung(exit_of(0, 2, 0, SIGKILL, 5s), t0 + 5s);
   REQUIRE(find<action::SignalGroup>(a)->signo == SIGTERM);
   REQUIRE(find<action::ArmStopTimer>(a)->deadline == t0 + 35s);
+  REQUIRE(find<action::PublishFailure>(a) == nullptr);  // single node: nothing to publish
   REQUIRE(sm.state() == AgentStateMachine::State::kStopping);
-  REQUIRE(sm.on_worker_hung(1, t0 + 5s).empty());  // one stop at a time
+  REQUIRE(sm.on_worker_hung(exit_of(0, 1, 0, SIGKILL, 5s), t0 + 5s).empty());  // one stop at a time
+  REQUIRE(sm.on_worker_hung(exit_of(7, 1, 0, SIGKILL, 5s), t0 + 5s).empty());  // another group's
   // A peer's collective fails the moment the hung rank is killed; it is reaped first.
   REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(0, 0, 1, 0, 5001ms))) == nullptr);
   REQUIRE(find<action::ReportFailure>(sm.on_worker_exit(exit_of(0, 2, 0, SIGKILL, 5002ms))) == nullptr);
@@ -346,7 +348,7 @@ TEST_CASE("a hung worker is the root cause even when its peers' exits arrive fir
   CHECK(report->root_cause.status == ExitStatus::killed(SIGKILL));
   CHECK(report->restarting);
   REQUIRE(find<action::JoinRound>(a));
-  // The next round forgets the hang.
+  // The next round starts afresh.
   REQUIRE(std::get<action::StartGroup>(sm.on_round(1).at(0)).restart_count == 1);
   a = sm.on_worker_exit(exit_of(1, 0, 4, 0, 6s));
   sm.on_worker_exit(exit_of(1, 1, 0, SIGTERM, 6s));
@@ -355,17 +357,17 @@ TEST_CASE("a hung worker is the root cause even when its peers' exits arrive fir
   REQUIRE(find<action::Exit>(a)->code == 4);
 }
 
-TEST_CASE("coordinated: a hung worker's exit is published as the root cause", "[state_machine]") {
+TEST_CASE("coordinated: a hung worker is published before it is killed", "[state_machine]") {
   auto sm = coordinated(2, 3);
   sm.start(t0);
   sm.on_round(0);
-  auto a = sm.on_worker_hung(0, t0 + 1s);
-  REQUIRE(find<action::PublishFailure>(a) == nullptr);  // nothing to publish until it is gone
-  a = sm.on_worker_exit(exit_of(0, 1, 1, 0, 1001ms));
-  REQUIRE(find<action::PublishFailure>(a) == nullptr);
-  a = sm.on_worker_exit(exit_of(0, 0, 0, SIGKILL, 1002ms));
+  auto a = sm.on_worker_hung(exit_of(0, 0, 0, SIGKILL, 1s), t0 + 1s);
   REQUIRE(find<action::PublishFailure>(a));
   CHECK(find<action::PublishFailure>(a)->root_cause.local_rank == 0);
+  REQUIRE(find<action::SignalGroup>(a));
+  // Its peer fails on its death, then it is reaped: neither is published again.
+  REQUIRE(find<action::PublishFailure>(sm.on_worker_exit(exit_of(0, 1, 1, 0, 1001ms))) == nullptr);
+  REQUIRE(find<action::PublishFailure>(sm.on_worker_exit(exit_of(0, 0, 0, SIGKILL, 1002ms))) == nullptr);
   REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
 }
 

@@ -288,3 +288,40 @@ TEST_CASE("train_mlp resumes bit-identically across two hosts after a failure", 
   int ignored = std::system(cleanup.c_str());
   (void)ignored;
 }
+
+TEST_CASE("a hung rank on another host is caught, named by node 0 as the root cause, and the job resumes",
+          "[hang]") {
+  auto sha = [](const std::string& out) {
+    auto at = out.find("weights_sha256=");
+    return at == std::string::npos ? std::string() : out.substr(at + 15, 64);
+  };
+  std::string reference;
+  {
+    ChildProcess p({CRUN_BIN, "--standalone", "--nproc-per-node", "2", CRUN_TRAIN_MLP});
+    REQUIRE(p.wait_exit(120s) == 0);
+    reference = sha(p.out());
+    REQUIRE(reference.size() == 64);
+  }
+  Cluster cl(2);
+  char dir[] = "/tmp/crun-mn-hang-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  // Rank 1 (node 2) goes silent after step 120; rank 0 (node 1) waits for it in step 121, a step
+  // ahead, until rank 1's death breaks its collective: node 2 must be named, not node 1's failure.
+  const std::vector<std::string> train{"--checkpoint-dir", dir, "--hang-at-step", "120", "--hang-rank", "1"};
+  auto flags = c10d("2", 1, "", 1);
+  flags.insert(flags.begin(), {"--heartbeat-timeout", "3"});
+  auto& a = cl.crun_program(1, flags, CRUN_TRAIN_MLP, train);
+  auto& b = cl.crun_program(2, flags, CRUN_TRAIN_MLP, train);
+  REQUIRE(a.wait_exit(180s) == 0);
+  REQUIRE(b.wait_exit(180s) == 0);
+  CHECK_THAT(b.err(), Catch::Contains("local rank 0 (pid ") && Catch::Contains("is hung: no heartbeat for ") &&
+                          Catch::Contains("last at step 119"));
+  CHECK_THAT(a.err(), Catch::Contains("root cause reported by node") && Catch::Contains("rank 1 (local rank 0") &&
+                          Catch::Contains("watchdog: local rank 0"));
+  CHECK_THAT(a.err(), !Catch::Contains("crun: local rank 0 (pid "));  // rank 0 was waiting, not hung
+  CHECK_THAT(a.out(), Catch::Contains("resumed from checkpoint"));
+  CHECK(sha(a.out()) == reference);
+  std::string cleanup = std::string("rm -rf ") + dir;
+  int ignored = std::system(cleanup.c_str());
+  (void)ignored;
+}
