@@ -325,3 +325,22 @@ TEST_CASE("a hung rank on another host is caught, named by node 0 as the root ca
   int ignored = std::system(cleanup.c_str());
   (void)ignored;
 }
+
+TEST_CASE("a node that joins after a restart gets the job's restart count", "[scale_up]") {
+  Cluster cl(3);
+  TempFile stamps;
+  const auto flags = c10d("2:3", 1, "last_call_timeout=1", 2);
+  auto& a = cl.crun(1, flags, {"--stamp", stamps.path, "--hang"});
+  auto& b = cl.crun(2, flags,
+                    {"--stamp", stamps.path, "--only-rank", "0", "--fail-before-restart", "1", "--exit", "3", "--hang"});
+  REQUIRE(err_has(a, "node rank 0 of 2, restart 1, master"));  // b's worker failed once
+  REQUIRE(err_has(b, "node rank 1 of 2, restart 1, master"));
+  auto& c = cl.crun(3, flags, {"--stamp", stamps.path, "--hang"});
+  REQUIRE(err_has(c, "node rank 2 of 3, restart 1, master"));  // scaling up uses no restart
+  REQUIRE(c.wait_for_stdout("ready rank=2 "));
+  // TORCHELASTIC_RESTART_COUNT of the late node's worker is the job's, as on the others.
+  CHECK(count(read_file(stamps.path), "start restart=1 rank=2 ") == 1);
+  CHECK(count(read_file(stamps.path), "start restart=0 rank=2 ") == 0);
+  for (auto* p : {&a, &b, &c}) p->signal(SIGTERM);
+  for (auto* p : {&a, &b, &c}) CHECK(p->wait_exit() == 128 + SIGTERM);
+}
