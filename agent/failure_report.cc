@@ -40,6 +40,9 @@ std::optional<std::chrono::system_clock::time_point> parse_iso_time(const std::s
   tm.tm_mon -= 1;
   const std::time_t secs = ::timegm(&tm);
   if (secs == static_cast<std::time_t>(-1)) return std::nullopt;
+  // system_clock counts nanoseconds in 64 bits: beyond 2262 the time cannot be held.
+  constexpr auto kLast = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::duration::max()).count() - 1;
+  if (secs > kLast) return std::nullopt;
   return std::chrono::system_clock::from_time_t(secs) + std::chrono::milliseconds(ms);
 }
 

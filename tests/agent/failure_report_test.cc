@@ -132,5 +132,13 @@ TEST_CASE("failure report: its JSON reads back as the same report, so it can cro
 
   CHECK_FALSE(FailureReport::from_json("crun: worker failed (root cause): rank 3"));  // old text form
   CHECK_FALSE(FailureReport::from_json("{}"));
+  // A time system_clock cannot hold (found by fuzz.error_file: UB in from_time_t before the check).
+  std::string far = r.to_json();
+  const auto at = far.find("\"time\": \"");
+  REQUIRE(at != std::string::npos);
+  far.replace(at + 9, 4, "5223");
+  CHECK_FALSE(FailureReport::from_json(far));
+  far.replace(at + 9, 4, "2261");
+  CHECK(FailureReport::from_json(far));  // still within range
   CHECK_FALSE(FailureReport::from_json("[1, 2]"));
 }
