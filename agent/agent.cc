@@ -123,6 +123,7 @@ struct Agent::Impl {
   void watch_heartbeats();
   void check_heartbeats();
   void on_hang(const Hang& h);
+  void abandon_workers();
   std::optional<std::int64_t> highest_step() const;
   fs::path attempt_dir(int restart_count, int local_rank) const {
     return run_dir / ("attempt_" + std::to_string(restart_count)) / std::to_string(local_rank);
@@ -211,6 +212,8 @@ void Agent::Impl::perform(const AgentActions& actions) {
       start_group(start->restart_count);
     } else if (auto* sig = std::get_if<action::SignalGroup>(&a)) {
       if (group) group->signal_all(sig->signo);
+    } else if (std::holds_alternative<action::AbandonWorkers>(a)) {
+      abandon_workers();
     } else if (std::holds_alternative<action::KillGroup>(a)) {
       say("crun: workers still running " + std::to_string(config.stop_timeout.count()) +
           " ms after the stop signal; sending SIGKILL\n");
@@ -429,6 +432,23 @@ void Agent::Impl::on_timer_expired(const FileTimerExpiry& e) {
   }
   say("crun: " + what + "\n");
   watchdog_notes[*lr] = what;
+}
+
+// Workers still there a grace period after SIGKILL (in uninterruptible sleep, or held by a
+// tracer) are left behind, each named with what /proc says of it, so that stopping is bounded.
+void Agent::Impl::abandon_workers() {
+  if (!group) return;
+  std::vector<std::pair<int, std::string>> stuck;
+  for (int lr = 0; lr < group->size(); ++lr) {
+    if (group->is_running(lr)) stuck.emplace_back(lr, process_state(group->pid(lr)));
+  }
+  group->abandon();
+  const auto secs = std::to_string(config.stop_timeout.count() / 1000) + "." +
+                    std::to_string(config.stop_timeout.count() % 1000 / 100) + " s";
+  for (const auto& [lr, state] : stuck) {
+    say("crun: local rank " + std::to_string(lr) + " (pid " + std::to_string(group->pid(lr)) + ") is still there " +
+        secs + " after SIGKILL" + (state.empty() ? "" : ": " + state) + "; left behind, crun goes on without it\n");
+  }
 }
 
 // The highest step any worker of the group has beaten with so far (nullopt: no beats, or off).

@@ -131,10 +131,18 @@ AgentActions AgentStateMachine::on_signal(int signo, AgentClock::time_point now)
   return {};
 }
 
-AgentActions AgentStateMachine::on_stop_timeout(AgentClock::time_point) {
-  if (state_ != State::kStopping || killed_) return {};
-  killed_ = true;
-  return {action::KillGroup{}};
+AgentActions AgentStateMachine::on_stop_timeout(AgentClock::time_point now) {
+  if (state_ != State::kStopping) return {};
+  if (!killed_) {
+    killed_ = true;
+    return {action::KillGroup{}, action::ArmStopTimer{now + policy_.stop_timeout}};
+  }
+  // SIGKILL did not end them within the grace: leave them behind rather than wait forever.
+  AgentActions actions{action::AbandonWorkers{}};
+  exited_ = policy_.nproc;
+  auto rest = on_all_exited();
+  actions.insert(actions.end(), rest.begin(), rest.end());
+  return actions;
 }
 
 AgentActions AgentStateMachine::on_worker_hung(const WorkerExit& killed, AgentClock::time_point now) {

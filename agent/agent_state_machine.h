@@ -10,7 +10,11 @@
 //     - first failing exit      -> it becomes the root cause; SignalGroup{SIGTERM} + ArmStopTimer
 //     - handled signal          -> SignalGroup{signal} (forwarded) + ArmStopTimer; crun ends with
 //                                  Exit{128 + signal} once every worker is gone
-//     - stop grace expired      -> KillGroup (SIGKILL to every worker's process group)
+//     - stop grace expired      -> KillGroup (SIGKILL to every worker's process group) and
+//                                  ArmStopTimer again, as long
+//     - expired again           -> AbandonWorkers (workers SIGKILL could not end, e.g. in
+//                                  uninterruptible sleep, are left behind), then as if every
+//                                  worker were gone: stopping is bounded by twice the grace
 //     - all workers gone while stopping -> CancelStopTimer, then for a failure ReportFailure and
 //                                  either JoinRound (restarts remain: the next round's restart
 //                                  count is one more) or Exit{root cause code: exit code, or
@@ -81,6 +85,7 @@ struct SignalGroup {
   int signo;
 };
 struct KillGroup {};
+struct AbandonWorkers {};
 struct ArmStopTimer {
   AgentClock::time_point deadline;
 };
@@ -100,7 +105,7 @@ struct PublishFailure {
 struct PublishSuccess {};
 }  // namespace action
 
-using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action::KillGroup,
+using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action::KillGroup, action::AbandonWorkers,
                                  action::ArmStopTimer, action::CancelStopTimer,
                                  action::ReportFailure, action::Exit, action::JoinRound,
                                  action::PublishFailure, action::PublishSuccess>;

@@ -1,10 +1,12 @@
 #include "agent/worker_group.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
@@ -36,6 +38,7 @@ struct Worker {
   Stream out;
   Stream err;
   bool exited = false;
+  bool abandoned = false;  // SIGKILL could not end it: no longer watched or waited for
   bool closed = false;  // the group is gone: handlers must not touch it
 };
 
@@ -94,7 +97,7 @@ struct WorkerGroup::Impl {
   void watch_exit(const std::shared_ptr<Worker>& w) {
     w->pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
                         [this, w](const boost::system::error_code& ec) {
-                          if (ec || w->closed) return;
+                          if (ec || w->closed || w->abandoned) return;
                           on_readable_pidfd(w);
                         });
   }
@@ -127,14 +130,32 @@ struct WorkerGroup::Impl {
     on_exit(e);
   }
 
+  // Reaps `w` if it ends within `deadline` (its pidfd polled; a worker SIGKILL cannot end, in
+  // uninterruptible sleep, must not hang the agent); false when it did not.
+  static bool reap_by(Worker& w, std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      int status = 0;
+      const pid_t r = ::waitpid(w.pid, &status, WNOHANG);
+      if (r == w.pid || (r < 0 && errno == ECHILD)) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{w.pidfd.native_handle(), POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(left.count()));
+    }
+  }
+
   void shutdown() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     for (auto& w : workers) {
       if (!w->exited) {
         ::kill(-w->pid, SIGKILL);
         ::kill(w->pid, SIGKILL);
-        int status = 0;
-        while (::waitpid(w->pid, &status, 0) < 0 && errno == EINTR) {
+        // An abandoned worker had its chance; the others get a bounded wait.
+        if (w->abandoned) {
+          ::waitpid(w->pid, nullptr, WNOHANG);  // reaped if it has ended meanwhile
+          continue;
         }
+        if (!reap_by(*w, deadline)) continue;  // left to the subreaper and the keeper
         w->exited = true;
         if (containment != nullptr) containment->worker_reaped(w->pid);
       }
@@ -193,10 +214,29 @@ void WorkerGroup::signal_all(int signo) {
 
 void WorkerGroup::kill_all() { signal_all(SIGKILL); }
 
+std::vector<int> WorkerGroup::abandon() {
+  std::vector<int> left;
+  for (auto& w : impl_->workers) {
+    if (w->exited || w->abandoned) continue;
+    w->abandoned = true;
+    left.push_back(w->local_rank);
+    boost::system::error_code ignored;
+    w->pidfd.cancel(ignored);  // its exit is no longer watched
+    impl_->close_stream(w->out);
+    impl_->close_stream(w->err);
+    --impl_->running;
+  }
+  if (impl_->running == 0) impl_->end_group();
+  return left;
+}
+
 int WorkerGroup::size() const { return static_cast<int>(impl_->workers.size()); }
 int WorkerGroup::running() const { return impl_->running; }
 int WorkerGroup::pid(int local_rank) const { return impl_->workers.at(local_rank)->pid; }
-bool WorkerGroup::is_running(int local_rank) const { return !impl_->workers.at(local_rank)->exited; }
+bool WorkerGroup::is_running(int local_rank) const {
+  const auto& w = *impl_->workers.at(static_cast<std::size_t>(local_rank));
+  return !w.exited && !w.abandoned;
+}
 
 const std::deque<std::string>& WorkerGroup::stderr_tail(int local_rank) const {
   return impl_->workers.at(local_rank)->err.router.tail();

@@ -15,8 +15,13 @@
 //   - signal_all() sends a signal to the process group of every worker, followed by SIGCONT (a
 //     stopped worker must run to act on it) unless it is SIGKILL or a stop signal; kill_all()
 //     sends SIGKILL.
-//   - The destructor SIGKILLs and reaps any worker still running, ends the rest of their trees as
-//     above, and closes every pipe.
+//   - abandon() gives up on the workers still running (SIGKILL could not end them, e.g. in
+//     uninterruptible sleep): their exits are no longer watched or delivered, their pipes are
+//     closed, and the rest of the trees is killed as when the last worker ends; returns their
+//     local ranks.
+//   - The destructor SIGKILLs any worker still running and reaps it if it ends within 2 s (an
+//     abandoned one is not waited for: the subreaper and the keeper get it if it ever ends), ends
+//     the rest of their trees as above, and closes every pipe.
 //
 // Threading
 //   Everything on the io_context's thread (the agent's event loop); not thread-safe.
@@ -59,6 +64,7 @@ class WorkerGroup {
   void start(std::vector<WorkerLaunch> launches);
   void signal_all(int signo);
   void kill_all();
+  std::vector<int> abandon();
 
   int size() const;
   int running() const;

@@ -582,3 +582,26 @@ TEST_CASE("heartbeats: restarts that make no progress end the job with exit 8", 
   CHECK(p.out().find("attempt 4") == std::string::npos);
   CHECK(std::regex_search(p.err(), std::regex(R"(exit code 1, at .*attempt 3; stopping: the restarts make no progress)")));
 }
+
+TEST_CASE("a worker SIGKILL cannot end is left behind: stopping stays bounded", "[e2e][signals]") {
+  // Both workers ignore SIGTERM; local rank 1 is also held at its exit by a tracer, so the SIGKILL
+  // after --stop-timeout leaves it stopped and unreaped (as uninterruptible sleep would).
+  ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "2", "--stop-timeout", "1"},
+                          {"--unkillable-rank", "1", "--ignore-term", "--hang"}));
+  REQUIRE(p.wait_for_stdout("ready rank=1 "));
+  std::smatch m;
+  const std::string out = p.out();
+  REQUIRE(std::regex_search(out, m, std::regex(R"(unkillable rank=1 pid=(\d+) tracer=(\d+))")));
+  const int worker = std::stoi(m[1]), tracer = std::stoi(m[2]);
+  const auto t0 = std::chrono::steady_clock::now();
+  p.signal(SIGTERM);
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 128 + SIGTERM);
+  INFO(p.err());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // 1 s grace, 1 s more after SIGKILL
+  CHECK(std::regex_search(p.err(), std::regex("local rank 1 \\(pid " + std::to_string(worker) +
+                                              "\\) is still there 1\\.0 s after SIGKILL: state t \\(stopped by a tracer\\)[^\\n]*; left behind")));
+  CHECK(p.err().find("local rank 0 (pid") == std::string::npos);  // SIGKILL ended rank 0
+  // Nothing outlives crun: the tracer goes with the rest of the tree, which frees the worker.
+  CHECK(wait_pid_gone(tracer, std::chrono::seconds(10)));
+  CHECK(wait_pid_gone(worker, std::chrono::seconds(10)));
+}

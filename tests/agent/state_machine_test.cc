@@ -123,11 +123,32 @@ TEST_CASE("the grace period expires: SIGKILL once", "[state_machine]") {
   start(sm);
   sm.on_worker_exit(exit_of(0, 0, 1));
   const auto a = sm.on_stop_timeout(t0 + 1s);
-  REQUIRE(a.size() == 1);
+  REQUIRE(a.size() == 2);
   REQUIRE(std::holds_alternative<action::KillGroup>(a[0]));
-  REQUIRE(sm.on_stop_timeout(t0 + 2s).empty());
+  REQUIRE(std::get<action::ArmStopTimer>(a[1]).deadline == t0 + 2s);  // how long SIGKILL may take
   const auto b = sm.on_worker_exit(exit_of(0, 1, 0, SIGKILL));
+  REQUIRE(find<action::CancelStopTimer>(b));
   REQUIRE(find<action::Exit>(b)->code == 1);
+  REQUIRE(sm.on_stop_timeout(t0 + 2s).empty());  // a stale expiry
+}
+
+TEST_CASE("a worker SIGKILL cannot end is left behind after the grace again", "[state_machine]") {
+  AgentStateMachine sm({2, 1, 1s});
+  start(sm);
+  sm.on_worker_exit(exit_of(0, 0, 3));
+  REQUIRE(find<action::KillGroup>(sm.on_stop_timeout(t0 + 1s)));
+  // Local rank 1 sits in uninterruptible sleep: no exit comes.
+  auto a = sm.on_stop_timeout(t0 + 2s);
+  REQUIRE(std::holds_alternative<action::AbandonWorkers>(a.at(0)));
+  REQUIRE(find<action::KillGroup>(a) == nullptr);
+  const auto* report = find<action::ReportFailure>(a);
+  REQUIRE(report);
+  CHECK(report->root_cause.local_rank == 0);
+  CHECK(report->restarting);
+  REQUIRE(find<action::JoinRound>(a));
+  // Its exit, should it come after all, belongs to a group that is over.
+  REQUIRE(std::get<action::StartGroup>(sm.on_round(1).at(0)).restart_count == 1);
+  REQUIRE(sm.on_worker_exit(exit_of(0, 1, 0, SIGKILL, 3s)).empty());
 }
 
 TEST_CASE("a handled signal is forwarded; crun exits 128 + signal, no restart", "[state_machine]") {

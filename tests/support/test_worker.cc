@@ -15,6 +15,9 @@
 //   --raise SIG            failure action: raise SIG (with default disposition)
 //   --exit N               failure action: exit N
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
+//   --unkillable-rank R    LOCAL_RANK R has a tracer (its child, in a session of its own) hold it at
+//                          its exit: SIGKILL leaves it stopped, unreaped, as uninterruptible sleep
+//                          would; print "unkillable rank=<r> pid=<pid> tracer=<pid>"
 //   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
 //   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
@@ -28,6 +31,8 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,6 +129,34 @@ void on_trap(int) {
   ::_exit(0);
 }
 
+// A tracer in a session of its own (so that killing the worker's process group spares it) seizes
+// this process with PTRACE_O_TRACEEXIT and never lets it go: a SIGKILL stops it at its exit.
+void become_unkillable() {
+  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
+  int p[2];
+  if (::pipe(p) != 0) std::exit(70);
+  const pid_t self = ::getpid();
+  const pid_t tracer = ::fork();
+  if (tracer == 0) {
+    ::setsid();
+    ::close(p[0]);
+    const char ok = ::ptrace(PTRACE_SEIZE, self, nullptr, PTRACE_O_TRACEEXIT) == 0 ? '1' : '0';
+    (void)!::write(p[1], &ok, 1);
+    ::close(p[1]);
+    for (;;) ::pause();
+  }
+  ::close(p[1]);
+  char ok = '0';
+  (void)!::read(p[0], &ok, 1);
+  ::close(p[0]);
+  if (ok != '1') {
+    std::fprintf(stderr, "test_worker: cannot ptrace myself from a child\n");
+    std::exit(71);
+  }
+  std::printf("unkillable rank=%d pid=%d tracer=%d\n", g_rank, self, tracer);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -135,7 +168,7 @@ int main(int argc, char** argv) {
 
   bool print_env = false, hang = false, bind_master = false;
   long lines = 0, err_lines = 0;
-  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0;
+  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1;
   std::string stamp, error_msg, last_words;
   bool has_error_file = false, has_last_words = false;
   for (int i = 1; i < argc; ++i) {
@@ -161,6 +194,7 @@ int main(int argc, char** argv) {
     else if (a == "--raise") raise_sig = signum(next());
     else if (a == "--exit") exit_code = std::atoi(next().c_str());
     else if (a == "--hang") hang = true;
+    else if (a == "--unkillable-rank") unkillable_rank = std::atoi(next().c_str());
     else if (a == "--list-fds") list_fds();
     else if (a == "--print-cgroup") print_cgroup();
     else if (a == "--child") start_child();
@@ -211,6 +245,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::fflush(stderr);
 
+  if (unkillable_rank == local_rank) become_unkillable();
   const bool fails = (only_rank < 0 || only_rank == local_rank) && (fail_before < 0 || restart < fail_before);
   if (fails) {
     if (has_error_file) {
