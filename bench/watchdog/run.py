@@ -6,7 +6,9 @@
                max_interval 0.1 s, and --monitor_interval 0.1), both --max-restarts 1
   heartbeat    crun only (torchrun has none): the last heartbeat + --heartbeat-timeout 0.5 ->
                the replacement's first line
-  floor        spawning the same Python worker -> its first line: what any restart pays
+  floor        spawning the same Python worker -> its first line: what any restart pays; and
+               SIGKILL of a Python process that imported torch -> reaped (the kernel tears its
+               memory down): what every file-timer kill pays before the agent can see the exit
   cost         build/bench/watchdog/heartbeat_cost: Runtime::heartbeat(step) against the inline floor
 
 Usage: bench/watchdog/run.py --build build [--runs 5]
@@ -52,6 +54,17 @@ def floor():
         return (float(lines_of(out)["start"]) - t0) * 1000
 
 
+def kill_floor():
+    """ms from SIGKILL to the exit status of a Python process holding torch (as the timer's victim does)."""
+    p = subprocess.Popen([PYTHON, "-c", "import torch.distributed.elastic.timer, sys; print('up', flush=True); "
+                                        "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p.stdout.readline()
+    t0 = time.perf_counter()
+    p.kill()
+    p.wait()
+    return (time.perf_counter() - t0) * 1000
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", default="build")
@@ -67,6 +80,7 @@ def main():
         "crun heartbeat": lambda: one([crun, "--standalone", "--nproc-per-node", "1", "--max-restarts", "1",
                                        "--heartbeat-timeout", "0.5"], "heartbeat", {"BENCH_HEARTBEAT_TIMEOUT": "0.5"}),
         "floor (python start)": floor,
+        "floor (SIGKILL of torch)": kill_floor,
     }
     got = {k: [] for k in variants}
     for _ in range(a.runs):
@@ -78,8 +92,9 @@ def main():
     for k, v in got.items():
         print(f"{k:24} {med[k]:8.1f} ms   (runs: {', '.join(f'{x:.0f}' for x in v)})")
     print(f"ratio torchrun / crun (file timer): {med['torchrun file timer'] / med['crun file timer']:.1f}x; "
-          f"crun beyond the floor: file timer {med['crun file timer'] - med['floor (python start)']:.1f} ms, "
-          f"heartbeat {med['crun heartbeat'] - med['floor (python start)']:.1f} ms")
+          f"crun beyond the floors: file timer {med['crun file timer'] - med['floor (python start)'] - med['floor (SIGKILL of torch)']:.1f} ms "
+          f"(python start and torch's SIGKILL taken off), heartbeat {med['crun heartbeat'] - med['floor (python start)']:.1f} ms "
+          f"(python start taken off)")
     cost = os.path.join(a.build, "bench", "watchdog", "heartbeat_cost")
     clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     sys.stdout.flush()
