@@ -4,7 +4,7 @@
 # Builds the libFuzzer targets of tests/fuzz (clang, ASan + UBSan, in build-asan/: the build that
 # scripts/sanitize.sh address also uses; CRUN_FUZZ_BUILD_DIR overrides) and runs each target, or
 # only the TARGETs named, for SECONDS (per target, one after another: `fuzz.sh 30`
-# takes 2.5 minutes with five targets).
+# takes 3 minutes with six targets).
 #   - Seeds come from tests/fuzz/<target>/corpus (read, never written); what the fuzzer finds goes
 #     to <build>/fuzz/<target>/corpus, which later runs in the same build folder start from.
 #   - A crash, sanitizer report, leak, timeout (> 20 s for one input) or OOM (> 2 GiB RSS) stops
