@@ -605,3 +605,25 @@ TEST_CASE("a worker SIGKILL cannot end is left behind: stopping stays bounded", 
   CHECK(wait_pid_gone(tracer, std::chrono::seconds(10)));
   CHECK(wait_pid_gone(worker, std::chrono::seconds(10)));
 }
+
+TEST_CASE("the attempt after a worker was left behind gets a MASTER_PORT the stuck worker does not hold",
+          "[e2e][signals]") {
+  // Attempt 0: rank 0 listens on MASTER_PORT and is held at its exit by a tracer; rank 1 fails. After
+  // SIGKILL and the second grace rank 0 is left behind, still holding its port; attempt 1's rank 0
+  // must be able to listen on its own MASTER_PORT (it exits 5 if it cannot).
+  ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "2", "--stop-timeout", "1", "--max-restarts", "1"},
+                          {"--bind-master", "--unkillable-rank", "0", "--ignore-term", "--hang", "--hang-before-restart",
+                           "1", "--only-rank", "1", "--fail-before-restart", "1", "--exit", "3"}));
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 0);
+  INFO(p.out() + p.err());
+  std::vector<std::string> ports;
+  static const std::regex bound(R"(^rank 0 bound MASTER_PORT=(\d+)$)");
+  for (const auto& line : lines(p.out())) {
+    std::smatch m;
+    if (std::regex_match(line, m, bound)) ports.push_back(m[1]);
+  }
+  REQUIRE(ports.size() == 2);
+  CHECK(ports[0] != ports[1]);
+  CHECK(p.err().find("local rank 0 (pid ") != std::string::npos);
+  CHECK(p.err().find("left behind") != std::string::npos);
+}

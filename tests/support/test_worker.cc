@@ -15,9 +15,11 @@
 //   --raise SIG            failure action: raise SIG (with default disposition)
 //   --exit N               failure action: exit N
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
-//   --unkillable-rank R    LOCAL_RANK R has a tracer (its child, in a session of its own) hold it at
-//                          its exit: SIGKILL leaves it stopped, unreaped, as uninterruptible sleep
-//                          would; print "unkillable rank=<r> pid=<pid> tracer=<pid>"
+//   --unkillable-rank R    in the first attempt (restart 0), LOCAL_RANK R has a tracer (its child,
+//                          in a session of its own) hold it at its exit: SIGKILL leaves it stopped,
+//                          unreaped, as uninterruptible sleep would; print "unkillable rank=<r>
+//                          pid=<pid> tracer=<pid>"
+//   --hang-before-restart K  --hang only while TORCHELASTIC_RESTART_COUNT < K
 //   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
 //   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
@@ -168,7 +170,7 @@ int main(int argc, char** argv) {
 
   bool print_env = false, hang = false, bind_master = false;
   long lines = 0, err_lines = 0;
-  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1;
+  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1, hang_before = -1;
   std::string stamp, error_msg, last_words;
   bool has_error_file = false, has_last_words = false;
   for (int i = 1; i < argc; ++i) {
@@ -195,6 +197,7 @@ int main(int argc, char** argv) {
     else if (a == "--exit") exit_code = std::atoi(next().c_str());
     else if (a == "--hang") hang = true;
     else if (a == "--unkillable-rank") unkillable_rank = std::atoi(next().c_str());
+    else if (a == "--hang-before-restart") hang_before = std::atoi(next().c_str());
     else if (a == "--list-fds") list_fds();
     else if (a == "--print-cgroup") print_cgroup();
     else if (a == "--child") start_child();
@@ -245,7 +248,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::fflush(stderr);
 
-  if (unkillable_rank == local_rank) become_unkillable();
+  if (unkillable_rank == local_rank && restart == 0) become_unkillable();
   const bool fails = (only_rank < 0 || only_rank == local_rank) && (fail_before < 0 || restart < fail_before);
   if (fails) {
     if (has_error_file) {
@@ -267,7 +270,7 @@ int main(int argc, char** argv) {
     }
     if (exit_code >= 0) return exit_code;
   }
-  if (hang) {
+  if (hang && (hang_before < 0 || restart < hang_before)) {
     std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
     std::fflush(stdout);
     while (true) ::pause();
