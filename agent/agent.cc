@@ -536,15 +536,7 @@ void Agent::Impl::start_rendezvous() {
   }
   const auto& m = *config.multi_node;
   C10dRendezvousConfig c;
-  c.endpoint = m.endpoint;
-  c.is_host = m.is_host;
-  c.bind_address = m.bind_address;
-  c.rendezvous = m.rendezvous;
-  c.read_timeout = m.read_timeout;
-  c.token = m.token;
-  c.local_addr = m.local_addr;
-  c.rank_hint = m.rank_hint;
-  c.program = m.program;
+  c.multi = m;
   c.hostname = config.hostname;
   c.nproc_per_node = config.nproc_per_node;
   c.role = config.role;

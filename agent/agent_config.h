@@ -15,23 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/rendezvous_records.h"
-#include "store/store_client.h"
+#include "rendezvous/c10d_rendezvous.h"
 
 namespace crun {
-
-// A multi-node run: the agents meet through the store at `endpoint`.
-struct MultiNodeConfig {
-  StoreEndpoint endpoint{"", 29400};
-  bool is_host = false;         // this agent hosts the store (the launcher decided who does)
-  std::string bind_address;     // the local address `endpoint` stands for ("" = none: host on every interface)
-  RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts
-  std::chrono::milliseconds read_timeout{60000};
-  std::string token;            // the store's shared secret ("" = none)
-  std::string local_addr;       // the address other nodes reach us at ("" = the store route's)
-  int rank_hint = -1;           // --node-rank / SLURM_NODEID
-  std::string program;          // compared across nodes
-};
 
 struct AgentConfig {
   std::vector<std::string> worker_argv;  // argv[0]: the path execve runs

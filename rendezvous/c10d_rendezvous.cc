@@ -26,21 +26,21 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   Impl(C10dRendezvousConfig c, PostToLoop p, RendezvousListener l)
       : post_to_loop(std::move(p)), config(std::move(c)), listener(std::move(l)) {
     // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
-    const std::string& local = config.bind_address;
-    host = config.is_host;
-    options.token = config.token;
-    options.timeout = config.read_timeout;
-    options.connect_timeout = config.rendezvous.join_timeout;
+    const std::string& local = config.multi.bind_address;
+    host = config.multi.is_host;
+    options.token = config.multi.token;
+    options.timeout = config.multi.read_timeout;
+    options.connect_timeout = config.multi.rendezvous.join_timeout;
     options.cancel = cancel;
     if (host) {
       StoreServerOptions so;
       so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
-      so.port = config.endpoint.port;
-      so.token = config.token;
+      so.port = config.multi.endpoint.port;
+      so.token = config.multi.token;
       server = std::make_unique<StoreServer>(so);
       server->start();
       coordinator = std::make_unique<RendezvousCoordinator>(
-          StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.rendezvous,
+          StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
           [](const std::string& line) { say(line); }, make_record(),
           [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); });
     }
@@ -51,14 +51,14 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     NodeRecord self;
     self.hostname = config.hostname;
     self.node_id = make_node_id(config.hostname);
-    self.addr = config.local_addr;
-    self.rank_hint = config.rank_hint;
+    self.addr = config.multi.local_addr;
+    self.rank_hint = config.multi.rank_hint;
     self.nproc = config.nproc_per_node;
     self.role = config.role;
     self.max_restarts = config.max_restarts;
-    self.min_nodes = config.rendezvous.min_nodes;
-    self.max_nodes = config.rendezvous.max_nodes;
-    self.program = config.program;
+    self.min_nodes = config.multi.rendezvous.min_nodes;
+    self.max_nodes = config.multi.rendezvous.max_nodes;
+    self.program = config.multi.program;
     return self;
   }
 
@@ -79,7 +79,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         try {
           connect();
         } catch (const StoreConnectionError& e) {
-          result.error = "no rendezvous store answered at " + config.endpoint.str() +
+          result.error = "no rendezvous store answered at " + config.multi.endpoint.str() +
                          " (is an agent hosting it? the endpoint must be one of its addresses, or pass is_host=1): " +
                          e.what();
           result.exit_code = kExitRendezvousTimeout;
@@ -130,8 +130,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     ev.on_store_lost = [weak](const std::string& why) {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
-    auto p = std::make_unique<RendezvousParticipant>(config.endpoint, options,
-                                                     config.rendezvous, self, ev);
+    auto p = std::make_unique<RendezvousParticipant>(config.multi.endpoint, options,
+                                                     config.multi.rendezvous, self, ev);
     std::lock_guard lock(mu);
     participant = std::move(p);
     node = participant->self().node_id;
@@ -204,8 +204,8 @@ void C10dRendezvous::shutdown(std::chrono::milliseconds linger) {
   m.participant.reset();  // our alive key goes with the connection
   if (m.coordinator) {
     // Keep the store up until the other agents have read the close and left.
-    if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.config.rendezvous.close_timeout)) {
-      say("some agents had not left " + std::to_string(m.config.rendezvous.close_timeout.count() / 1000) +
+    if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.config.multi.rendezvous.close_timeout)) {
+      say("some agents had not left " + std::to_string(m.config.multi.rendezvous.close_timeout.count() / 1000) +
           " s after the job closed; stopping the store anyway");
     } else if (!m.coordinator->closed() && linger.count() > 0 && !m.coordinator->wait_until_alone(linger)) {
       say("some agents had not left " + std::to_string(linger.count() / 1000) + " s after this one; stopping the store");
@@ -225,7 +225,7 @@ std::string C10dRendezvous::node_address() const {
   return impl_->address;
 }
 std::string C10dRendezvous::store_endpoint() const {
-  return impl_->config.endpoint.str();
+  return impl_->config.multi.endpoint.str();
 }
 
 }  // namespace crun

@@ -30,8 +30,8 @@
 
 namespace crun {
 
-// What a c10d rendezvous needs to know: where the store is, who hosts it, and this node.
-struct C10dRendezvousConfig {
+// A multi-node run: the agents meet through the store at `endpoint` (the launcher fills it in).
+struct MultiNodeConfig {
   StoreEndpoint endpoint{"", 29400};
   bool is_host = false;         // this agent hosts the store (the launcher decided who does)
   std::string bind_address;     // the local address `endpoint` stands for ("" = none: host on every interface)
@@ -41,6 +41,11 @@ struct C10dRendezvousConfig {
   std::string local_addr;       // the address other nodes reach us at ("" = the store route's)
   int rank_hint = -1;           // --node-rank / SLURM_NODEID
   std::string program;          // compared across nodes
+};
+
+// What a c10d rendezvous needs to know: the run's multi-node settings, and this node.
+struct C10dRendezvousConfig {
+  MultiNodeConfig multi;
   // This node's part, compared across nodes where NodeRecord says so.
   std::string hostname;
   int nproc_per_node = 1;
