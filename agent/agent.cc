@@ -41,6 +41,11 @@ constexpr std::size_t kStderrTailLines = 20;
 
 void say(const std::string& text) { (void)write_all(2, text.data(), text.size()); }
 
+// "2.5 s": a duration as crun's messages show it, to a tenth of a second.
+std::string seconds_text(std::chrono::milliseconds d) {
+  return std::to_string(d.count() / 1000) + "." + std::to_string(d.count() % 1000 / 100) + " s";
+}
+
 // -1 (after one line saying why) when the file cannot be created: that log is dropped.
 int open_log(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -195,8 +200,7 @@ void Agent::Impl::wait_signal() {
     if (is_preemption_notice(signo)) {
       preempted = true;
       say("crun: received " + signal_name(signo) + " (preemption notice): forwarded to the workers, which have " +
-          std::to_string(config.stop_timeout.count() / 1000) + "." + std::to_string(config.stop_timeout.count() % 1000 / 100) +
-          " s (--stop-timeout) to checkpoint and exit; no restart follows\n");
+          seconds_text(config.stop_timeout) + " (--stop-timeout) to checkpoint and exit; no restart follows\n");
     } else {
       say("crun: received " + signal_name(signo) + ", forwarding it to the workers and stopping\n");
     }
@@ -443,11 +447,9 @@ void Agent::Impl::abandon_workers() {
     if (group->is_running(lr)) stuck.emplace_back(lr, process_state(group->pid(lr)));
   }
   group->abandon();
-  const auto secs = std::to_string(config.stop_timeout.count() / 1000) + "." +
-                    std::to_string(config.stop_timeout.count() % 1000 / 100) + " s";
   for (const auto& [lr, state] : stuck) {
     say("crun: local rank " + std::to_string(lr) + " (pid " + std::to_string(group->pid(lr)) + ") is still there " +
-        secs + " after SIGKILL" + (state.empty() ? "" : ": " + state) + "; left behind, crun goes on without it\n");
+        seconds_text(config.stop_timeout) + " after SIGKILL" + (state.empty() ? "" : ": " + state) + "; left behind, crun goes on without it\n");
   }
 }
 
@@ -490,14 +492,9 @@ void Agent::Impl::check_heartbeats() {
 // also frees its peers; the state machine makes its exit the root cause and stops the group.
 void Agent::Impl::on_hang(const Hang& h) {
   const int pid = group->pid(h.local_rank);
-  const auto secs = [](std::chrono::milliseconds d) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f s", static_cast<double>(d.count()) / 1000.0);
-    return std::string(buf);
-  };
   std::string what = "local rank " + std::to_string(h.local_rank) + " (pid " + std::to_string(pid) + ") is hung: ";
-  what += h.first_beat_missing ? "no first heartbeat " + secs(h.silent_for) + " after it started"
-                               : "no heartbeat for " + secs(h.silent_for) + ", last at step " + std::to_string(h.last_step);
+  what += h.first_beat_missing ? "no first heartbeat " + seconds_text(h.silent_for) + " after it started"
+                               : "no heartbeat for " + seconds_text(h.silent_for) + ", last at step " + std::to_string(h.last_step);
   if (const std::string state = process_state(pid); !state.empty()) what += "; " + state;
   what += "; sent SIGKILL";
   say("crun: " + what + "\n");
