@@ -1,0 +1,364 @@
+// EtcdRoundCore: several agents' cores over an in-memory stand-in for etcd's keys (revisions,
+// compare-and-swap, lease expiry as deletes), with a fake clock; no etcd, no thread.
+#include <catch2/catch.hpp>
+#include <map>
+#include <memory>
+
+#include "base/exit_codes.h"
+#include "rendezvous/etcd_round_core.h"
+
+using namespace crun;
+using namespace std::chrono_literals;
+
+namespace {
+
+using TimePoint = EtcdRoundCore::TimePoint;
+const TimePoint t0 = TimePoint{} + 1h;
+
+RendezvousConfig config(int min_nodes, int max_nodes, int max_restarts = 0) {
+  RendezvousConfig c;
+  c.run_id = "job";
+  c.min_nodes = min_nodes;
+  c.max_nodes = max_nodes;
+  c.max_restarts = max_restarts;
+  c.last_call_timeout = 30s;
+  c.join_timeout = 600s;
+  return c;
+}
+
+struct Agent {
+  std::unique_ptr<EtcdRoundCore> core;
+  std::vector<RoundResult> answers;
+  std::vector<ControlEvent> controls;
+  bool alive = true;
+};
+
+// The run's keys, as etcd would hold them, and every agent's core watching them.
+class Job {
+ public:
+  explicit Job(RendezvousConfig cfg) : cfg_(std::move(cfg)), keys_("/crun/", cfg_.run_id) {}
+
+  Agent& add(const std::string& id, int rank_hint = -1, int nproc = 2) {
+    NodeRecord r;
+    r.node_id = id;
+    r.hostname = "host-" + id;
+    r.addr = "10.0.0." + id;
+    r.rank_hint = rank_hint;
+    r.nproc = nproc;
+    r.max_restarts = cfg_.max_restarts;
+    r.min_nodes = cfg_.min_nodes;
+    r.max_nodes = cfg_.max_nodes;
+    r.program = "train";
+    auto& a = agents_[id];
+    a.core = std::make_unique<EtcdRoundCore>(cfg_, keys_, r);
+    for (const auto& [k, v] : kv_) a.core->on_put(k, v.first, v.second);
+    a.core->loaded();
+    put(keys_.alive(id), "host-" + id);
+    return a;
+  }
+
+  // Every agent decides until none has anything left to do.
+  void settle(TimePoint now) {
+    for (int pass = 0; pass < 100; ++pass) {
+      bool any = false;
+      for (auto& [id, a] : agents_) {
+        if (!a.alive) continue;
+        EtcdRoundActions act = a.core->decide(now);
+        for (auto& r : act.answers) a.answers.push_back(r);
+        for (auto& c : act.controls) a.controls.push_back(c);
+        for (auto& [k, v] : act.puts) put(k, v);
+        if (act.write) {
+          cas(a, *act.write);
+          ++writes;
+        }
+        any = any || !act.answers.empty() || !act.controls.empty() || !act.puts.empty() || act.write;
+      }
+      if (!any) return;
+    }
+    FAIL("the agents did not settle");
+  }
+
+  // The agent's lease expires: its keys go.
+  void kill(const std::string& id) {
+    agents_[id].alive = false;
+    for (const auto& prefix : {keys_.alive(id), keys_.join(id), keys_.report(id)}) erase(prefix);
+  }
+
+  Agent& operator[](const std::string& id) { return agents_[id]; }
+  const EtcdKeys& keys() const { return keys_; }
+  std::optional<EtcdRoundRecord> record() const {
+    auto it = kv_.find(keys_.round());
+    if (it == kv_.end()) return std::nullopt;
+    return EtcdRoundRecord::from_json(it->second.first);
+  }
+  int writes = 0;
+
+ private:
+  void put(const std::string& k, const std::string& v) {
+    kv_[k] = {v, ++revision_};
+    for (auto& [id, a] : agents_) a.core->on_put(k, v, revision_);
+  }
+  void erase(const std::string& k) {
+    if (!kv_.erase(k)) return;
+    ++revision_;
+    for (auto& [id, a] : agents_) a.core->on_delete(k, revision_);
+  }
+  void cas(Agent& a, const EtcdRoundWrite& w) {
+    auto it = kv_.find(keys_.round());
+    const std::int64_t now = it == kv_.end() ? 0 : it->second.second;
+    if (now == w.if_revision) put(keys_.round(), w.next.to_json());
+    else if (it != kv_.end()) a.core->on_put(keys_.round(), it->second.first, it->second.second);
+    a.core->write_done();
+  }
+
+  RendezvousConfig cfg_;
+  EtcdKeys keys_;
+  std::map<std::string, std::pair<std::string, std::int64_t>> kv_;
+  std::int64_t revision_ = 0;
+  std::map<std::string, Agent> agents_;
+};
+
+void request(Job& job, std::initializer_list<const char*> ids, TimePoint now) {
+  for (const char* id : ids) job[id].core->request_round(now, 29500);
+}
+
+}  // namespace
+
+TEST_CASE("max nodes form a round at once, ranked by node id, node rank 0 the master", "[etcd_core]") {
+  Job job(config(2, 3));
+  for (const char* id : {"3", "1", "2"}) job.add(id);
+  request(job, {"3", "1", "2"}, t0);
+  job.settle(t0);
+  for (const char* id : {"1", "2", "3"}) {
+    REQUIRE(job[id].answers.size() == 1);
+    const RoundResult& r = job[id].answers.front();
+    CHECK(r.error.empty());
+    CHECK(r.rendezvous_round == 0);
+    CHECK(r.info.group_world_size == 3);
+    CHECK(r.info.group_rank == std::stoi(id) - 1);
+    CHECK(r.info.rank_offset == r.info.group_rank * 2);
+    CHECK(r.info.world_size == 6);
+    CHECK(r.info.master_addr == "10.0.0.1");
+    CHECK(r.info.restart_count == 0);
+  }
+}
+
+TEST_CASE("min nodes form a round after the last call, not before", "[etcd_core]") {
+  Job job(config(2, 3));
+  job.add("1");
+  job.add("2");
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  CHECK(job["1"].answers.empty());
+  job.settle(t0 + 29s);
+  CHECK(job["1"].answers.empty());
+  job.settle(t0 + 31s);
+  REQUIRE(job["1"].answers.size() == 1);
+  REQUIRE(job["2"].answers.size() == 1);
+  CHECK(job["2"].answers.front().info.group_world_size == 2);
+}
+
+TEST_CASE("rank hints order nodes before their ids", "[etcd_core]") {
+  Job job(config(2, 2));
+  job.add("1", 1);
+  job.add("2", 0);
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  CHECK(job["2"].answers.at(0).info.group_rank == 0);
+  CHECK(job["1"].answers.at(0).info.group_rank == 1);
+  CHECK(job["1"].answers.at(0).info.master_addr == "10.0.0.2");
+}
+
+TEST_CASE("a worker failure restarts every node, which re-form at once with the same ranks", "[etcd_core]") {
+  Job job(config(2, 3, 2));
+  for (const char* id : {"1", "2", "3"}) job.add(id);
+  request(job, {"1", "2", "3"}, t0);
+  job.settle(t0);
+  RoundOutcome o;
+  o.exit_code = 3;
+  o.report = "{\"rank\":4}";
+  job["2"].core->publish_failure(0, o);
+  job.settle(t0 + 1s);
+  for (const char* id : {"1", "2", "3"}) {
+    REQUIRE(job[id].controls.size() == 1);
+    const ControlEvent& c = job[id].controls.front();
+    CHECK(c.kind == ControlEvent::Kind::kStop);
+    CHECK(c.round == 0);
+    CHECK(c.failure);
+    CHECK(c.restart_count == 1);
+    CHECK(c.origin_node == "2");
+    CHECK(c.report == o.report);
+  }
+  request(job, {"3", "2", "1"}, t0 + 2s);
+  job.settle(t0 + 2s);  // every node of round 0 is back: no last call
+  for (const char* id : {"1", "2", "3"}) {
+    REQUIRE(job[id].answers.size() == 2);
+    CHECK(job[id].answers.back().rendezvous_round == 1);
+    CHECK(job[id].answers.back().info.restart_count == 1);
+    CHECK(job[id].answers.back().info.group_rank == std::stoi(id) - 1);
+  }
+}
+
+TEST_CASE("a failure with no restart left closes the job with its exit code", "[etcd_core]") {
+  Job job(config(2, 2, 0));
+  job.add("1");
+  job.add("2");
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  RoundOutcome o;
+  o.exit_code = 137;
+  job["1"].core->publish_failure(0, o);
+  job.settle(t0);
+  for (const char* id : {"1", "2"}) {
+    REQUIRE(job[id].controls.size() == 1);
+    CHECK(job[id].controls.front().kind == ControlEvent::Kind::kClosed);
+    CHECK(job[id].controls.front().exit_code == 137);
+    CHECK(job[id].controls.front().origin_node == "1");
+  }
+  // A node that comes later finds the job closed.
+  job.add("3");
+  request(job, {"3"}, t0);
+  job.settle(t0);
+  REQUIRE(job["3"].answers.size() == 1);
+  CHECK(job["3"].answers.front().exit_code == kExitRendezvousClosed);
+}
+
+TEST_CASE("a lost node, node rank 0 included, ends the round without a restart; the rest re-form", "[etcd_core]") {
+  Job job(config(2, 3, 1));
+  for (const char* id : {"1", "2", "3"}) job.add(id);
+  request(job, {"1", "2", "3"}, t0);
+  job.settle(t0);
+  job.kill("1");
+  job.settle(t0 + 2s);
+  for (const char* id : {"2", "3"}) {
+    REQUIRE(job[id].controls.size() == 1);
+    CHECK(job[id].controls.front().kind == ControlEvent::Kind::kStop);
+    CHECK_FALSE(job[id].controls.front().failure);
+    CHECK(job[id].controls.front().restart_count == 0);
+    CHECK_THAT(job[id].controls.front().detail, Catch::Contains("node 1") && Catch::Contains("lost"));
+  }
+  request(job, {"2", "3"}, t0 + 3s);
+  job.settle(t0 + 3s);  // the survivors are all back: at once
+  CHECK(job["2"].answers.back().info.group_rank == 0);
+  CHECK(job["3"].answers.back().info.group_rank == 1);
+  CHECK(job["3"].answers.back().info.group_world_size == 2);
+  CHECK(job["3"].answers.back().info.master_addr == "10.0.0.2");
+  CHECK(job["3"].answers.back().info.restart_count == 0);
+}
+
+TEST_CASE("a late joiner scales the job up without a restart", "[etcd_core]") {
+  Job job(config(2, 3, 0));
+  job.add("1");
+  job.add("2");
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  job.settle(t0 + 31s);
+  REQUIRE(job["1"].answers.size() == 1);
+  job.add("3");
+  request(job, {"3"}, t0 + 40s);
+  job.settle(t0 + 40s);
+  for (const char* id : {"1", "2"}) {
+    REQUIRE(job[id].controls.size() == 1);
+    CHECK_THAT(job[id].controls.front().detail, Catch::Contains("scaling up"));
+    CHECK_FALSE(job[id].controls.front().failure);
+  }
+  request(job, {"1", "2"}, t0 + 41s);
+  job.settle(t0 + 41s);  // max nodes: at once
+  for (const char* id : {"1", "2", "3"}) {
+    REQUIRE(!job[id].answers.empty());
+    CHECK(job[id].answers.back().rendezvous_round == 1);
+    CHECK(job[id].answers.back().info.group_world_size == 3);
+    CHECK(job[id].answers.back().info.restart_count == 0);
+  }
+}
+
+TEST_CASE("success reported by every node closes the job with 0", "[etcd_core]") {
+  Job job(config(2, 2));
+  job.add("1");
+  job.add("2");
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  job["1"].core->publish_success(0);
+  job.settle(t0);
+  CHECK(job["1"].controls.empty());
+  job["2"].core->publish_success(0);
+  job.settle(t0);
+  for (const char* id : {"1", "2"}) {
+    REQUIRE(job[id].controls.size() == 1);
+    CHECK(job[id].controls.front().kind == ControlEvent::Kind::kClosed);
+    CHECK(job[id].controls.front().exit_code == 0);
+  }
+}
+
+TEST_CASE("a node configured unlike the first one is rejected, naming the difference", "[etcd_core]") {
+  Job job(config(2, 2));
+  job.add("1");
+  request(job, {"1"}, t0);
+  job.settle(t0);
+  job.add("2", -1, 4);
+  request(job, {"2"}, t0);
+  job.settle(t0);
+  REQUIRE(job["2"].answers.size() == 1);
+  CHECK(job["2"].answers.front().exit_code == kExitRendezvousRejected);
+  CHECK_THAT(job["2"].answers.front().error, Catch::Contains("nproc 4 vs 2"));
+}
+
+TEST_CASE("no round within the join timeout ends the request with exit 4", "[etcd_core]") {
+  Job job(config(2, 2));
+  job.add("1");
+  request(job, {"1"}, t0);
+  job.settle(t0 + 599s);
+  CHECK(job["1"].answers.empty());
+  job.settle(t0 + 601s);
+  REQUIRE(job["1"].answers.size() == 1);
+  CHECK(job["1"].answers.front().exit_code == kExitRendezvousTimeout);
+}
+
+TEST_CASE("restarts that make no progress close the job with kExitNoProgress", "[etcd_core]") {
+  RendezvousConfig cfg = config(1, 2, 10);
+  cfg.no_progress_limit = 2;
+  Job job(cfg);
+  job.add("1");
+  job.add("2");
+  TimePoint now = t0;
+  request(job, {"1", "2"}, now);
+  job.settle(now);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    RoundOutcome o;
+    o.exit_code = 1;
+    o.highest_step = 7;  // the same step every time: progress only the first time
+    job["1"].core->publish_failure(attempt, o);
+    now += 1s;
+    job.settle(now);
+    if (attempt < 2) {
+      request(job, {"1", "2"}, now);
+      job.settle(now);
+    }
+  }
+  REQUIRE(!job["2"].controls.empty());
+  CHECK(job["2"].controls.back().kind == ControlEvent::Kind::kClosed);
+  CHECK(job["2"].controls.back().exit_code == kExitNoProgress);
+  CHECK(job.record()->best_step == 7);
+}
+
+TEST_CASE("an older value of the round record never replaces a newer one", "[etcd_core]") {
+  Job job(config(1, 1));
+  job.add("1");
+  request(job, {"1"}, t0);
+  job.settle(t0);
+  REQUIRE(job["1"].answers.size() == 1);
+  EtcdRoundRecord stale;
+  stale.reference = "{}";
+  job["1"].core->on_put(job.keys().round(), stale.to_json(), 1);  // revision 1: long gone
+  job.settle(t0);
+  CHECK(job["1"].controls.empty());
+}
+
+TEST_CASE("concurrent joiners need O(nodes) compare-and-swaps per round", "[etcd_core]") {
+  Job job(config(64, 64));
+  for (int i = 0; i < 64; ++i) job.add(std::to_string(100 + i));
+  for (int i = 0; i < 64; ++i) job[std::to_string(100 + i)].core->request_round(t0, 29500);
+  job.settle(t0);
+  for (int i = 0; i < 64; ++i) REQUIRE(job[std::to_string(100 + i)].answers.size() == 1);
+  CHECK(job.writes <= 2 * 64);
+}
