@@ -210,7 +210,8 @@ TEST_CASE("usage errors are one line naming the flag or variable", "[launch_plan
                       Catch::Contains("join_timeout"));
   REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--node-rank", "2", "--master-addr", "10.0.0.1", "/bin/true"}),
                       Catch::Contains("--node-rank: must be in [0, 2)"));
-  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "etcd", "/bin/true"}), Catch::Contains("etcd"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "etcd", "/bin/true"}), Catch::Contains("use etcd-v3"));
+  REQUIRE_THROWS_WITH(parse({"--nnodes", "2", "--rdzv-backend", "etcd-v2", "/bin/true"}), Catch::Contains("use etcd-v3"));
   REQUIRE_THROWS_WITH(parse({"--standalone", "--nnodes", "2", "/bin/true"}), Catch::Contains("--standalone"));
   REQUIRE_THROWS_AS(parse({}), LaunchUsageError);
 
@@ -537,4 +538,58 @@ TEST_CASE("watchdogs: heartbeat timeouts from flags or PET_*, torch's file timer
              Catch::Contains("--heartbeat-timeout: expected seconds >= 0"));
   CHECK_THAT(usage_error({"--no-python", "/bin/true"}, EnvSnapshot{{{"PET_INITIAL_HEARTBEAT_TIMEOUT", "soon"}}}),
              Catch::Contains("PET_INITIAL_HEARTBEAT_TIMEOUT"));
+}
+
+TEST_CASE("etcd-v3: every member, TLS files, key prefix and lease TTL; c10d's host settings refused", "[launch_plan]") {
+  char file[] = "/tmp/crun-pem-XXXXXX";
+  const int fd = ::mkstemp(file);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  const std::string pem = file;
+  struct Unlink {
+    std::string path;
+    ~Unlink() { ::unlink(path.c_str()); }
+  } unlink_pem{pem};
+  const auto e = parse({"--nnodes", "2:3", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", "10.9.0.1,10.0.0.5:2391,node-b:2400",
+                        "--rdzv-id", "j", "--rdzv-conf",
+                        "protocol=https,cacert=" + pem + ",cert=" + pem + ",key=" + pem + ",key_prefix=/jobs/,lease_ttl=2,last_call_timeout=1",
+                        "/bin/true"});
+  REQUIRE(e.agent.multi_node);
+  const auto& m = *e.agent.multi_node;
+  CHECK(m.backend == MultiNodeConfig::Backend::kEtcdV3);
+  REQUIRE(m.etcd.endpoints.size() == 3);
+  CHECK(m.etcd.endpoints[0].str() == "10.9.0.1:2379");
+  CHECK(m.etcd.endpoints[1].str() == "10.0.0.5:2391");
+  CHECK(m.etcd.endpoints[2].str() == "node-b:2400");
+  CHECK(m.etcd.first_endpoint == 1);  // the member on this host (10.0.0.5) first
+  CHECK(m.etcd.tls);
+  CHECK(m.etcd.cacert == pem);
+  CHECK(m.etcd.key_prefix == "/jobs/");
+  CHECK(m.etcd.lease_ttl == std::chrono::seconds(2));
+  CHECK(m.rendezvous.last_call_timeout == std::chrono::milliseconds(1000));
+  CHECK_FALSE(m.is_host);
+
+  const auto bad = [](const std::string& conf, const std::string& endpoint = "h1") {
+    return usage_error({"--nnodes", "2", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", endpoint, "--rdzv-conf", conf, "/bin/true"});
+  };
+  CHECK_THAT(bad("lease_ttl=1"), Catch::Contains("lease_ttl must be a whole number of seconds in [2, 86400]"));
+  CHECK_THAT(bad("lease_ttl=2.5"), Catch::Contains("lease_ttl"));
+  CHECK_THAT(bad("protocol=ftp"), Catch::Contains("protocol must be http or https"));
+  CHECK_THAT(bad("protocol=https,cacert=" + pem + ".missing"), Catch::Contains("cacert must name a readable file"));
+  CHECK_THAT(bad("cacert=" + pem), Catch::Contains("need protocol=https"));
+  CHECK_THAT(bad("protocol=https,cert=" + pem), Catch::Contains("cert and key go together"));
+  CHECK_THAT(bad("is_host=1"), Catch::Contains("is_host is a c10d setting"));
+  CHECK_THAT(bad("token=x"), Catch::Contains("token is a c10d setting"));
+  CHECK_THAT(bad("key_prefix="), Catch::Contains("key_prefix must not be empty"));
+  CHECK_THAT(bad("", "h1,,h2"), Catch::Contains("an empty member"));
+  CHECK_THAT(bad("", "h1:0"), Catch::Contains("port must not be 0"));
+  CHECK_THAT(usage_error({"--nnodes", "2", "--rdzv-backend", "etcd-v3", "/bin/true"}), Catch::Contains("--rdzv-endpoint: required for etcd-v3"));
+  // etcd-v3's keys mean nothing to c10d.
+  CHECK_THAT(usage_error({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h", "--rdzv-conf", "lease_ttl=3", "/bin/true"}),
+             Catch::Contains("unknown key 'lease_ttl'") && Catch::Contains("etcd-v3"));
+  // PET_* as always; one node with an endpoint is still a rendezvous.
+  const auto pet = parse({"/bin/true"}, EnvSnapshot{{{"PET_RDZV_BACKEND", "etcd-v3"}, {"PET_RDZV_ENDPOINT", "127.0.0.1:2379"}}});
+  REQUIRE(pet.agent.multi_node);
+  CHECK(pet.agent.multi_node->backend == MultiNodeConfig::Backend::kEtcdV3);
+  CHECK(pet.agent.multi_node->etcd.first_endpoint == 0);
 }
