@@ -92,6 +92,8 @@ json op_json(const EtcdOp& op) {
       return {{"request_delete_range", body}};
     case EtcdOp::Kind::kRange:
       if (!op.range_end.empty()) body["range_end"] = b64(op.range_end);
+      if (op.count_only) body["count_only"] = true;
+      if (op.keys_only) body["keys_only"] = true;
       return {{"request_range", body}};
   }
   return body;
@@ -181,6 +183,7 @@ struct EtcdWatch::State {
   std::weak_ptr<EtcdClient::Impl> client;
   std::string key, range_end;
   std::int64_t next_revision = 0;
+  bool deletes_only = false;
   std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events;
   std::function<void(const EtcdStatus&)> on_failed;
   bool cancelled = false;
@@ -483,6 +486,7 @@ awaitable<void> EtcdClient::Impl::run_watch(std::shared_ptr<EtcdWatch::State> w)
       at = conn->endpoint;
       json create = {{"key", b64(w->key)}, {"start_revision", std::to_string(w->next_revision)}};
       if (!w->range_end.empty()) create["range_end"] = b64(w->range_end);
+      if (w->deletes_only) create["filters"] = json::array({"NOPUT"});
       // (GCC 12 cannot keep a string literal's temporary across a co_await: named strings.)
       const std::string target = "/v3/watch", body = json{{"create_request", create}}.dump();
       co_await conn->send(target, body);
@@ -582,6 +586,7 @@ void EtcdClient::txn(EtcdTxn t, Callback<EtcdTxnResult> done) {
           if (auto range = resp.find("response_range"); range != resp.end()) {
             auto kvs = kvs_of(*range);
             r.kvs.insert(r.kvs.end(), kvs.begin(), kvs.end());
+            r.counts.push_back(i64(*range, "count"));
           }
         }
       }
@@ -631,6 +636,7 @@ void EtcdClient::revoke(std::int64_t lease, Callback<bool> done) {
 }
 
 std::unique_ptr<EtcdWatch> EtcdClient::watch(std::string key, std::string range_end, std::int64_t start_revision,
+                                             bool deletes_only,
                                              std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events,
                                              std::function<void(const EtcdStatus&)> on_failed) {
   auto st = std::make_shared<EtcdWatch::State>();
@@ -638,6 +644,7 @@ std::unique_ptr<EtcdWatch> EtcdClient::watch(std::string key, std::string range_
   st->key = std::move(key);
   st->range_end = std::move(range_end);
   st->next_revision = start_revision;
+  st->deletes_only = deletes_only;
   st->on_events = std::move(on_events);
   st->on_failed = std::move(on_failed);
   Impl& m = *impl_;

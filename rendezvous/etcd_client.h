@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace boost::asio {
@@ -88,6 +89,23 @@ struct EtcdOp {
   std::string range_end;  // kDelete, kRange: "" = the key alone
   std::string value;      // kPut
   std::int64_t lease = 0; // kPut: attach to this lease (0 = none)
+  bool count_only = false;  // kRange: only how many keys there are
+  bool keys_only = false;   // kRange: keys without their values
+
+  static EtcdOp put(std::string key, std::string value, std::int64_t lease = 0) {
+    EtcdOp op;
+    op.key = std::move(key);
+    op.value = std::move(value);
+    op.lease = lease;
+    return op;
+  }
+  static EtcdOp range(std::string key, std::string range_end = "") {
+    EtcdOp op;
+    op.kind = Kind::kRange;
+    op.key = std::move(key);
+    op.range_end = std::move(range_end);
+    return op;
+  }
 };
 
 struct EtcdTxn {
@@ -99,7 +117,8 @@ struct EtcdTxn {
 struct EtcdTxnResult {
   bool succeeded = false;
   std::int64_t revision = 0;
-  std::vector<EtcdKeyValue> kvs;  // what the branch's range ops read, in order
+  std::vector<EtcdKeyValue> kvs;       // what the branch's range ops read, in order
+  std::vector<std::int64_t> counts;    // each range op's count of keys, in order
 };
 
 struct EtcdLease {
@@ -135,10 +154,11 @@ class EtcdClient {
   void keep_alive(std::int64_t lease, Callback<EtcdLease> done);
   void revoke(std::int64_t lease, Callback<bool> done);
 
-  // Watches [key, range_end) from `start_revision` on; `on_events` gets each batch with the
-  // store's revision after it. `on_failed` runs once if the watch cannot go on (rejected, or
-  // the history it needs was compacted); connection losses are retried, not reported.
-  std::unique_ptr<EtcdWatch> watch(std::string key, std::string range_end, std::int64_t start_revision,
+  // Watches [key, range_end) from `start_revision` on (deletes only when `deletes_only`);
+  // `on_events` gets each batch with the store's revision after it. `on_failed` runs once if the
+  // watch cannot go on (rejected, or the history it needs was compacted); connection losses are
+  // retried, not reported.
+  std::unique_ptr<EtcdWatch> watch(std::string key, std::string range_end, std::int64_t start_revision, bool deletes_only,
                                    std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events,
                                    std::function<void(const EtcdStatus&)> on_failed);
 

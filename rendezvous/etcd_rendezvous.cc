@@ -81,7 +81,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       lease_renewed = Clock::now();
       keep_alive_later();
       EtcdTxn t;
-      t.success.push_back({EtcdOp::Kind::kPut, keys.alive(self.node_id), "", self.hostname, lease});
+      t.success.push_back(EtcdOp::put(keys.alive(self.node_id), self.hostname, lease));
       client->txn(std::move(t), [this](const EtcdStatus& st, EtcdTxnResult) {
         if (!st.ok()) return lose(st);
         if (self.addr.empty()) self.addr = client->local_address();
@@ -90,17 +90,35 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
           address = self.addr;
         }
         core = std::make_unique<EtcdRoundCore>(config.multi.rendezvous, keys, self);
-        client->range(keys.base, etcd_prefix_end(keys.base), [this](const EtcdStatus& st, EtcdRangeResult r) {
+        // The round record and who is alive, at one revision; then their changes from the next.
+        EtcdTxn read;
+        EtcdOp round = EtcdOp::range(keys.round());
+        EtcdOp alive = EtcdOp::range(keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()));
+        alive.keys_only = true;
+        read.success = {round, alive};
+        client->txn(std::move(read), [this](const EtcdStatus& st, EtcdTxnResult r) {
           if (!st.ok()) return lose(st);
-          for (const auto& kv : r.kvs) core->on_put(kv.key, kv.value, kv.mod_revision);
-          core->loaded();
-          watch = client->watch(
-              keys.base, etcd_prefix_end(keys.base), r.revision + 1,
+          std::optional<std::pair<std::string, std::int64_t>> record;
+          std::vector<std::string> nodes;
+          for (const auto& kv : r.kvs) {
+            if (kv.key == keys.round()) record = std::pair{kv.value, kv.mod_revision};
+            else nodes.push_back(kv.key.substr(keys.alive_prefix().size()));
+          }
+          core->load(record, nodes, r.revision);
+          round_watch = client->watch(
+              keys.round(), "", r.revision + 1, false,
               [this](std::int64_t, std::vector<EtcdEvent> events) {
                 for (const auto& e : events) {
-                  if (e.deleted) core->on_delete(e.kv.key, e.kv.mod_revision);
-                  else core->on_put(e.kv.key, e.kv.value, e.kv.mod_revision);
+                  if (e.deleted) core->on_round_gone(e.kv.mod_revision);
+                  else core->on_round(e.kv.value, e.kv.mod_revision);
                 }
+                decide();
+              },
+              [this](const EtcdStatus& st) { lose(st); });
+          watch = client->watch(
+              keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()), r.revision + 1, true,
+              [this](std::int64_t, std::vector<EtcdEvent> events) {
+                for (const auto& e : events) core->on_node_gone(e.kv.key.substr(keys.alive_prefix().size()));
                 decide();
               },
               [this](const EtcdStatus& st) { lose(st); });
@@ -165,6 +183,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       post([why = st.message](Impl& s) { s.listener.on_store_lost(why); });
     }
     watch.reset();
+    round_watch.reset();
     keep_alive_timer.cancel();
     decide_timer.cancel();
   }
@@ -175,13 +194,9 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     for (auto& r : a.answers) post([r](Impl& s) { s.listener.on_round(r); });
     for (auto& c : a.controls) post([c](Impl& s) { s.listener.on_control(c); });
     for (auto& line : a.progress) post([line](Impl& s) { s.listener.on_progress(line); });
-    for (auto& [key, value] : a.puts) {
-      EtcdTxn t;
-      t.success.push_back({EtcdOp::Kind::kPut, key, "", value, lease});
-      client->txn(std::move(t), [this](const EtcdStatus& st, EtcdTxnResult) {
-        if (!st.ok()) lose(st);
-      });
-    }
+    if (a.join) put_and_count(*a.join, true);
+    if (a.report) put_and_count(*a.report, false);
+    if (a.read_joins) read_joins(*a.read_joins);
     if (a.write) write(std::move(*a.write));
     if (a.deadline) {
       decide_timer.expires_at(*a.deadline);
@@ -189,6 +204,41 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
         if (!ec) decide();
       });
     }
+  }
+
+  // Puts this node's join or report under its lease and counts that round's keys of the kind.
+  void put_and_count(const EtcdRoundPut& p, bool join) {
+    EtcdTxn t;
+    t.success.push_back(EtcdOp::put(p.key, p.value, lease));
+    EtcdOp count = EtcdOp::range(p.count_prefix, etcd_prefix_end(p.count_prefix));
+    count.count_only = true;
+    t.success.push_back(count);
+    client->txn(std::move(t), [this, round = p.round, join](const EtcdStatus& st, EtcdTxnResult r) {
+      if (!st.ok()) return lose(st);
+      if (gone) return;
+      const std::int64_t n = r.counts.empty() ? 0 : r.counts.front();
+      if (join) core->on_join_count(round, n, Clock::now());
+      else core->on_report_count(round, n);
+      decide();
+    });
+  }
+
+  void read_joins(int round) {
+    const std::string prefix = keys.join_prefix(round);
+    client->range(prefix, etcd_prefix_end(prefix), [this, round](const EtcdStatus& st, EtcdRangeResult r) {
+      if (!st.ok()) return lose(st);
+      if (gone) return;
+      std::vector<EtcdJoinRecord> joins;
+      for (const auto& kv : r.kvs) {
+        try {
+          joins.push_back(EtcdJoinRecord::from_json(kv.value));
+        } catch (const std::invalid_argument&) {
+          // a malformed join counts as none
+        }
+      }
+      core->on_joins(round, joins);
+      decide();
+    });
   }
 
   void write(EtcdRoundWrite w) {
@@ -210,15 +260,15 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     c.revision = w.if_revision;
     t.compare.push_back(c);
     std::string value = w.next.to_json();
-    t.success.push_back({EtcdOp::Kind::kPut, keys.round(), "", value, with_lease});
-    t.failure.push_back({EtcdOp::Kind::kRange, keys.round(), "", "", 0});
+    t.success.push_back(EtcdOp::put(keys.round(), value, with_lease));
+    t.failure.push_back(EtcdOp::range(keys.round()));
     client->txn(std::move(t), [this, value](const EtcdStatus& st, EtcdTxnResult r) {
       if (!st.ok()) return lose(st);
       if (gone) return;
       // The record's value now, without waiting for the watch to bring it.
-      if (r.succeeded) core->on_put(keys.round(), value, r.revision);
-      else if (r.kvs.empty()) core->on_delete(keys.round(), r.revision);
-      else core->on_put(r.kvs.front().key, r.kvs.front().value, r.kvs.front().mod_revision);
+      if (r.succeeded) core->on_round(value, r.revision);
+      else if (r.kvs.empty()) core->on_round_gone(r.revision);
+      else core->on_round(r.kvs.front().value, r.kvs.front().mod_revision);
       core->write_done();
       decide();
     });
@@ -229,6 +279,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     keep_alive_timer.cancel();
     decide_timer.cancel();
     watch.reset();
+    round_watch.reset();
     if (client && lease) {
       asio::steady_timer* bound = &stop_timer;
       bound->expires_after(std::chrono::seconds(2));
@@ -255,7 +306,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::unique_ptr<EtcdClient> client;
-  std::unique_ptr<EtcdWatch> watch;
+  std::unique_ptr<EtcdWatch> watch;        // the alive keys' deletes
+  std::unique_ptr<EtcdWatch> round_watch;  // the round record
   std::unique_ptr<EtcdRoundCore> core;
   asio::steady_timer keep_alive_timer{io};
   asio::steady_timer decide_timer{io};
@@ -314,6 +366,7 @@ void EtcdRendezvous::shutdown(std::chrono::milliseconds) {
   m.thread.join();
   // The thread is done: what its handlers referred to can go, before the io_context does.
   m.watch.reset();
+  m.round_watch.reset();
   m.client.reset();
   m.core.reset();
 }

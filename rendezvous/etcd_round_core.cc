@@ -12,7 +12,9 @@ namespace crun {
 
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool in(const std::vector<std::string>& nodes, const std::string& node) {
+  return std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+}
 
 std::string seconds(std::chrono::steady_clock::duration d) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
@@ -24,44 +26,65 @@ std::string seconds(std::chrono::steady_clock::duration d) {
 EtcdRoundCore::EtcdRoundCore(RendezvousConfig config, EtcdKeys keys, NodeRecord self)
     : cfg_(std::move(config)), keys_(std::move(keys)), self_(std::move(self)) {}
 
-void EtcdRoundCore::on_put(const std::string& key, const std::string& value, std::int64_t revision) {
-  if (key == keys_.round()) {
-    if (revision <= state_seen_) return;
-    state_seen_ = revision;
-    state_revision_ = revision;
-    try {
-      state_ = EtcdRoundRecord::from_json(value);
-      state_error_.clear();
-    } catch (const std::invalid_argument& e) {
-      state_.reset();
-      state_error_ = e.what();
+void EtcdRoundCore::load(const std::optional<std::pair<std::string, std::int64_t>>& round,
+                         const std::vector<std::string>& alive, std::int64_t revision) {
+  if (round) on_round(round->first, round->second);
+  else on_round_gone(revision);
+  // The record's nodes whose alive key was already gone when we looked are gone for good.
+  if (state_) {
+    const std::set<std::string> now(alive.begin(), alive.end());
+    for (const auto* list : {&state_->participants, &state_->expected}) {
+      for (const auto& n : *list) {
+        if (!now.count(n)) gone_.insert(n);
+      }
     }
-    return;
   }
-  const auto node_of = [&](const std::string& prefix) { return key.substr(prefix.size()); };
+  loaded_ = true;
+}
+
+void EtcdRoundCore::on_round(const std::string& value, std::int64_t revision) {
+  if (revision <= state_seen_) return;
+  state_seen_ = revision;
+  state_revision_ = revision;
   try {
-    if (starts_with(key, keys_.alive_prefix())) alive_[node_of(keys_.alive_prefix())] = revision;
-    else if (starts_with(key, keys_.join_prefix())) joins_[node_of(keys_.join_prefix())] = EtcdJoinRecord::from_json(value);
-    else if (starts_with(key, keys_.report_prefix())) reports_[node_of(keys_.report_prefix())] = EtcdReportRecord::from_json(value);
-  } catch (const std::invalid_argument&) {
-    // A malformed join or report counts as none: that node is not waiting, or did not report.
-    if (starts_with(key, keys_.join_prefix())) joins_.erase(node_of(keys_.join_prefix()));
-    if (starts_with(key, keys_.report_prefix())) reports_.erase(node_of(keys_.report_prefix()));
+    state_ = EtcdRoundRecord::from_json(value);
+    state_error_.clear();
+  } catch (const std::invalid_argument& e) {
+    state_.reset();
+    state_error_ = e.what();
   }
 }
 
-void EtcdRoundCore::on_delete(const std::string& key, std::int64_t revision) {
-  if (key == keys_.round()) {
-    if (revision <= state_seen_) return;
-    state_seen_ = revision;
-    state_revision_ = 0;
-    state_.reset();
-    state_error_.clear();
-    return;
+void EtcdRoundCore::on_round_gone(std::int64_t revision) {
+  if (revision <= state_seen_) return;
+  state_seen_ = revision;
+  state_revision_ = 0;
+  state_.reset();
+  state_error_.clear();
+}
+
+void EtcdRoundCore::on_node_gone(const std::string& node) {
+  if (gone_.insert(node).second && joins_) reread_ = true;
+}
+
+void EtcdRoundCore::on_join_count(int round, std::int64_t count, TimePoint now) {
+  if (round != join_round_) return;
+  join_count_ = count;
+  if (count >= cfg_.min_nodes && !last_call_) last_call_ = now + cfg_.last_call_timeout;
+}
+
+void EtcdRoundCore::on_joins(int round, const std::vector<EtcdJoinRecord>& joins) {
+  read_in_flight_ = false;
+  if (round != join_round_) return;
+  joins_ = joins;
+  reread_ = false;
+}
+
+void EtcdRoundCore::on_report_count(int round, std::int64_t count) {
+  if (state_ && state_->phase == EtcdRoundRecord::Phase::kRunning && state_->round == round &&
+      count >= static_cast<std::int64_t>(state_->participants.size())) {
+    report_complete_ = round;
   }
-  if (starts_with(key, keys_.alive_prefix())) alive_.erase(key.substr(keys_.alive_prefix().size()));
-  else if (starts_with(key, keys_.join_prefix())) joins_.erase(key.substr(keys_.join_prefix().size()));
-  else if (starts_with(key, keys_.report_prefix())) reports_.erase(key.substr(keys_.report_prefix().size()));
 }
 
 void EtcdRoundCore::request_round(TimePoint now, std::uint16_t free_port) {
@@ -78,33 +101,34 @@ void EtcdRoundCore::publish_failure(int round, const RoundOutcome& outcome) {
   failure_ = std::pair{round, o};
 }
 
-void EtcdRoundCore::publish_success(int round) {
-  EtcdReportRecord r;
-  r.round = round;
-  r.outcome.succeeded = true;
-  pending_puts_.emplace_back(keys_.report(self_.node_id), r.to_json());
-}
+void EtcdRoundCore::publish_success(int round) { success_ = round; }
 
-bool EtcdRoundCore::in(const std::vector<std::string>& nodes, const std::string& node) const {
-  return std::find(nodes.begin(), nodes.end(), node) != nodes.end();
+int EtcdRoundCore::live_expected() const {
+  int n = 0;
+  for (const auto& e : state_->expected) n += live(e) ? 1 : 0;
+  return n;
 }
 
 EtcdRoundActions EtcdRoundCore::decide(TimePoint now) {
   EtcdRoundActions out;
-  out.puts = std::move(pending_puts_);
-  pending_puts_.clear();
   if (!loaded_) return out;
+  if (success_) {
+    EtcdReportRecord r;
+    r.round = *success_;
+    r.outcome.succeeded = true;
+    out.report = EtcdRoundPut{*success_, keys_.report(*success_, self_.node_id), r.to_json(), keys_.report_prefix(*success_)};
+    success_.reset();
+  }
   deliver_controls(out);
   if (waiting_) answer_or_join(now, out);
   if (!write_in_flight_) {
-    out.write = next_write(now, out);
+    out.write = next_write(now);
     write_in_flight_ = out.write.has_value();
   }
+  if (!out.write) maybe_read_joins(now, out);
   if (waiting_) {
     out.deadline = join_deadline_;
-    if (min_reached_ && state_ && state_->phase == EtcdRoundRecord::Phase::kForming && min_reached_->first == state_->round) {
-      out.deadline = std::min(*out.deadline, min_reached_->second + cfg_.last_call_timeout);
-    }
+    if (last_call_ && join_round_ >= 0) out.deadline = std::min(*out.deadline, *last_call_);
   }
   return out;
 }
@@ -173,8 +197,19 @@ void EtcdRoundCore::answer_or_join(TimePoint now, EtcdRoundActions& out) {
       EtcdJoinRecord j;
       j.round = s.round;
       j.node = self_;
-      out.puts.emplace_back(keys_.join(self_.node_id), j.to_json());
+      out.join = EtcdRoundPut{s.round, keys_.join(s.round, self_.node_id), j.to_json(), keys_.join_prefix(s.round)};
       join_round_ = s.round;
+      join_count_ = -1;
+      last_call_.reset();
+      joins_.reset();
+      read_after_last_call_ = false;
+      reread_ = false;
+    } else if (join_count_ == 1 && cfg_.min_nodes > 1) {
+      progress(now, "round " + std::to_string(s.round) + ": waiting for " + std::to_string(cfg_.min_nodes) + " of up to " +
+                        std::to_string(cfg_.max_nodes) + " nodes", out);
+    } else if (join_count_ == cfg_.min_nodes && cfg_.min_nodes < cfg_.max_nodes && last_call_) {
+      progress(now, "round " + std::to_string(s.round) + ": " + std::to_string(cfg_.min_nodes) + "/" +
+                        std::to_string(cfg_.max_nodes) + " nodes, last call in " + seconds(*last_call_ - now), out);
     }
     return;
   }
@@ -203,7 +238,7 @@ void EtcdRoundCore::answer_or_join(TimePoint now, EtcdRoundActions& out) {
   last_progress_.clear();
 }
 
-std::optional<EtcdRoundWrite> EtcdRoundCore::next_write(TimePoint now, EtcdRoundActions& out) {
+std::optional<EtcdRoundWrite> EtcdRoundCore::next_write(TimePoint now) {
   if (!state_error_.empty()) return std::nullopt;
   if (!state_) {
     if (!waiting_) return std::nullopt;
@@ -213,20 +248,14 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::next_write(TimePoint now, EtcdRound
     return w;
   }
   const EtcdRoundRecord& s = *state_;
-  if (s.phase == EtcdRoundRecord::Phase::kClosed) return std::nullopt;
+  if (s.phase == EtcdRoundRecord::Phase::kClosed || !live(self_.node_id)) return std::nullopt;
   if (failure_ && (s.phase != EtcdRoundRecord::Phase::kRunning || s.round != failure_->first)) failure_.reset();
-  if (s.phase == EtcdRoundRecord::Phase::kForming) return freeze(now, out);
+  if (s.phase == EtcdRoundRecord::Phase::kForming) return freeze(now);
 
   // Running.
-  std::vector<std::string> gone;
-  for (const auto& p : s.participants) {
-    if (!alive_.count(p)) gone.push_back(p);
-  }
-  if (!gone.empty() && alive_.count(self_.node_id)) {
-    std::vector<std::string> rest;
-    for (const auto& p : s.participants) {
-      if (alive_.count(p)) rest.push_back(p);
-    }
+  std::vector<std::string> gone, rest;
+  for (const auto& p : s.participants) (live(p) ? rest : gone).push_back(p);
+  if (!gone.empty()) {
     ControlEvent c;
     c.detail = "node " + gone.front() + (gone.size() > 1 ? " and " + std::to_string(gone.size() - 1) + " more" : "") +
                " lost: its agent left or its etcd lease expired";
@@ -237,13 +266,10 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::next_write(TimePoint now, EtcdRound
     failure_.reset();
     return w;
   }
-  const bool all_succeeded = std::all_of(s.participants.begin(), s.participants.end(), [&](const std::string& p) {
-    auto r = reports_.find(p);
-    return r != reports_.end() && r->second.round == s.round && r->second.outcome.succeeded;
-  });
-  if (all_succeeded) return close(s, kExitSuccess, "all " + std::to_string(s.participants.size()) + " nodes succeeded", {}, {});
-  if (waiting_ && !in(s.participants, self_.node_id) && static_cast<int>(s.participants.size()) < cfg_.max_nodes &&
-      alive_.count(self_.node_id)) {
+  if (report_complete_ == s.round) {
+    return close(s, kExitSuccess, "all " + std::to_string(s.participants.size()) + " nodes succeeded", {}, {});
+  }
+  if (waiting_ && !in(s.participants, self_.node_id) && static_cast<int>(s.participants.size()) < cfg_.max_nodes) {
     ControlEvent c;
     c.detail = "node " + self_.node_id + " joined: scaling up";
     return reform(s, s.participants, c);
@@ -251,9 +277,28 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::next_write(TimePoint now, EtcdRound
   return std::nullopt;
 }
 
-std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now, EtcdRoundActions& out) {
+void EtcdRoundCore::maybe_read_joins(TimePoint now, EtcdRoundActions& out) {
+  if (!state_ || state_->phase != EtcdRoundRecord::Phase::kForming || !waiting_ || join_round_ != state_->round ||
+      join_count_ < 0 || read_in_flight_ || write_in_flight_) {
+    return;
+  }
+  const bool last_call_over = last_call_ && now >= *last_call_;
+  bool need;
+  if (joins_) {
+    need = reread_ || (last_call_over && !read_after_last_call_);
+  } else {
+    need = join_count_ >= cfg_.max_nodes ||
+           (join_count_ >= cfg_.min_nodes && !state_->expected.empty() && join_count_ >= live_expected()) || last_call_over;
+  }
+  if (!need) return;
+  read_after_last_call_ = last_call_over;
+  read_in_flight_ = true;
+  out.read_joins = state_->round;
+}
+
+std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now) {
   const EtcdRoundRecord& s = *state_;
-  if (!waiting_ || join_round_ != s.round) return std::nullopt;  // only the nodes joining it decide
+  if (!waiting_ || join_round_ != s.round || !joins_) return std::nullopt;  // only a joiner that read the joins
   NodeRecord reference;
   try {
     reference = NodeRecord::from_json(s.reference);
@@ -261,13 +306,14 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now, EtcdRoundActi
     return std::nullopt;
   }
   std::vector<const NodeRecord*> joined;
-  for (const auto& [node, j] : joins_) {
-    if (j.round == s.round && alive_.count(node) && (node == reference.node_id || j.node.mismatch(reference).empty())) {
+  for (const auto& j : *joins_) {
+    const std::string& node = j.node.node_id;
+    if (j.round == s.round && live(node) && (node == reference.node_id || j.node.mismatch(reference).empty())) {
       joined.push_back(&j.node);
     }
   }
   const int n = static_cast<int>(joined.size());
-  if (n == 0) return std::nullopt;
+  if (n == 0 || n < cfg_.min_nodes) return std::nullopt;
   std::map<std::string, int> previous;
   for (std::size_t i = 0; i < s.expected.size(); ++i) previous[s.expected[i]] = static_cast<int>(i);
   const auto order = [&](const NodeRecord* r) {
@@ -276,27 +322,10 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now, EtcdRoundActi
   };
   std::sort(joined.begin(), joined.end(), [&](auto* a, auto* b) { return order(a) < order(b); });
   const bool all_back = !s.expected.empty() && std::all_of(s.expected.begin(), s.expected.end(), [&](const std::string& e) {
-    return !alive_.count(e) || std::any_of(joined.begin(), joined.end(), [&](auto* r) { return r->node_id == e; });
+    return !live(e) || std::any_of(joined.begin(), joined.end(), [&](auto* r) { return r->node_id == e; });
   });
-  bool now_ = n >= cfg_.max_nodes || (n >= cfg_.min_nodes && all_back);
-  if (!now_ && n >= cfg_.min_nodes) {
-    if (!min_reached_ || min_reached_->first != s.round) min_reached_ = std::pair{s.round, now};
-    now_ = now >= min_reached_->second + cfg_.last_call_timeout;
-  } else if (n < cfg_.min_nodes) {
-    min_reached_.reset();
-  }
-  if (!now_) {
-    if (joined.front()->node_id == self_.node_id) {  // one line per round, from its first node
-      std::string line = "round " + std::to_string(s.round) + ": " + std::to_string(n) + "/" + std::to_string(cfg_.max_nodes) + " nodes";
-      if (n >= cfg_.min_nodes && min_reached_) {
-        line += ", last call in " + seconds(min_reached_->second + cfg_.last_call_timeout - now);
-      } else {
-        line += ", waiting for " + std::to_string(cfg_.min_nodes);
-      }
-      progress(now, line, out);
-    }
-    return std::nullopt;
-  }
+  const bool last_call_over = last_call_ && now >= *last_call_;
+  if (!(n >= cfg_.max_nodes || all_back || last_call_over)) return std::nullopt;
   if (n > cfg_.max_nodes) joined.resize(cfg_.max_nodes);
   EtcdRoundWrite w;
   w.next = s;
@@ -307,7 +336,6 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now, EtcdRoundActi
   w.next.master_addr = joined.front()->addr;
   w.next.master_port = joined.front()->free_port;
   w.if_revision = state_revision_;
-  min_reached_.reset();
   return w;
 }
 

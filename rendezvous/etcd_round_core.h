@@ -2,27 +2,31 @@
 // Every agent runs the same rules over the same keys; none is special (docs/rendezvous.md).
 //
 // Contract
-//   - In: what the run's keys hold (on_put/on_delete, from the watch or a transaction's reply,
-//     each with its etcd revision; an older value of the round record than one already seen is
-//     ignored), the agent's requests, and the time. decide(now) returns what to do now.
+//   - In: the round record (on_round/on_round_gone, from the watch or a transaction's reply, each
+//     with its etcd revision; an older value than one already seen is ignored), the nodes whose
+//     alive key is gone (on_node_gone: a node never comes back), the answers to the reads it asked
+//     for, the agent's requests, and the time. decide(now) returns what to do now.
 //   - Out: answers to this agent's request_round (a round, or an error with crun's exit code:
 //     join timeout, closed, mismatch), control events for the round this agent runs (the round
-//     ended: kStop; the job closed: kClosed), progress lines, this agent's own keys to put (join,
-//     report; under its lease), and at most one compare-and-swap of the round record at a time
-//     (write_done() says it finished, whatever its result).
-//   - The rules, the same as c10d's coordinator (coordinator_core.h) but decided by whichever
-//     agent sees the need first, by compare-and-swap:
+//     ended: kStop; the job closed: kClosed), progress lines, this agent's keys to put (its join
+//     of a round, its success report; each with a count of that round's keys: on_join_count,
+//     on_report_count), a read of a round's joins (on_joins), and at most one compare-and-swap of
+//     the round record at a time (write_done() says it finished, whatever its result).
+//   - No agent watches the others' joins or reports (that would be O(nodes^2) messages a round):
+//     a joiner learns the number of joins from its own put; the one that completes the round
+//     (max_nodes, or every live node of the previous round back) reads the joins and freezes it;
+//     one that saw min_nodes arms the last call and freezes what joined when it expires.
+//   - The rules, the same as c10d's coordinator (coordinator_core.h), decided by whichever agent
+//     sees the need first, by compare-and-swap:
 //       · the first agent creates the record (round 0 forming; its node record is the reference
-//         every other node must match);
-//       · a forming round freezes (running, ranks assigned) at once when max_nodes joined, or
-//         when every live node of the previous round rejoined and min_nodes joined, else
-//         last_call_timeout after min_nodes joined (as this agent saw it). Node ranks: rank hint,
-//         then previous rank, then node id;
-//       · a running round ends without a restart when a participant's alive key is gone (its
-//         lease expired, or its agent left) or when a waiting node finds room (scaling up);
-//         with restart_count + 1 on a worker failure while restarts remain and the progress
-//         ledger allows, else the job closes with the failure's exit code (or kExitNoProgress);
-//         every participant's success report for the round closes it with 0.
+//         every other node must match: a node unlike it is answered with an error and never joins);
+//       · node ranks: rank hint, then previous rank, then node id; node rank 0's address and free
+//         port are the master;
+//       · a running round ends without a restart when a participant's alive key goes (its lease
+//         expired, or its agent left) or when a waiting node finds room (scaling up); with
+//         restart_count + 1 on a worker failure while restarts remain and the progress ledger
+//         allows, else the job closes with the failure's exit code (or kExitNoProgress); success
+//         reported by every participant closes it with 0.
 //
 // Threading
 //   Not thread-safe; owned and driven by one thread (the backend's I/O thread, or a test).
@@ -31,6 +35,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,11 +53,20 @@ struct EtcdRoundWrite {
   bool closes = false;  // the job ends: the record is put under a lease of close_timeout, so it goes later
 };
 
+// Puts this node's key under its lease, and counts the keys beside it: the answer goes to
+// on_join_count / on_report_count.
+struct EtcdRoundPut {
+  int round = 0;
+  std::string key, value, count_prefix;
+};
+
 struct EtcdRoundActions {
   std::vector<RoundResult> answers;
   std::vector<ControlEvent> controls;
   std::vector<std::string> progress;
-  std::vector<std::pair<std::string, std::string>> puts;  // this agent's keys (under its lease)
+  std::optional<EtcdRoundPut> join;    // answer: on_join_count
+  std::optional<EtcdRoundPut> report;  // answer: on_report_count
+  std::optional<int> read_joins;       // read join/<round>/: answer on_joins
   std::optional<EtcdRoundWrite> write;
   std::optional<std::chrono::steady_clock::time_point> deadline;  // call decide() again by then
 };
@@ -64,15 +78,20 @@ class EtcdRoundCore {
   // `self`: this node's record (its addr filled in); its free_port is set per request.
   EtcdRoundCore(RendezvousConfig config, EtcdKeys keys, NodeRecord self);
 
-  void on_put(const std::string& key, const std::string& value, std::int64_t revision);
-  void on_delete(const std::string& key, std::int64_t revision);
-  // The initial read of the run's keys is in: decisions may start.
-  void loaded() { loaded_ = true; }
+  // The first read: the round record (if any) and the nodes alive then, at one revision.
+  void load(const std::optional<std::pair<std::string, std::int64_t>>& round, const std::vector<std::string>& alive,
+            std::int64_t revision);
+  void on_round(const std::string& value, std::int64_t revision);
+  void on_round_gone(std::int64_t revision);
+  void on_node_gone(const std::string& node);
+  void on_join_count(int round, std::int64_t count, TimePoint now);
+  void on_joins(int round, const std::vector<EtcdJoinRecord>& joins);
+  void on_report_count(int round, std::int64_t count);
+  void write_done() { write_in_flight_ = false; }
 
   void request_round(TimePoint now, std::uint16_t free_port);
   void publish_failure(int round, const RoundOutcome& outcome);
   void publish_success(int round);
-  void write_done() { write_in_flight_ = false; }
 
   EtcdRoundActions decide(TimePoint now);
 
@@ -82,29 +101,29 @@ class EtcdRoundCore {
  private:
   void deliver_controls(EtcdRoundActions& out);
   void answer_or_join(TimePoint now, EtcdRoundActions& out);
-  std::optional<EtcdRoundWrite> next_write(TimePoint now, EtcdRoundActions& out);
-  std::optional<EtcdRoundWrite> freeze(TimePoint now, EtcdRoundActions& out);
+  std::optional<EtcdRoundWrite> next_write(TimePoint now);
+  std::optional<EtcdRoundWrite> freeze(TimePoint now);
+  void maybe_read_joins(TimePoint now, EtcdRoundActions& out);
   std::optional<EtcdRoundWrite> fail(const RoundOutcome& o);
   EtcdRoundWrite reform(const EtcdRoundRecord& s, std::vector<std::string> expected, ControlEvent cause) const;
   EtcdRoundWrite close(const EtcdRoundRecord& s, int exit_code, const std::string& detail, const std::string& origin,
                        const std::string& report) const;
   void progress(TimePoint now, const std::string& line, EtcdRoundActions& out);
   void answer_error(const std::string& error, int exit_code, EtcdRoundActions& out);
-  bool in(const std::vector<std::string>& nodes, const std::string& node) const;
+  bool live(const std::string& node) const { return gone_.count(node) == 0; }
+  int live_expected() const;
 
   RendezvousConfig cfg_;
   EtcdKeys keys_;
   NodeRecord self_;
   bool loaded_ = false;
 
-  // The mirror of the run's keys.
+  // What this agent knows of the run.
   std::optional<EtcdRoundRecord> state_;
   std::string state_error_;           // the record is malformed: why
   std::int64_t state_revision_ = 0;   // its mod revision (0: no record)
   std::int64_t state_seen_ = 0;       // the newest revision applied to it (put or delete)
-  std::map<std::string, std::int64_t> alive_;
-  std::map<std::string, EtcdJoinRecord> joins_;
-  std::map<std::string, EtcdReportRecord> reports_;
+  std::set<std::string> gone_;        // nodes whose alive key went (they never come back)
 
   // This agent.
   bool waiting_ = false;
@@ -112,9 +131,17 @@ class EtcdRoundCore {
   int join_round_ = -1;     // the round this agent's join key asks for
   int running_round_ = -1;  // the round this agent's group runs (answered, no control yet)
   std::optional<std::pair<int, RoundOutcome>> failure_;
-  std::vector<std::pair<std::string, std::string>> pending_puts_;
+  std::optional<int> success_;                 // a success report to put
+  std::optional<int> report_complete_;         // round whose reports were all in at our put
   bool write_in_flight_ = false;
-  std::optional<std::pair<int, TimePoint>> min_reached_;  // round, when min_nodes had joined it
+  bool read_in_flight_ = false;
+
+  // The forming round this agent joined: what it knows of the others' joins.
+  std::int64_t join_count_ = -1;                  // the count our join put saw (-1: not yet)
+  std::optional<TimePoint> last_call_;            // when our last call expires
+  std::optional<std::vector<EtcdJoinRecord>> joins_;  // the last read of the round's joins
+  bool reread_ = false;                           // something changed since that read
+  bool read_after_last_call_ = false;             // that read came after the last call expired
   std::string last_progress_;
   TimePoint last_progress_at_{};
 };

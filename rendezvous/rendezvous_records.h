@@ -6,8 +6,8 @@
 //   answer/<node>/<seq> and ctl/*, and deletes what no agent can still need (docs/rendezvous.md,
 //   "Pruning").
 //   etcd-v3: every key of run R lives under "<key_prefix><R>/" (EtcdKeys); each agent writes its
-//   own alive/join/report keys under its lease, and any agent changes the one round record
-//   (EtcdRoundRecord) by compare-and-swap.
+//   own alive/<node>, join/<round>/<node> and report/<round>/<node> keys under its lease, and any
+//   agent changes the one round record (EtcdRoundRecord) by compare-and-swap.
 //   Records are JSON; from_json throws std::invalid_argument naming the record and the field when
 //   a peer sent something malformed.
 //
@@ -142,7 +142,7 @@ struct EtcdRoundRecord {
   static EtcdRoundRecord from_json(const std::string& text);
 };
 
-// etcd-v3: join/<node>, a node's request for a place in `round`.
+// etcd-v3: join/<round>/<node>, a node's request for a place in `round`.
 struct EtcdJoinRecord {
   int round = 0;
   NodeRecord node;
@@ -150,7 +150,8 @@ struct EtcdJoinRecord {
   static EtcdJoinRecord from_json(const std::string& text);
 };
 
-// etcd-v3: report/<node>, a node's outcome of `round` (success; a failure goes into the round record).
+// etcd-v3: report/<round>/<node>, a node's outcome of `round` (success; a failure goes into the
+// round record).
 struct EtcdReportRecord {
   int round = 0;
   RoundOutcome outcome;
@@ -164,10 +165,10 @@ struct EtcdKeys {
   std::string round() const { return base + "round"; }
   std::string alive_prefix() const { return base + "alive/"; }
   std::string alive(const std::string& node) const { return alive_prefix() + node; }
-  std::string join_prefix() const { return base + "join/"; }
-  std::string join(const std::string& node) const { return join_prefix() + node; }
-  std::string report_prefix() const { return base + "report/"; }
-  std::string report(const std::string& node) const { return report_prefix() + node; }
+  std::string join_prefix(int round) const { return base + "join/" + std::to_string(round) + "/"; }
+  std::string join(int round, const std::string& node) const { return join_prefix(round) + node; }
+  std::string report_prefix(int round) const { return base + "report/" + std::to_string(round) + "/"; }
+  std::string report(int round, const std::string& node) const { return report_prefix(round) + node; }
 };
 
 }  // namespace crun
