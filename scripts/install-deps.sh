@@ -11,6 +11,7 @@ pkgs=(
   libgloo-dev
   python3-torch                         # the anchor (torchrun, TCPStore) and the PyTorch compatibility tests
   iproute2 procps                       # network namespaces for multi-host tests; pgrep/ps
+  etcd-server etcd-client openssl curl  # the etcd-v3 tests: etcd, etcdctl, test certificates, gateway checks
   slurmctld slurmd slurm-client munge   # a real Slurm on loopback for the Slurm tests
 )
 
