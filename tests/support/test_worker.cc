@@ -20,6 +20,8 @@
 //                          unreaped, as uninterruptible sleep would; print "unkillable rank=<r>
 //                          pid=<pid> tracer=<pid>"
 //   --hang-before-restart K  --hang only while TORCHELASTIC_RESTART_COUNT < K
+//   --hang-unless-world N  --hang only while WORLD_SIZE != N: a worker that finishes (exit 0) once
+//                          its group has N ranks (after the job scaled up or down to it)
 //   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
 //   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
@@ -170,7 +172,8 @@ int main(int argc, char** argv) {
 
   bool print_env = false, hang = false, bind_master = false;
   long lines = 0, err_lines = 0;
-  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1, hang_before = -1;
+  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1, hang_before = -1,
+      hang_unless_world = -1;
   std::string stamp, error_msg, last_words;
   bool has_error_file = false, has_last_words = false;
   for (int i = 1; i < argc; ++i) {
@@ -198,6 +201,7 @@ int main(int argc, char** argv) {
     else if (a == "--hang") hang = true;
     else if (a == "--unkillable-rank") unkillable_rank = std::atoi(next().c_str());
     else if (a == "--hang-before-restart") hang_before = std::atoi(next().c_str());
+    else if (a == "--hang-unless-world") { hang = true; hang_unless_world = std::atoi(next().c_str()); }
     else if (a == "--list-fds") list_fds();
     else if (a == "--print-cgroup") print_cgroup();
     else if (a == "--child") start_child();
@@ -270,7 +274,8 @@ int main(int argc, char** argv) {
     }
     if (exit_code >= 0) return exit_code;
   }
-  if (hang && (hang_before < 0 || restart < hang_before)) {
+  const bool world_reached = hang_unless_world >= 0 && std::atoi(env("WORLD_SIZE").c_str()) == hang_unless_world;
+  if (hang && (hang_before < 0 || restart < hang_before) && !world_reached) {
     std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
     std::fflush(stdout);
     while (true) ::pause();
