@@ -27,6 +27,7 @@
 #include "base/exit_codes.h"
 #include "base/fd_io.h"
 #include "rendezvous/c10d_rendezvous.h"
+#include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/rendezvous_records.h"
 #include "rendezvous/standalone_rendezvous.h"
 
@@ -532,18 +533,25 @@ void Agent::Impl::start_rendezvous() {
     return;
   }
   const auto& m = *config.multi_node;
-  C10dRendezvousConfig c;
+  RendezvousNodeConfig c;
   c.multi = m;
   c.hostname = config.hostname;
   c.nproc_per_node = config.nproc_per_node;
   c.role = config.role;
   c.max_restarts = config.max_restarts;
   c.master_port = config.master_port;
+  const std::string nodes = std::to_string(m.rendezvous.min_nodes) +
+                            (m.rendezvous.max_nodes != m.rendezvous.min_nodes ? ".." + std::to_string(m.rendezvous.max_nodes) : "");
+  if (m.backend == MultiNodeConfig::Backend::kEtcdV3) {
+    auto etcd = std::make_unique<EtcdRendezvous>(std::move(c), std::move(post), std::move(l));
+    say("crun: joining the etcd rendezvous at " + etcd->endpoints() + " (run '" + m.rendezvous.run_id + "', " + nodes +
+        " nodes)\n");
+    rendezvous = std::move(etcd);
+    return;
+  }
   auto c10d = std::make_unique<C10dRendezvous>(std::move(c), std::move(post), std::move(l));
   say("crun: " + std::string(c10d->is_host() ? "hosting" : "joining") + " the rendezvous at " +
-      c10d->store_endpoint() + " (run '" + m.rendezvous.run_id + "', " + std::to_string(m.rendezvous.min_nodes) +
-      (m.rendezvous.max_nodes != m.rendezvous.min_nodes ? ".." + std::to_string(m.rendezvous.max_nodes) : "") +
-      " nodes)\n");
+      c10d->store_endpoint() + " (run '" + m.rendezvous.run_id + "', " + nodes + " nodes)\n");
   rendezvous = std::move(c10d);
 }
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/c10d_rendezvous.h"
+#include "rendezvous/multi_node_config.h"
 
 namespace crun {
 

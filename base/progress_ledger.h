@@ -22,6 +22,8 @@ namespace crun {
 class ProgressLedger {
  public:
   explicit ProgressLedger(int limit = 0) : limit_(limit) {}
+  // A ledger carried on from a record (a decider that does not live as long as the job).
+  ProgressLedger(int limit, std::optional<std::int64_t> best, int streak) : limit_(limit), best_(best), streak_(streak) {}
 
   bool end_attempt(std::optional<std::int64_t> highest_step) {
     if (highest_step && (!best_ || *highest_step > *best_)) {

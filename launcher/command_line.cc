@@ -15,7 +15,7 @@ const std::vector<SettingSpec>& launch_settings() {
   static const std::vector<SettingSpec> specs = {
       {"nnodes", "--nnodes", "number of nodes, N or MIN:MAX", "1:1"},
       {"nproc_per_node", "--nproc-per-node,--nproc_per_node", "workers per node: N, cpu, gpu or auto", "1"},
-      {"rdzv_backend", "--rdzv-backend,--rdzv_backend", "c10d or static", "static"},
+      {"rdzv_backend", "--rdzv-backend,--rdzv_backend", "c10d, etcd-v3 or static", "static"},
       {"rdzv_endpoint", "--rdzv-endpoint,--rdzv_endpoint", "HOST[:PORT] of the rendezvous store", ""},
       {"rdzv_id", "--rdzv-id,--rdzv_id", "the job's run id", "none"},
       {"rdzv_conf", "--rdzv-conf,--rdzv_conf", "KEY=VALUE,... rendezvous settings", ""},

@@ -28,8 +28,11 @@ NodeRange parse_nnodes(const std::string& text) {
 RendezvousBackend parse_backend(const std::string& text) {
   if (text == "static") return RendezvousBackend::kStatic;
   if (text == "c10d") return RendezvousBackend::kC10d;
-  if (text == "etcd" || text == "etcd-v2") usage("--rdzv-backend " + text + ": not supported (use c10d or static)");
-  usage("--rdzv-backend: expected static or c10d, got '" + text + "'");
+  if (text == "etcd-v3") return RendezvousBackend::kEtcdV3;
+  if (text == "etcd" || text == "etcd-v2") {
+    usage("--rdzv-backend " + text + ": etcd's v2 API is not supported (etcd 3.6 removed it); use etcd-v3");
+  }
+  usage("--rdzv-backend: expected static, c10d or etcd-v3, got '" + text + "'");
 }
 
 // KEY=VALUE,... -> the pairs, blanks around keys and values dropped, empty items skipped.

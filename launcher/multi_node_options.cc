@@ -1,6 +1,7 @@
 #include "launcher/multi_node_options.h"
 
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -31,13 +32,54 @@ bool bool_value(const std::string& key, const std::string& v) {
   usage("--rdzv-conf: " + key + " must be true or false (1/0, yes/no, on/off), got '" + v + "'");
 }
 
+// A readable file, for a TLS setting.
+std::string file_value(const std::string& key, const std::string& v) {
+  std::error_code ec;
+  if (v.empty() || !std::filesystem::is_regular_file(v, ec) || ::access(v.c_str(), R_OK) != 0) {
+    usage("--rdzv-conf: " + key + " must name a readable file, got '" + v + "'");
+  }
+  return v;
+}
+
+// The etcd-v3 keys of --rdzv-conf; false when `key` is not one of them.
+bool apply_etcd_conf(const std::string& key, const std::string& value, EtcdSettings& e) {
+  if (key == "protocol") {
+    if (value != "http" && value != "https") usage("--rdzv-conf: protocol must be http or https, got '" + value + "'");
+    e.tls = value == "https";
+  } else if (key == "cacert") {
+    e.cacert = file_value(key, value);
+  } else if (key == "cert") {
+    e.cert = file_value(key, value);
+  } else if (key == "key") {
+    e.key = file_value(key, value);
+  } else if (key == "key_prefix") {
+    if (value.empty()) usage("--rdzv-conf: key_prefix must not be empty");
+    e.key_prefix = value;
+  } else if (key == "lease_ttl") {
+    long n = 0;
+    auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || p != value.data() + value.size() || n < 2 || n > 86400) {
+      usage("--rdzv-conf: lease_ttl must be a whole number of seconds in [2, 86400], got '" + value + "'");
+    }
+    e.lease_ttl = std::chrono::seconds(n);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 // Applies --rdzv-conf; returns its is_host, if it has one.
 std::optional<bool> apply_conf(const std::vector<std::pair<std::string, std::string>>& conf, MultiNodeConfig& m) {
+  const bool etcd = m.backend == MultiNodeConfig::Backend::kEtcdV3;
   std::optional<std::chrono::milliseconds> heartbeat_timeout;
   std::optional<long> max_attempts;
   std::optional<bool> is_host;
   RendezvousConfig& r = m.rendezvous;
   for (const auto& [key, value] : conf) {
+    if (etcd && apply_etcd_conf(key, value, m.etcd)) continue;
+    if (etcd && (key == "is_host" || key == "token")) {
+      usage("--rdzv-conf: " + key + " is a c10d setting; etcd-v3 has no host and uses etcd's TLS and auth");
+    }
     if (key == "join_timeout" || key == "timeout") r.join_timeout = seconds_value(key, value);
     else if (key == "last_call_timeout") r.last_call_timeout = seconds_value(key, value);
     else if (key == "close_timeout") r.close_timeout = seconds_value(key, value);
@@ -55,9 +97,14 @@ std::optional<bool> apply_conf(const std::vector<std::pair<std::string, std::str
       }
       max_attempts = n;
     } else {
-      usage("--rdzv-conf: unknown key '" + key + "'");
+      usage("--rdzv-conf: unknown key '" + key + "'" +
+            (etcd ? std::string() : " (protocol, cacert, cert, key, key_prefix and lease_ttl are etcd-v3's)"));
     }
   }
+  if (etcd && !m.etcd.tls && (!m.etcd.cacert.empty() || !m.etcd.cert.empty() || !m.etcd.key.empty())) {
+    usage("--rdzv-conf: cacert, cert and key need protocol=https");
+  }
+  if (etcd && m.etcd.cert.empty() != m.etcd.key.empty()) usage("--rdzv-conf: cert and key go together");
   if (heartbeat_timeout) r.heartbeat_timeout = *heartbeat_timeout;
   else if (max_attempts) r.heartbeat_timeout = r.keep_alive_interval * *max_attempts;
   if (r.heartbeat_timeout <= r.keep_alive_interval) {
@@ -95,15 +142,45 @@ void check_node_rank(int rank, long max_nodes) {
   }
 }
 
+// --rdzv-endpoint HOST[:PORT],... -> every etcd member; the first one on this host is tried
+// first (an agent beside its member keeps working when another host's member goes).
+void etcd_endpoints(const RendezvousFlags& f, const HostFacts& host, EtcdSettings& e) {
+  if (f.endpoint.empty()) usage("--rdzv-endpoint: required for etcd-v3 (HOST[:PORT],... of every etcd member)");
+  std::size_t start = 0;
+  while (start <= f.endpoint.size()) {
+    std::size_t comma = f.endpoint.find(',', start);
+    if (comma == std::string::npos) comma = f.endpoint.size();
+    std::string item = f.endpoint.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) usage("--rdzv-endpoint: an empty member in '" + f.endpoint + "'");
+    const bool has_port = item.rfind(':') != std::string::npos && (item.front() != '[' || item.back() != ']');
+    if (!has_port) item += ":2379";
+    try {
+      e.endpoints.push_back(StoreEndpoint::parse(item));
+    } catch (const std::invalid_argument& ex) {
+      usage(std::string("--rdzv-endpoint: ") + ex.what());
+    }
+    if (e.endpoints.back().port == 0) usage("--rdzv-endpoint: the port must not be 0 (" + item + ")");
+  }
+  for (std::size_t i = 0; i < e.endpoints.size(); ++i) {
+    if (!address_on_host(e.endpoints[i].host, host).empty()) {
+      e.first_endpoint = i;
+      return;
+    }
+  }
+  e.first_endpoint = std::hash<std::string>{}(host.hostname) % e.endpoints.size();
+}
+
 }  // namespace
 
 std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_restarts, const HostFacts& host) {
   const bool c10d = f.backend == RendezvousBackend::kC10d;
+  const bool etcd = f.backend == RendezvousBackend::kEtcdV3;
   if (f.standalone) {
     if (f.max_nodes > 1) usage("--standalone runs one node, but --nnodes asks for up to " + std::to_string(f.max_nodes));
     return std::nullopt;
   }
-  if (f.max_nodes == 1 && !(c10d && !f.endpoint.empty())) {
+  if (f.max_nodes == 1 && !((c10d || etcd) && !f.endpoint.empty())) {
     if (f.node_rank && *f.node_rank != 0) usage("--node-rank: must be 0 for a single-node run, got " + std::to_string(*f.node_rank));
     return std::nullopt;
   }
@@ -117,8 +194,19 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
   m.local_addr = f.local_addr;
   m.program = program_fingerprint(f.program);
   m.token = f.token;
+  if (etcd) m.backend = MultiNodeConfig::Backend::kEtcdV3;
   const std::optional<bool> conf_host = apply_conf(f.conf, m);
 
+  if (etcd) {
+    etcd_endpoints(f, host, m.etcd);
+    plan.endpoint_source = f.endpoint_source;
+    if (f.node_rank) {
+      check_node_rank(*f.node_rank, f.max_nodes);
+      m.rank_hint = *f.node_rank;
+    }
+    plan.host_source = "none (etcd-v3)";
+    return plan;
+  }
   if (c10d) {
     if (f.endpoint.empty()) usage("--rdzv-endpoint: required for a multi-node c10d run (HOST[:PORT])");
     std::string text = f.endpoint;

@@ -33,14 +33,14 @@
 
 namespace crun {
 
-enum class RendezvousBackend { kStatic, kC10d };
+enum class RendezvousBackend { kStatic, kC10d, kEtcdV3 };
 
 struct RendezvousFlags {
   bool standalone = false;
   long min_nodes = 1;
   long max_nodes = 1;
   RendezvousBackend backend = RendezvousBackend::kStatic;
-  std::string endpoint;                                    // HOST[:PORT] text, c10d
+  std::string endpoint;                                    // HOST[:PORT] text (c10d), HOST[:PORT],... (etcd-v3)
   std::string endpoint_source;
   std::string run_id = "none";
   std::vector<std::pair<std::string, std::string>> conf;  // --rdzv-conf

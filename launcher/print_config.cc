@@ -22,8 +22,18 @@ std::string print_plan(const LaunchPlan& plan) {
   for (const auto& [key, v] : plan.settings) line(key, v.value, v.source);
   if (plan.multi_node) {
     const auto& m = *plan.multi_node;
-    line("store_endpoint", m.config.endpoint.str(), m.endpoint_source);
-    line("store_host", m.config.is_host ? "this node" : "another node", m.host_source);
+    if (m.config.backend == MultiNodeConfig::Backend::kEtcdV3) {
+      const auto& e = m.config.etcd;
+      std::string members;
+      for (const auto& ep : e.endpoints) members += (members.empty() ? "" : ",") + ep.str();
+      line("etcd_endpoints", members, m.endpoint_source);
+      line("etcd", std::string(e.tls ? "https" : "http") + ", key prefix " + e.key_prefix + ", lease ttl " +
+                       std::to_string(e.lease_ttl.count() / 1000) + " s, first member " + e.endpoints[e.first_endpoint].str(),
+           "--rdzv-conf");
+    } else {
+      line("store_endpoint", m.config.endpoint.str(), m.endpoint_source);
+      line("store_host", m.config.is_host ? "this node" : "another node", m.host_source);
+    }
   }
   line("file_timer", plan.file_timer.value ? (plan.file_timer.value->empty() ? "on (a FIFO in the run dir)" : *plan.file_timer.value) : "off",
        plan.file_timer.source);

@@ -23,7 +23,7 @@ void say(const std::string& line) {
 
 // Shared with the join thread, which may outlive a request by a moment: it holds a shared_ptr.
 struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
-  Impl(C10dRendezvousConfig c, PostToLoop p, RendezvousListener l)
+  Impl(RendezvousNodeConfig c, PostToLoop p, RendezvousListener l)
       : post_to_loop(std::move(p)), config(std::move(c)), listener(std::move(l)) {
     // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
     const std::string& local = config.multi.bind_address;
@@ -159,7 +159,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   }
 
   PostToLoop post_to_loop;
-  C10dRendezvousConfig config;
+  RendezvousNodeConfig config;
   RendezvousListener listener;
   bool host = false;
   bool stopped = false;
@@ -174,7 +174,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::thread joiner;
 };
 
-C10dRendezvous::C10dRendezvous(C10dRendezvousConfig config, PostToLoop post, RendezvousListener listener)
+C10dRendezvous::C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener)
     : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener))) {}
 
 C10dRendezvous::~C10dRendezvous() { shutdown(std::chrono::milliseconds(0)); }

@@ -24,39 +24,16 @@
 #include <optional>
 #include <string>
 
+#include "rendezvous/multi_node_config.h"
 #include "rendezvous/rendezvous_backend.h"
 #include "rendezvous/rendezvous_records.h"
 #include "store/store_client.h"
 
 namespace crun {
 
-// A multi-node run: the agents meet through the store at `endpoint` (the launcher fills it in).
-struct MultiNodeConfig {
-  StoreEndpoint endpoint{"", 29400};
-  bool is_host = false;         // this agent hosts the store (the launcher decided who does)
-  std::string bind_address;     // the local address `endpoint` stands for ("" = none: host on every interface)
-  RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts
-  std::chrono::milliseconds read_timeout{60000};
-  std::string token;            // the store's shared secret ("" = none)
-  std::string local_addr;       // the address other nodes reach us at ("" = the store route's)
-  int rank_hint = -1;           // --node-rank / SLURM_NODEID
-  std::string program;          // compared across nodes
-};
-
-// What a c10d rendezvous needs to know: the run's multi-node settings, and this node.
-struct C10dRendezvousConfig {
-  MultiNodeConfig multi;
-  // This node's part, compared across nodes where NodeRecord says so.
-  std::string hostname;
-  int nproc_per_node = 1;
-  std::string role = "default";
-  int max_restarts = 0;
-  std::optional<std::uint16_t> master_port;  // nullopt: a free port picked before each join
-};
-
 class C10dRendezvous final : public Rendezvous {
  public:
-  C10dRendezvous(C10dRendezvousConfig config, PostToLoop post, RendezvousListener listener);
+  C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener);
   ~C10dRendezvous() override;
   C10dRendezvous(const C10dRendezvous&) = delete;
   C10dRendezvous& operator=(const C10dRendezvous&) = delete;

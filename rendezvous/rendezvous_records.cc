@@ -148,4 +148,71 @@ ControlEvent ControlEvent::from_json(const std::string& text) {
   return e;
 }
 
+namespace {
+const char* phase_name(EtcdRoundRecord::Phase p) {
+  switch (p) {
+    case EtcdRoundRecord::Phase::kForming: return "forming";
+    case EtcdRoundRecord::Phase::kRunning: return "running";
+    case EtcdRoundRecord::Phase::kClosed: return "closed";
+  }
+  return "?";
+}
+}  // namespace
+
+std::string EtcdRoundRecord::to_json() const {
+  json j{{"phase", phase_name(phase)}, {"round", round}, {"restart_count", restart_count}, {"expected", expected},
+         {"participants", participants}, {"master_addr", master_addr}, {"master_port", master_port},
+         {"reference", reference}, {"no_progress_streak", no_progress_streak}};
+  if (best_step) j["best_step"] = *best_step;
+  if (cause) j["cause"] = cause->to_json();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+EtcdRoundRecord EtcdRoundRecord::from_json(const std::string& text) {
+  json j = parse(text, "round");
+  EtcdRoundRecord r;
+  const auto phase = field<std::string>(j, "phase", "round");
+  if (phase == "forming") r.phase = Phase::kForming;
+  else if (phase == "running") r.phase = Phase::kRunning;
+  else if (phase == "closed") r.phase = Phase::kClosed;
+  else throw std::invalid_argument("round record has an unknown phase '" + phase + "'");
+  r.round = field<int>(j, "round", "round");
+  r.restart_count = field<int>(j, "restart_count", "round");
+  r.expected = field<std::vector<std::string>>(j, "expected", "round");
+  r.participants = field<std::vector<std::string>>(j, "participants", "round");
+  r.master_addr = field<std::string>(j, "master_addr", "round");
+  r.master_port = field<std::uint16_t>(j, "master_port", "round");
+  r.reference = field<std::string>(j, "reference", "round");
+  r.no_progress_streak = field<int>(j, "no_progress_streak", "round");
+  if (j.contains("best_step")) r.best_step = field<std::int64_t>(j, "best_step", "round");
+  if (j.contains("cause")) r.cause = ControlEvent::from_json(field<std::string>(j, "cause", "round"));
+  if (r.round < 0 || r.restart_count < 0 || r.no_progress_streak < 0) throw std::invalid_argument("round record has a negative count");
+  if (r.phase == Phase::kRunning && r.participants.empty()) throw std::invalid_argument("round record runs no node");
+  return r;
+}
+
+std::string EtcdJoinRecord::to_json() const {
+  return json{{"round", round}, {"node", node.to_json()}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+EtcdJoinRecord EtcdJoinRecord::from_json(const std::string& text) {
+  json j = parse(text, "join");
+  EtcdJoinRecord r;
+  r.round = field<int>(j, "round", "join");
+  r.node = NodeRecord::from_json(field<std::string>(j, "node", "join"));
+  return r;
+}
+
+std::string EtcdReportRecord::to_json() const {
+  return json{{"round", round}, {"outcome", outcome.to_json()}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+EtcdReportRecord EtcdReportRecord::from_json(const std::string& text) {
+  json j = parse(text, "report");
+  EtcdReportRecord r;
+  r.round = field<int>(j, "round", "report");
+  r.outcome = RoundOutcome::from_json(field<std::string>(j, "outcome", "report"));
+  return r;
+}
+
 }  // namespace crun

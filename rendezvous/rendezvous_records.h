@@ -1,11 +1,15 @@
-// The c10d-style rendezvous' records and key layout (docs/rendezvous.md describes the protocol).
+// The multi-node rendezvous' records and key layouts (docs/rendezvous.md describes the protocols).
 //
 // Contract
-//   Every key of run R lives under "crun/rdzv/<R>/". Participants write only their own keys
+//   c10d: every key of run R lives under "crun/rdzv/<R>/". Participants write only their own keys
 //   (join/<node>, alive/<node>, hb/<node>, report/<round>/<node>); the coordinator writes only
 //   answer/<node>/<seq> and ctl/*, and deletes what no agent can still need (docs/rendezvous.md,
-//   "Pruning"). Records are JSON; from_json throws std::invalid_argument naming
-//   the record and the field when a peer sent something malformed.
+//   "Pruning").
+//   etcd-v3: every key of run R lives under "<key_prefix><R>/" (EtcdKeys); each agent writes its
+//   own alive/join/report keys under its lease, and any agent changes the one round record
+//   (EtcdRoundRecord) by compare-and-swap.
+//   Records are JSON; from_json throws std::invalid_argument naming the record and the field when
+//   a peer sent something malformed.
 //
 // Threading
 //   Value types and pure functions.
@@ -117,6 +121,53 @@ struct RendezvousKeys {
   std::string progress() const { return control_prefix() + "progress"; }
   // Worker-facing keys of one round (fresh per round, never reused).
   std::string round_prefix(int round) const { return base + "round/" + std::to_string(round) + "/"; }
+};
+
+// etcd-v3: the run's one round record, changed only by compare-and-swap (docs/rendezvous.md).
+struct EtcdRoundRecord {
+  enum class Phase { kForming, kRunning, kClosed };
+  Phase phase = Phase::kForming;
+  int round = 0;
+  int restart_count = 0;
+  std::vector<std::string> expected;      // kForming: the previous round's nodes, in node-rank order
+  std::vector<std::string> participants;  // kRunning: node ids, in node-rank order
+  std::string master_addr;                // kRunning: node rank 0's address and free port
+  std::uint16_t master_port = 0;
+  std::string reference;                  // the first node's NodeRecord (JSON): every node must match it
+  std::optional<std::int64_t> best_step;  // the job's progress ledger (base/progress_ledger.h)
+  int no_progress_streak = 0;
+  std::optional<ControlEvent> cause;      // why the previous round ended (kStop) or the job closed (kClosed)
+
+  std::string to_json() const;
+  static EtcdRoundRecord from_json(const std::string& text);
+};
+
+// etcd-v3: join/<node>, a node's request for a place in `round`.
+struct EtcdJoinRecord {
+  int round = 0;
+  NodeRecord node;
+  std::string to_json() const;
+  static EtcdJoinRecord from_json(const std::string& text);
+};
+
+// etcd-v3: report/<node>, a node's outcome of `round` (success; a failure goes into the round record).
+struct EtcdReportRecord {
+  int round = 0;
+  RoundOutcome outcome;
+  std::string to_json() const;
+  static EtcdReportRecord from_json(const std::string& text);
+};
+
+struct EtcdKeys {
+  EtcdKeys(const std::string& key_prefix, const std::string& run_id) : base(key_prefix + run_id + "/") {}
+  std::string base;
+  std::string round() const { return base + "round"; }
+  std::string alive_prefix() const { return base + "alive/"; }
+  std::string alive(const std::string& node) const { return alive_prefix() + node; }
+  std::string join_prefix() const { return base + "join/"; }
+  std::string join(const std::string& node) const { return join_prefix() + node; }
+  std::string report_prefix() const { return base + "report/"; }
+  std::string report(const std::string& node) const { return report_prefix() + node; }
 };
 
 }  // namespace crun

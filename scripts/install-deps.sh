@@ -13,6 +13,8 @@ pkgs=(
   iproute2 procps                       # network namespaces for multi-host tests; pgrep/ps
   etcd-server etcd-client openssl curl  # the etcd-v3 tests: etcd, etcdctl, test certificates, gateway checks
   slurmctld slurmd slurm-client munge   # a real Slurm on loopback for the Slurm tests
+  libssl-dev                            # TLS to etcd (the etcd-v3 rendezvous)
+  etcd-server etcd-client openssl       # a real etcd cluster (and its certificates) for the etcd-v3 tests
 )
 
 missing=()

@@ -1,0 +1,172 @@
+// EtcdClient: etcd's v3 API (KV range and txn, leases, watch) through etcd's JSON gateway over
+// HTTP/1.1 (Boost.Beast), plain or TLS with client certificates, failing over between members.
+//
+// Contract
+//   - Every request is asynchronous; its callback runs exactly once on the io_context given at
+//     construction, with an EtcdStatus (ok, or why not) and the result.
+//   - All of a client's connections (its request channel, its lease channel, its watches) use one
+//     current member. A connection error, a timeout or etcd's "unavailable" moves that member on
+//     to the next endpoint for every connection (a watch reconnects there and resumes after the
+//     last revision it delivered), and the request is retried there, until give_up_after has
+//     passed since it was made: then kUnreachable, naming every endpoint tried. A TLS handshake
+//     or certificate failure, or etcd refusing the credentials, is kRejected at once.
+//   - Requests of one channel go out one at a time, in order (HTTP/1.1, one connection each):
+//     the lease channel's keep-alives never queue behind the request channel's transactions.
+//   - Keys and values are bytes (base64 on the wire). Responses are bounded (16 MiB a body, 16 MiB
+//     a watch message); a larger one is an error, not an allocation.
+//   - close() (or destruction) cancels what is in flight; callbacks of cancelled requests do not
+//     run after it.
+//
+// Threading
+//   Everything, construction and destruction included, on the thread that runs the io_context.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace crun {
+
+struct EtcdEndpoint {
+  std::string host;
+  std::uint16_t port = 2379;
+  std::string str() const;
+};
+
+struct EtcdClientOptions {
+  std::vector<EtcdEndpoint> endpoints;  // every member (at least one)
+  bool tls = false;                     // https
+  std::string cacert;                   // PEM file of the CA that signed the members' certificates ("" = the system's)
+  std::string cert;                     // this client's certificate (PEM; "" = none)
+  std::string key;                      // its private key (PEM)
+  std::chrono::milliseconds attempt_timeout{3000};  // one request at one member, connecting included
+  std::chrono::milliseconds give_up_after{10000};   // a request's bound across members
+  std::size_t first_endpoint = 0;                   // the member to start with (spreads clients)
+};
+
+struct EtcdStatus {
+  enum class Kind { kOk, kUnreachable, kRejected, kFailed, kCancelled };
+  Kind kind = Kind::kOk;
+  std::string message;  // one line; "" when ok
+  int code = 0;         // etcd's gRPC status code, when etcd answered with an error
+  bool ok() const { return kind == Kind::kOk; }
+};
+
+struct EtcdKeyValue {
+  std::string key;
+  std::string value;
+  std::int64_t create_revision = 0;
+  std::int64_t mod_revision = 0;
+  std::int64_t lease = 0;
+};
+
+struct EtcdRangeResult {
+  std::int64_t revision = 0;  // the store's revision the range was read at
+  std::vector<EtcdKeyValue> kvs;
+};
+
+// One comparison of a transaction; every one must hold for the success branch.
+struct EtcdCompare {
+  enum class Target { kModRevision, kCreateRevision, kValue };
+  std::string key;
+  Target target = Target::kModRevision;
+  std::int64_t revision = 0;  // kModRevision, kCreateRevision (0: the key does not exist)
+  std::string value;          // kValue
+};
+
+struct EtcdOp {
+  enum class Kind { kPut, kDelete, kRange };
+  Kind kind = Kind::kPut;
+  std::string key;
+  std::string range_end;  // kDelete, kRange: "" = the key alone
+  std::string value;      // kPut
+  std::int64_t lease = 0; // kPut: attach to this lease (0 = none)
+};
+
+struct EtcdTxn {
+  std::vector<EtcdCompare> compare;
+  std::vector<EtcdOp> success;
+  std::vector<EtcdOp> failure;
+};
+
+struct EtcdTxnResult {
+  bool succeeded = false;
+  std::int64_t revision = 0;
+  std::vector<EtcdKeyValue> kvs;  // what the branch's range ops read, in order
+};
+
+struct EtcdLease {
+  std::int64_t id = 0;
+  std::int64_t ttl_seconds = 0;  // 0 from a keep-alive: the lease no longer exists
+};
+
+struct EtcdEvent {
+  bool deleted = false;
+  EtcdKeyValue kv;  // for a delete: the key and its mod_revision (the delete's revision)
+};
+
+// The smallest key greater than every key starting with `prefix` (etcd's range_end for a prefix).
+std::string etcd_prefix_end(const std::string& prefix);
+
+class EtcdWatch;
+
+class EtcdClient {
+ public:
+  template <typename T>
+  using Callback = std::function<void(const EtcdStatus&, T)>;
+
+  // Throws std::runtime_error naming the file when a TLS file cannot be loaded.
+  EtcdClient(boost::asio::io_context& io, EtcdClientOptions options);
+  ~EtcdClient();
+  EtcdClient(const EtcdClient&) = delete;
+  EtcdClient& operator=(const EtcdClient&) = delete;
+
+  void range(std::string key, std::string range_end, Callback<EtcdRangeResult> done);
+  void txn(EtcdTxn txn, Callback<EtcdTxnResult> done);
+  // On the lease channel.
+  void grant(std::int64_t ttl_seconds, Callback<EtcdLease> done);
+  void keep_alive(std::int64_t lease, Callback<EtcdLease> done);
+  void revoke(std::int64_t lease, Callback<bool> done);
+
+  // Watches [key, range_end) from `start_revision` on; `on_events` gets each batch with the
+  // store's revision after it. `on_failed` runs once if the watch cannot go on (rejected, or
+  // the history it needs was compacted); connection losses are retried, not reported.
+  std::unique_ptr<EtcdWatch> watch(std::string key, std::string range_end, std::int64_t start_revision,
+                                   std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events,
+                                   std::function<void(const EtcdStatus&)> on_failed);
+
+  // The local address of the request channel's connection ("" when it is not connected): the
+  // address of the interface that reaches etcd.
+  std::string local_address() const;
+  // The members, as "host:port, host:port" (for messages).
+  std::string endpoints_text() const;
+  void close();
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+class EtcdWatch {
+ public:
+  ~EtcdWatch();
+  EtcdWatch(const EtcdWatch&) = delete;
+  EtcdWatch& operator=(const EtcdWatch&) = delete;
+  void cancel();
+
+  struct State;
+  explicit EtcdWatch(std::shared_ptr<State> state);
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace crun

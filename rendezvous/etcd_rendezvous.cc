@@ -1,0 +1,334 @@
+#include "rendezvous/etcd_rendezvous.h"
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "base/addresses.h"
+#include "base/exit_codes.h"
+#include "rendezvous/etcd_client.h"
+#include "rendezvous/etcd_round_core.h"
+#include "rendezvous/rendezvous_participant.h"
+
+namespace crun {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+EtcdClientOptions client_options(const EtcdSettings& e) {
+  EtcdClientOptions o;
+  for (const auto& ep : e.endpoints) o.endpoints.push_back({ep.host, ep.port});
+  o.tls = e.tls;
+  o.cacert = e.cacert;
+  o.cert = e.cert;
+  o.key = e.key;
+  o.first_endpoint = e.first_endpoint;
+  // A keep-alive goes every third of the TTL; a member that does not answer within that moves the
+  // client on, so that the next member still renews the lease in time.
+  o.attempt_timeout = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(e.lease_ttl / 3),
+                                 std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
+  o.give_up_after = e.lease_ttl;
+  return o;
+}
+
+int exit_code_for(const EtcdStatus& st) {
+  return st.kind == EtcdStatus::Kind::kRejected ? kExitRendezvousRejected : kExitStoreLost;
+}
+
+}  // namespace
+
+struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
+  Impl(RendezvousNodeConfig c, PostToLoop p, RendezvousListener l)
+      : config(std::move(c)), post_to_loop(std::move(p)), listener(std::move(l)), keys(config.multi.etcd.key_prefix, config.multi.rendezvous.run_id) {
+    self.hostname = config.hostname;
+    self.node_id = make_node_id(config.hostname);
+    self.addr = config.multi.local_addr;
+    self.rank_hint = config.multi.rank_hint;
+    self.nproc = config.nproc_per_node;
+    self.role = config.role;
+    self.max_restarts = config.max_restarts;
+    self.min_nodes = config.multi.rendezvous.min_nodes;
+    self.max_nodes = config.multi.rendezvous.max_nodes;
+    self.program = config.multi.program;
+  }
+
+  // Posts `f` to the agent's loop unless the rendezvous was shut down.
+  template <typename F>
+  void post(F&& f) {
+    post_to_loop([weak = weak_from_this(), f = std::forward<F>(f)]() mutable {
+      auto s = weak.lock();
+      if (s && !s->stopped) f(*s);
+    });
+  }
+
+  // --- on the I/O thread ---
+
+  void start() {
+    try {
+      client = std::make_unique<EtcdClient>(io, client_options(config.multi.etcd));
+    } catch (const std::exception& e) {
+      lose({EtcdStatus::Kind::kRejected, std::string("etcd: ") + e.what()});
+      return;
+    }
+    const auto ttl = std::chrono::duration_cast<std::chrono::seconds>(config.multi.etcd.lease_ttl).count();
+    client->grant(ttl, [this](const EtcdStatus& st, EtcdLease l) {
+      if (!st.ok()) return lose(st);
+      lease = l.id;
+      lease_renewed = Clock::now();
+      keep_alive_later();
+      EtcdTxn t;
+      t.success.push_back({EtcdOp::Kind::kPut, keys.alive(self.node_id), "", self.hostname, lease});
+      client->txn(std::move(t), [this](const EtcdStatus& st, EtcdTxnResult) {
+        if (!st.ok()) return lose(st);
+        if (self.addr.empty()) self.addr = client->local_address();
+        {
+          std::lock_guard lock(mu);
+          address = self.addr;
+        }
+        core = std::make_unique<EtcdRoundCore>(config.multi.rendezvous, keys, self);
+        client->range(keys.base, etcd_prefix_end(keys.base), [this](const EtcdStatus& st, EtcdRangeResult r) {
+          if (!st.ok()) return lose(st);
+          for (const auto& kv : r.kvs) core->on_put(kv.key, kv.value, kv.mod_revision);
+          core->loaded();
+          watch = client->watch(
+              keys.base, etcd_prefix_end(keys.base), r.revision + 1,
+              [this](std::int64_t, std::vector<EtcdEvent> events) {
+                for (const auto& e : events) {
+                  if (e.deleted) core->on_delete(e.kv.key, e.kv.mod_revision);
+                  else core->on_put(e.kv.key, e.kv.value, e.kv.mod_revision);
+                }
+                decide();
+              },
+              [this](const EtcdStatus& st) { lose(st); });
+          if (wants_round) begin_request();
+          decide();
+        });
+      });
+    });
+  }
+
+  void answer_start_error() {
+    RoundResult r;
+    r.error = start_error->message;
+    r.exit_code = exit_code_for(*start_error);
+    wants_round = false;
+    post([r](Impl& s) { s.listener.on_round(r); });
+  }
+
+  void begin_request() {
+    wants_round = false;
+    std::uint16_t port = config.master_port.value_or(0);
+    if (port == 0) {
+      try {
+        port = pick_free_port(self.addr.empty() ? "0.0.0.0" : self.addr);
+      } catch (const std::exception& e) {
+        RoundResult r;
+        r.error = std::string("cannot find a free port for MASTER_PORT: ") + e.what();
+        r.exit_code = kExitAgentError;
+        post([r](Impl& s) { s.listener.on_round(r); });
+        return;
+      }
+    }
+    core->request_round(Clock::now(), port);
+  }
+
+  void keep_alive_later() {
+    keep_alive_timer.expires_after(config.multi.etcd.lease_ttl / 3);
+    keep_alive_timer.async_wait([this](boost::system::error_code ec) {
+      if (ec || gone) return;
+      client->keep_alive(lease, [this](const EtcdStatus& st, EtcdLease l) {
+        if (!st.ok()) return lose(st);
+        if (l.ttl_seconds <= 0) {
+          return lose({EtcdStatus::Kind::kFailed,
+                       "this node's etcd lease expired, so etcd dropped its keys (cut off from etcd for longer than "
+                       "its lease_ttl?)"});
+        }
+        lease_renewed = Clock::now();
+        keep_alive_later();
+      });
+    });
+  }
+
+  // etcd is gone for this node. Before the first read of the run's keys, the answer to the
+  // round request says so (with its exit code); after it, the listener's on_store_lost.
+  void lose(const EtcdStatus& st) {
+    if (gone) return;
+    gone = true;
+    if (!watch) {
+      start_error = st;
+      if (wants_round) answer_start_error();
+    } else {
+      post([why = st.message](Impl& s) { s.listener.on_store_lost(why); });
+    }
+    watch.reset();
+    keep_alive_timer.cancel();
+    decide_timer.cancel();
+  }
+
+  void decide() {
+    if (gone || !core) return;
+    EtcdRoundActions a = core->decide(Clock::now());
+    for (auto& r : a.answers) post([r](Impl& s) { s.listener.on_round(r); });
+    for (auto& c : a.controls) post([c](Impl& s) { s.listener.on_control(c); });
+    for (auto& line : a.progress) post([line](Impl& s) { s.listener.on_progress(line); });
+    for (auto& [key, value] : a.puts) {
+      EtcdTxn t;
+      t.success.push_back({EtcdOp::Kind::kPut, key, "", value, lease});
+      client->txn(std::move(t), [this](const EtcdStatus& st, EtcdTxnResult) {
+        if (!st.ok()) lose(st);
+      });
+    }
+    if (a.write) write(std::move(*a.write));
+    if (a.deadline) {
+      decide_timer.expires_at(*a.deadline);
+      decide_timer.async_wait([this](boost::system::error_code ec) {
+        if (!ec) decide();
+      });
+    }
+  }
+
+  void write(EtcdRoundWrite w) {
+    if (!w.closes) return swap(std::move(w), 0);
+    // The closed record outlives the agents by close_timeout, so that late ones read it, then goes.
+    const auto ttl = std::max<std::int64_t>(
+        2, std::chrono::duration_cast<std::chrono::seconds>(config.multi.rendezvous.close_timeout).count());
+    client->grant(ttl, [this, w = std::move(w)](const EtcdStatus& st, EtcdLease l) mutable {
+      if (!st.ok()) return lose(st);
+      swap(std::move(w), l.id);
+    });
+  }
+
+  void swap(EtcdRoundWrite w, std::int64_t with_lease) {
+    EtcdTxn t;
+    EtcdCompare c;
+    c.key = keys.round();
+    c.target = w.if_revision ? EtcdCompare::Target::kModRevision : EtcdCompare::Target::kCreateRevision;
+    c.revision = w.if_revision;
+    t.compare.push_back(c);
+    std::string value = w.next.to_json();
+    t.success.push_back({EtcdOp::Kind::kPut, keys.round(), "", value, with_lease});
+    t.failure.push_back({EtcdOp::Kind::kRange, keys.round(), "", "", 0});
+    client->txn(std::move(t), [this, value](const EtcdStatus& st, EtcdTxnResult r) {
+      if (!st.ok()) return lose(st);
+      if (gone) return;
+      // The record's value now, without waiting for the watch to bring it.
+      if (r.succeeded) core->on_put(keys.round(), value, r.revision);
+      else if (r.kvs.empty()) core->on_delete(keys.round(), r.revision);
+      else core->on_put(r.kvs.front().key, r.kvs.front().value, r.kvs.front().mod_revision);
+      core->write_done();
+      decide();
+    });
+  }
+
+  void stop_io() {
+    gone = true;
+    keep_alive_timer.cancel();
+    decide_timer.cancel();
+    watch.reset();
+    if (client && lease) {
+      asio::steady_timer* bound = &stop_timer;
+      bound->expires_after(std::chrono::seconds(2));
+      bound->async_wait([this](boost::system::error_code ec) {
+        if (!ec) io.stop();
+      });
+      client->revoke(lease, [this](const EtcdStatus&, bool) { io.stop(); });
+    } else {
+      io.stop();
+    }
+  }
+
+  RendezvousNodeConfig config;
+  PostToLoop post_to_loop;
+  RendezvousListener listener;
+  EtcdKeys keys;
+  NodeRecord self;
+  std::atomic<bool> stopped{false};
+  mutable std::mutex mu;
+  std::string address;  // guarded by mu
+
+  // The I/O thread's. The io_context comes first so that it goes last: what it runs refers to
+  // what follows only while the thread runs, and the thread is joined before anything goes.
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
+  std::unique_ptr<EtcdClient> client;
+  std::unique_ptr<EtcdWatch> watch;
+  std::unique_ptr<EtcdRoundCore> core;
+  asio::steady_timer keep_alive_timer{io};
+  asio::steady_timer decide_timer{io};
+  asio::steady_timer stop_timer{io};
+  std::int64_t lease = 0;
+  Clock::time_point lease_renewed{};
+  std::optional<EtcdStatus> start_error;
+  bool wants_round = false;  // a request came before the first read of the run's keys
+  bool gone = false;         // etcd was lost, or the rendezvous stops
+  std::thread thread;
+};
+
+EtcdRendezvous::EtcdRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener)
+    : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener))) {
+  Impl* m = impl_.get();
+  asio::post(m->io, [m] { m->start(); });
+  m->thread = std::thread([m] { m->io.run(); });
+}
+
+EtcdRendezvous::~EtcdRendezvous() { shutdown(std::chrono::milliseconds(0)); }
+
+void EtcdRendezvous::request_round() {
+  Impl* m = impl_.get();
+  asio::post(m->io, [m] {
+    m->wants_round = true;
+    if (m->start_error) return m->answer_start_error();
+    if (m->gone) return;
+    if (!m->core || !m->watch) return;  // begins once the run's keys are read
+    m->begin_request();
+    m->decide();
+  });
+}
+
+void EtcdRendezvous::publish_failure(int rendezvous_round, const RoundOutcome& failure) {
+  Impl* m = impl_.get();
+  asio::post(m->io, [m, rendezvous_round, failure] {
+    if (!m->core) return;
+    m->core->publish_failure(rendezvous_round, failure);
+    m->decide();
+  });
+}
+
+void EtcdRendezvous::publish_success(int rendezvous_round) {
+  Impl* m = impl_.get();
+  asio::post(m->io, [m, rendezvous_round] {
+    if (!m->core) return;
+    m->core->publish_success(rendezvous_round);
+    m->decide();
+  });
+}
+
+void EtcdRendezvous::shutdown(std::chrono::milliseconds) {
+  Impl& m = *impl_;
+  if (m.stopped.exchange(true)) return;
+  asio::post(m.io, [p = &m] { p->stop_io(); });
+  m.thread.join();
+  // The thread is done: what its handlers referred to can go, before the io_context does.
+  m.watch.reset();
+  m.client.reset();
+  m.core.reset();
+}
+
+std::string EtcdRendezvous::node_id() const { return impl_->self.node_id; }
+
+std::string EtcdRendezvous::node_address() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->address;
+}
+
+std::string EtcdRendezvous::endpoints() const {
+  std::string out;
+  for (const auto& e : impl_->config.multi.etcd.endpoints) out += (out.empty() ? "" : ",") + e.str();
+  return out;
+}
+
+}  // namespace crun

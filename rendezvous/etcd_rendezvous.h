@@ -1,0 +1,55 @@
+// EtcdRendezvous: the multi-node Rendezvous over an etcd v3 cluster (docs/rendezvous.md,
+// "etcd-v3"): no agent hosts anything, so losing any node, the first one included, leaves the
+// others able to go on.
+//
+// Contract
+//   - At construction it starts its I/O thread, takes an etcd lease (lease_ttl, kept alive every
+//     third of it) and puts this node's alive key under it; then it reads the run's keys and
+//     watches them. The decisions are EtcdRoundCore's (etcd_round_core.h); this class feeds it
+//     the keys and carries out its writes.
+//   - request_round() answers through the listener's on_round: a round, or an error with crun's
+//     exit code (join timeout 4, closed 5, rejected 6: a configuration unlike the others', or
+//     etcd refusing this client's TLS or credentials; 7: etcd unreachable).
+//   - Control events, progress lines and the loss of etcd (no member answered within the lease's
+//     TTL, or the lease expired: this node's keys are gone) come through the listener.
+//   - shutdown() revokes the lease (this node's keys go at once; bounded by 2 s) and stops the
+//     thread; no callback runs after it.
+//
+// Threading
+//   As Rendezvous (rendezvous_backend.h): constructed, used and destroyed on the agent's
+//   event-loop thread; every listener callback is posted there. Everything etcd happens on the
+//   backend's own I/O thread (one io_context), so a busy agent loop never delays a keep-alive.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "rendezvous/multi_node_config.h"
+#include "rendezvous/rendezvous_backend.h"
+
+namespace crun {
+
+class EtcdRendezvous final : public Rendezvous {
+ public:
+  EtcdRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener);
+  ~EtcdRendezvous() override;
+  EtcdRendezvous(const EtcdRendezvous&) = delete;
+  EtcdRendezvous& operator=(const EtcdRendezvous&) = delete;
+
+  void request_round() override;
+  void publish_failure(int rendezvous_round, const RoundOutcome& failure) override;
+  void publish_success(int rendezvous_round) override;
+  void shutdown(std::chrono::milliseconds linger) override;
+  std::string node_id() const override;
+  std::string node_address() const override;
+
+  // The cluster's members, as "host:port, host:port".
+  std::string endpoints() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace crun

@@ -1,0 +1,60 @@
+// The settings of a multi-node rendezvous, whichever backend keeps it (c10d: crun's store hosted
+// by one agent; etcd-v3: an etcd cluster). The launcher fills them in; the agent hands them,
+// with this node's part, to the backend.
+//
+// Contract
+//   Plain values; MultiNodeConfig::backend says which of the backend-specific parts applies.
+//
+// Threading
+//   Value types.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rendezvous/rendezvous_records.h"
+#include "store/store_client.h"
+
+namespace crun {
+
+// etcd-v3: where the cluster is and how to talk to it.
+struct EtcdSettings {
+  std::vector<StoreEndpoint> endpoints;  // every member (crun fails over between them)
+  bool tls = false;                      // protocol=https
+  std::string cacert, cert, key;         // PEM files ("" = none / the system's CAs)
+  std::string key_prefix = "/crun/";     // every key of run R lives under <key_prefix><R>/
+  std::chrono::milliseconds lease_ttl{10000};  // an agent's liveness: its keys go this long after it stops
+  std::size_t first_endpoint = 0;  // the member this agent talks to first (one on this host, when there is one)
+};
+
+// A multi-node run: the agents meet through the store at `endpoint` (c10d), or through etcd.
+struct MultiNodeConfig {
+  enum class Backend { kC10d, kEtcdV3 };
+  Backend backend = Backend::kC10d;
+  StoreEndpoint endpoint{"", 29400};  // c10d and static: the agents' store
+  bool is_host = false;         // this agent hosts the store (the launcher decided who does)
+  std::string bind_address;     // the local address `endpoint` stands for ("" = none: host on every interface)
+  EtcdSettings etcd;            // etcd-v3
+  RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts
+  std::chrono::milliseconds read_timeout{60000};
+  std::string token;            // the store's shared secret ("" = none)
+  std::string local_addr;       // the address other nodes reach us at ("" = the store route's)
+  int rank_hint = -1;           // --node-rank / SLURM_NODEID
+  std::string program;          // compared across nodes
+};
+
+// What a multi-node backend needs to know: the run's multi-node settings, and this node.
+struct RendezvousNodeConfig {
+  MultiNodeConfig multi;
+  // This node's part, compared across nodes where NodeRecord says so.
+  std::string hostname;
+  int nproc_per_node = 1;
+  std::string role = "default";
+  int max_restarts = 0;
+  std::optional<std::uint16_t> master_port;  // nullopt: a free port picked before each join
+};
+
+}  // namespace crun
