@@ -11,10 +11,9 @@ pkgs=(
   libgloo-dev
   python3-torch                         # the anchor (torchrun, TCPStore) and the PyTorch compatibility tests
   iproute2 procps                       # network namespaces for multi-host tests; pgrep/ps
-  etcd-server etcd-client openssl curl  # the etcd-v3 tests: etcd, etcdctl, test certificates, gateway checks
   slurmctld slurmd slurm-client munge   # a real Slurm on loopback for the Slurm tests
   libssl-dev                            # TLS to etcd (the etcd-v3 rendezvous)
-  etcd-server etcd-client openssl       # a real etcd cluster (and its certificates) for the etcd-v3 tests
+  etcd-server etcd-client openssl curl  # a real etcd cluster (its certificates; curl checks its gateway) for the etcd-v3 tests
 )
 
 missing=()
