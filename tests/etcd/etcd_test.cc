@@ -67,10 +67,12 @@ std::map<int, int> formed(const std::map<int, ChildProcess*>& agents, int round 
   std::set<int> seen;
   for (const auto& [h, p] : agents) {
     ranks[h] = node_rank(*p, round, static_cast<int>(agents.size()), restart);
-    INFO("agent on host " << h << ":\n" << p->err());
-    REQUIRE(ranks[h] >= 0);
     seen.insert(ranks[h]);
   }
+  std::string all;
+  for (const auto& [h, p] : agents) all += "agent on host " + std::to_string(h) + ":\n" + p->err();
+  INFO("waiting for round " << round << ", restart " << restart << " on every agent\n" << all);
+  REQUIRE(seen.count(-1) == 0);
   REQUIRE(static_cast<int>(seen.size()) == static_cast<int>(agents.size()));
   REQUIRE(*seen.rbegin() == static_cast<int>(agents.size()) - 1);
   return ranks;
@@ -205,12 +207,18 @@ TEST_CASE("a worker failure on any host restarts every node; node rank 0 shows t
   TempFile stamps;
   std::map<int, ChildProcess*> agents;
   for (int h = 1; h <= 3; ++h) {
-    // The others' workers run until the restart, so the failure must stop them.
+    // The others' workers run until the restart, so the failure must stop them; the failing one
+    // fails once the test has seen every worker of round 0 running.
     std::vector<std::string> args{"--stamp", stamps.path, "--hang", "--hang-before-restart", "1"};
-    if (h == failing) args = {"--stamp", stamps.path, "--fail-before-restart", "1", "--error-file", "bad batch", "--exit", "3"};
+    if (h == failing)
+      args = {"--stamp", stamps.path, "--fail-on-signal", "SIGUSR1", "--fail-before-restart", "1",
+              "--error-file", "bad batch", "--exit", "3"};
     agents[h] = &cl.crun(h, etcd_v3(etcd, "2:3", 1, 1), args);
   }
   const auto ranks = formed(agents);
+  std::map<int, pid_t> worker;
+  for (auto& [h, p] : agents) worker[h] = ready_pids(*p).front();
+  ::kill(worker.at(failing), SIGUSR1);
   formed(agents, 1, 1);  // everyone restarted, in a round of three
   for (auto& [h, p] : agents) {
     INFO("agent on host " << h << ", failing host " << failing << ":\n" << p->err());
