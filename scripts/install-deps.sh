@@ -13,7 +13,7 @@ pkgs=(
   iproute2 procps                       # network namespaces for multi-host tests; pgrep/ps
   slurmctld slurmd slurm-client munge   # a real Slurm on loopback for the Slurm tests
   libssl-dev                            # TLS to etcd (the etcd-v3 rendezvous)
-  etcd-server etcd-client openssl       # a real etcd cluster (and its certificates) for the etcd-v3 tests
+  etcd-server etcd-client openssl curl  # a real etcd cluster (its certificates; curl checks its gateway) for the etcd-v3 tests
 )
 
 missing=()

@@ -14,12 +14,16 @@
 //   --last-words TEXT      failure action: write TEXT to stderr without a newline
 //   --raise SIG            failure action: raise SIG (with default disposition)
 //   --exit N               failure action: exit N
+//   --fail-on-signal SIG   when the failure actions apply: print "ready rank=<r> pid=<pid>" and take
+//                          them only once SIG arrives (a failure at a moment the test picks)
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
 //   --unkillable-rank R    in the first attempt (restart 0), LOCAL_RANK R has a tracer (its child,
 //                          in a session of its own) hold it at its exit: SIGKILL leaves it stopped,
 //                          unreaped, as uninterruptible sleep would; print "unkillable rank=<r>
 //                          pid=<pid> tracer=<pid>"
 //   --hang-before-restart K  --hang only while TORCHELASTIC_RESTART_COUNT < K
+//   --hang-unless-world N  --hang only while WORLD_SIZE != N: a worker that finishes (exit 0) once
+//                          its group has N ranks (after the job scaled up or down to it)
 //   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
 //   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
@@ -170,7 +174,8 @@ int main(int argc, char** argv) {
 
   bool print_env = false, hang = false, bind_master = false;
   long lines = 0, err_lines = 0;
-  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1, hang_before = -1;
+  int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1, hang_before = -1,
+      hang_unless_world = -1, fail_on_signal = 0;
   std::string stamp, error_msg, last_words;
   bool has_error_file = false, has_last_words = false;
   for (int i = 1; i < argc; ++i) {
@@ -195,9 +200,11 @@ int main(int argc, char** argv) {
     else if (a == "--last-words") { has_last_words = true; last_words = next(); }
     else if (a == "--raise") raise_sig = signum(next());
     else if (a == "--exit") exit_code = std::atoi(next().c_str());
+    else if (a == "--fail-on-signal") fail_on_signal = signum(next());
     else if (a == "--hang") hang = true;
     else if (a == "--unkillable-rank") unkillable_rank = std::atoi(next().c_str());
     else if (a == "--hang-before-restart") hang_before = std::atoi(next().c_str());
+    else if (a == "--hang-unless-world") { hang = true; hang_unless_world = std::atoi(next().c_str()); }
     else if (a == "--list-fds") list_fds();
     else if (a == "--print-cgroup") print_cgroup();
     else if (a == "--child") start_child();
@@ -251,6 +258,16 @@ int main(int argc, char** argv) {
   if (unkillable_rank == local_rank && restart == 0) become_unkillable();
   const bool fails = (only_rank < 0 || only_rank == local_rank) && (fail_before < 0 || restart < fail_before);
   if (fails) {
+    if (fail_on_signal != 0) {
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, fail_on_signal);
+      ::sigprocmask(SIG_BLOCK, &set, nullptr);
+      std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
+      std::fflush(stdout);
+      int got = 0;
+      ::sigwait(&set, &got);
+    }
     if (has_error_file) {
       const std::string path = env("TORCHELASTIC_ERROR_FILE");
       if (FILE* f = std::fopen(path.c_str(), "w")) {
@@ -270,7 +287,8 @@ int main(int argc, char** argv) {
     }
     if (exit_code >= 0) return exit_code;
   }
-  if (hang && (hang_before < 0 || restart < hang_before)) {
+  const bool world_reached = hang_unless_world >= 0 && std::atoi(env("WORLD_SIZE").c_str()) == hang_unless_world;
+  if (hang && (hang_before < 0 || restart < hang_before) && !world_reached) {
     std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
     std::fflush(stdout);
     while (true) ::pause();
