@@ -1,0 +1,236 @@
+// EtcdClient against a real etcd member on 127.0.0.1 (tests/support/etcd_cluster.h): transactions
+// and compare-and-swap, counts, leases, watches (deletes only too), bytes that are not text,
+// failover past a dead member, the bound on an unreachable cluster, and TLS refusals.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <catch2/catch.hpp>
+#include <optional>
+
+#include "rendezvous/etcd_client.h"
+#include "tests/support/etcd_cluster.h"
+
+using namespace crun;
+using namespace crun::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs the loop until `done` holds (bound 20 s); REQUIRE it did.
+template <typename F>
+void run_until(boost::asio::io_context& io, F done) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!done() && std::chrono::steady_clock::now() < deadline) {
+    io.restart();
+    io.run_for(10ms);
+  }
+  REQUIRE(done());
+}
+
+EtcdEndpoint endpoint_of(const std::string& text) {
+  const auto colon = text.rfind(':');
+  return {text.substr(0, colon), static_cast<std::uint16_t>(std::stoi(text.substr(colon + 1)))};
+}
+
+// A port on 127.0.0.1 that refuses connections (bound, never listened on, for the test's life).
+struct DeadPort {
+  DeadPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~DeadPort() { ::close(fd); }
+  int fd = -1;
+  std::uint16_t port = 0;
+};
+
+template <typename T>
+struct Reply {
+  std::optional<EtcdStatus> status;
+  T value{};
+  EtcdClient::Callback<T> callback() {
+    return [this](const EtcdStatus& s, T v) {
+      status = s;
+      value = std::move(v);
+    };
+  }
+  bool done() const { return status.has_value(); }
+};
+
+}  // namespace
+
+TEST_CASE("compare-and-swap, counts and binary keys against a real etcd", "[etcd_client]") {
+  EtcdCluster etcd(EtcdCluster::Loopback{});
+  boost::asio::io_context io;
+  EtcdClientOptions o;
+  o.endpoints = {endpoint_of(etcd.endpoint(0))};
+  EtcdClient client(io, o);
+
+  const std::string key = std::string("/t/bin\0\xff/", 8) + "k";
+  const std::string value = std::string("v\0\x01\xfe", 4);
+  const auto create = [&](const std::string& v) {
+    EtcdTxn t;
+    EtcdCompare c;
+    c.key = key;
+    c.target = EtcdCompare::Target::kCreateRevision;
+    c.revision = 0;
+    t.compare.push_back(c);
+    t.success.push_back(EtcdOp::put(key, v));
+    t.failure.push_back(EtcdOp::range(key));
+    return t;
+  };
+  Reply<EtcdTxnResult> first, second;
+  client.txn(create(value), first.callback());
+  run_until(io, [&] { return first.done(); });
+  REQUIRE(first.status->ok());
+  CHECK(first.value.succeeded);
+
+  client.txn(create("other"), second.callback());
+  run_until(io, [&] { return second.done(); });
+  REQUIRE(second.status->ok());
+  CHECK_FALSE(second.value.succeeded);  // it exists: the failure branch read it
+  REQUIRE(second.value.kvs.size() == 1);
+  CHECK(second.value.kvs[0].key == key);
+  CHECK(second.value.kvs[0].value == value);  // bytes, not text
+  CHECK(second.value.kvs[0].mod_revision == first.value.revision);
+
+  // A put and a count of the prefix in one transaction.
+  EtcdTxn t;
+  t.success.push_back(EtcdOp::put("/t/c/1", "a"));
+  t.success.push_back(EtcdOp::put("/t/c/2", "b"));
+  EtcdOp count = EtcdOp::range("/t/c/", etcd_prefix_end("/t/c/"));
+  count.count_only = true;
+  t.success.push_back(count);
+  Reply<EtcdTxnResult> counted;
+  client.txn(std::move(t), counted.callback());
+  run_until(io, [&] { return counted.done(); });
+  REQUIRE(counted.status->ok());
+  REQUIRE(counted.value.counts.size() == 1);
+  CHECK(counted.value.counts[0] == 2);
+  CHECK(counted.value.kvs.empty());
+}
+
+TEST_CASE("a lease's keys go when it is revoked; a watch sees them go, a deletes-only watch only that",
+          "[etcd_client]") {
+  EtcdCluster etcd(EtcdCluster::Loopback{});
+  boost::asio::io_context io;
+  EtcdClientOptions o;
+  o.endpoints = {endpoint_of(etcd.endpoint(0))};
+  EtcdClient client(io, o);
+
+  Reply<EtcdLease> lease;
+  client.grant(5, lease.callback());
+  run_until(io, [&] { return lease.done(); });
+  REQUIRE(lease.status->ok());
+  REQUIRE(lease.value.id != 0);
+  CHECK(lease.value.ttl_seconds == 5);
+
+  Reply<EtcdRangeResult> start;
+  client.range("/w/", etcd_prefix_end("/w/"), start.callback());
+  run_until(io, [&] { return start.done(); });
+  std::vector<EtcdEvent> all, deletes;
+  auto w1 = client.watch("/w/", etcd_prefix_end("/w/"), start.value.revision + 1, false,
+                         [&](std::int64_t, std::vector<EtcdEvent> e) { all.insert(all.end(), e.begin(), e.end()); },
+                         [](const EtcdStatus& s) { FAIL(s.message); });
+  auto w2 = client.watch("/w/", etcd_prefix_end("/w/"), start.value.revision + 1, true,
+                         [&](std::int64_t, std::vector<EtcdEvent> e) { deletes.insert(deletes.end(), e.begin(), e.end()); },
+                         [](const EtcdStatus& s) { FAIL(s.message); });
+  EtcdTxn put;
+  put.success.push_back(EtcdOp::put("/w/alive", "x", lease.value.id));
+  Reply<EtcdTxnResult> put_reply;
+  client.txn(std::move(put), put_reply.callback());
+  run_until(io, [&] { return all.size() == 1; });
+  CHECK_FALSE(all[0].deleted);
+  CHECK(all[0].kv.value == "x");
+  CHECK(all[0].kv.lease == lease.value.id);
+
+  Reply<EtcdLease> renewed;
+  client.keep_alive(lease.value.id, renewed.callback());
+  run_until(io, [&] { return renewed.done(); });
+  REQUIRE(renewed.status->ok());
+  CHECK(renewed.value.ttl_seconds > 0);
+
+  Reply<bool> revoked;
+  client.revoke(lease.value.id, revoked.callback());
+  run_until(io, [&] { return all.size() == 2 && deletes.size() == 1; });
+  CHECK(all[1].deleted);
+  CHECK(all[1].kv.key == "/w/alive");
+  CHECK(deletes[0].deleted);
+  CHECK(deletes[0].kv.key == "/w/alive");
+
+  Reply<EtcdLease> after;
+  client.keep_alive(lease.value.id, after.callback());
+  run_until(io, [&] { return after.done(); });
+  REQUIRE(after.status->ok());
+  CHECK(after.value.ttl_seconds == 0);  // the lease is gone
+}
+
+TEST_CASE("a dead member first: the client moves on to the next; none alive: unreachable, naming them",
+          "[etcd_client]") {
+  EtcdCluster etcd(EtcdCluster::Loopback{});
+  DeadPort dead;
+  boost::asio::io_context io;
+  {
+    EtcdClientOptions o;
+    o.endpoints = {{"127.0.0.1", dead.port}, endpoint_of(etcd.endpoint(0))};
+    EtcdClient client(io, o);
+    Reply<EtcdRangeResult> r;
+    client.range("/x", "", r.callback());
+    run_until(io, [&] { return r.done(); });
+    CHECK(r.status->ok());
+    CHECK(r.value.revision > 0);
+  }
+  {
+    DeadPort dead2;
+    EtcdClientOptions o;
+    o.endpoints = {{"127.0.0.1", dead.port}, {"127.0.0.1", dead2.port}};
+    o.give_up_after = 500ms;
+    EtcdClient client(io, o);
+    Reply<EtcdRangeResult> r;
+    const auto t0 = std::chrono::steady_clock::now();
+    client.range("/x", "", r.callback());
+    run_until(io, [&] { return r.done(); });
+    CHECK(r.status->kind == EtcdStatus::Kind::kUnreachable);
+    CHECK_THAT(r.status->message, Catch::Contains("127.0.0.1:" + std::to_string(dead.port)) &&
+                                      Catch::Contains("127.0.0.1:" + std::to_string(dead2.port)));
+    CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  }
+}
+
+TEST_CASE("TLS: a client without a certificate, or trusting another CA, is rejected", "[etcd_client]") {
+  EtcdCluster etcd(EtcdCluster::Loopback{}, EtcdCluster::Tls::on);
+  boost::asio::io_context io;
+  const auto& files = etcd.tls();
+  struct Case {
+    std::string ca, cert, key;
+    EtcdStatus::Kind expect;
+  };
+  for (const Case& c : {Case{files.ca, files.cert, files.key, EtcdStatus::Kind::kOk},
+                        Case{files.other_ca, files.cert, files.key, EtcdStatus::Kind::kRejected},
+                        Case{files.ca, "", "", EtcdStatus::Kind::kRejected}}) {
+    EtcdClientOptions o;
+    o.endpoints = {endpoint_of(etcd.endpoint(0))};
+    o.tls = true;
+    o.cacert = c.ca;
+    o.cert = c.cert;
+    o.key = c.key;
+    EtcdClient client(io, o);
+    Reply<EtcdRangeResult> r;
+    client.range("/x", "", r.callback());
+    run_until(io, [&] { return r.done(); });
+    INFO(r.status->message);
+    CHECK(r.status->kind == c.expect);
+  }
+  EtcdClientOptions missing;
+  missing.endpoints = {endpoint_of(etcd.endpoint(0))};
+  missing.tls = true;
+  missing.cacert = "/nonexistent/ca.pem";
+  CHECK_THROWS_WITH(EtcdClient(io, missing), Catch::Contains("/nonexistent/ca.pem"));
+}
