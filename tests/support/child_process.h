@@ -1,5 +1,7 @@
 // ChildProcess: runs a program (usually crun) for a test, captures stdout/stderr on a reader
 // thread, and lets the test wait for events (a line, an exit) with a deadline, never by sleeping.
+// The child gets SIGKILL when the thread that started it ends (PR_SET_PDEATHSIG): a test killed
+// by its timeout leaves nothing of what it started running.
 //
 // Threading: the reader thread fills the buffers; every public method may be called from the
 // test's thread.
