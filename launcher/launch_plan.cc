@@ -99,6 +99,10 @@ void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vect
   rf.backend = plan.rdzv_backend.value;
   rf.endpoint = trim(endpoint.value);
   rf.endpoint_source = endpoint.source;
+  // Slurm's endpoint is where an agent would host crun's store, not where etcd is.
+  if (rf.backend == RendezvousBackend::kEtcdV3 && s.from_job.count("rdzv_endpoint")) {
+    usage("--rdzv-endpoint: etcd-v3 needs the etcd members' HOST:PORT list (" + endpoint.source + " names no etcd)");
+  }
   rf.run_id = s.at("rdzv_id").value;
   rf.conf = conf;
   // A node rank from Slurm or the platform describes their multi-node job; when flags or PET_*

@@ -587,6 +587,12 @@ TEST_CASE("etcd-v3: every member, TLS files, key prefix and lease TTL; c10d's ho
   // etcd-v3's keys mean nothing to c10d.
   CHECK_THAT(usage_error({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h", "--rdzv-conf", "lease_ttl=3", "/bin/true"}),
              Catch::Contains("unknown key 'lease_ttl'") && Catch::Contains("etcd-v3"));
+  // Inside a Slurm step the endpoint Slurm implies is no etcd: it must be given.
+  CHECK_THAT(usage_error({"--rdzv-backend", "etcd-v3", "/bin/true"}, kSlurmStep),
+             Catch::Contains("--rdzv-endpoint: etcd-v3 needs the etcd members'"));
+  const auto in_slurm = parse({"--rdzv-backend", "etcd-v3", "--rdzv-endpoint", "10.9.0.1", "/bin/true"}, kSlurmStep);
+  REQUIRE(in_slurm.agent.multi_node);
+  CHECK(in_slurm.agent.multi_node->etcd.endpoints.at(0).str() == "10.9.0.1:2379");
   // PET_* as always; one node with an endpoint is still a rendezvous.
   const auto pet = parse({"/bin/true"}, EnvSnapshot{{{"PET_RDZV_BACKEND", "etcd-v3"}, {"PET_RDZV_ENDPOINT", "127.0.0.1:2379"}}});
   REQUIRE(pet.agent.multi_node);
