@@ -185,6 +185,7 @@ struct EtcdWatch::State {
   std::int64_t next_revision = 0;
   bool deletes_only = false;
   std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events;
+  std::function<void(std::int64_t)> on_created;
   std::function<void(const EtcdStatus&)> on_failed;
   bool cancelled = false;
   Connection* conn = nullptr;
@@ -442,6 +443,11 @@ struct WatchStream {
                                                      std::to_string(i64(r, "compact_revision")) + ")");
       return;
     }
+    if (r.value("created", false) && w.next_revision == 0) {  // a watch from now: resume after this revision
+      const std::int64_t at = i64(r.value("header", json::object()), "revision");
+      w.next_revision = at + 1;
+      if (w.on_created && !w.cancelled) w.on_created(at);
+    }
     std::vector<EtcdEvent> events;
     if (auto it = r.find("events"); it != r.end() && it->is_array()) {
       for (const auto& e : *it) {
@@ -484,7 +490,8 @@ awaitable<void> EtcdClient::Impl::run_watch(std::shared_ptr<EtcdWatch::State> w)
     try {
       co_await conn->connect();
       at = conn->endpoint;
-      json create = {{"key", b64(w->key)}, {"start_revision", std::to_string(w->next_revision)}};
+      json create = {{"key", b64(w->key)}};
+      if (w->next_revision > 0) create["start_revision"] = std::to_string(w->next_revision);
       if (!w->range_end.empty()) create["range_end"] = b64(w->range_end);
       if (w->deletes_only) create["filters"] = json::array({"NOPUT"});
       // (GCC 12 cannot keep a string literal's temporary across a co_await: named strings.)
@@ -558,8 +565,9 @@ std::string EtcdClient::local_address() const {
   return ec ? std::string() : ep.address().to_string();
 }
 
-void EtcdClient::range(std::string key, std::string range_end, Callback<EtcdRangeResult> done) {
+void EtcdClient::range(std::string key, std::string range_end, Callback<EtcdRangeResult> done, bool serializable) {
   json body = {{"key", b64(key)}};
+  if (serializable) body["serializable"] = true;
   if (!range_end.empty()) body["range_end"] = b64(range_end);
   impl_->submit(impl_->requests, "/v3/kv/range", body.dump(), [done = std::move(done)](const EtcdStatus& st, const json& j) {
     EtcdRangeResult r;
@@ -638,7 +646,8 @@ void EtcdClient::revoke(std::int64_t lease, Callback<bool> done) {
 std::unique_ptr<EtcdWatch> EtcdClient::watch(std::string key, std::string range_end, std::int64_t start_revision,
                                              bool deletes_only,
                                              std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events,
-                                             std::function<void(const EtcdStatus&)> on_failed) {
+                                             std::function<void(const EtcdStatus&)> on_failed,
+                                             std::function<void(std::int64_t)> on_created) {
   auto st = std::make_shared<EtcdWatch::State>();
   st->client = impl_;
   st->key = std::move(key);
@@ -647,6 +656,7 @@ std::unique_ptr<EtcdWatch> EtcdClient::watch(std::string key, std::string range_
   st->deletes_only = deletes_only;
   st->on_events = std::move(on_events);
   st->on_failed = std::move(on_failed);
+  st->on_created = std::move(on_created);
   Impl& m = *impl_;
   st->move_listener = m.next_listener++;
   // When the client moves to another member, the watch follows.

@@ -147,20 +147,26 @@ class EtcdClient {
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
 
-  void range(std::string key, std::string range_end, Callback<EtcdRangeResult> done);
+  // `serializable`: read the member's own copy (no round through the leader); what this client
+  // wrote through the same member before is in it.
+  void range(std::string key, std::string range_end, Callback<EtcdRangeResult> done, bool serializable = false);
   void txn(EtcdTxn txn, Callback<EtcdTxnResult> done);
   // On the lease channel.
   void grant(std::int64_t ttl_seconds, Callback<EtcdLease> done);
   void keep_alive(std::int64_t lease, Callback<EtcdLease> done);
   void revoke(std::int64_t lease, Callback<bool> done);
 
-  // Watches [key, range_end) from `start_revision` on (deletes only when `deletes_only`);
-  // `on_events` gets each batch with the store's revision after it. `on_failed` runs once if the
-  // watch cannot go on (rejected, or the history it needs was compacted); connection losses are
-  // retried, not reported.
+  // Watches [key, range_end) from `start_revision` on (0: from the moment etcd creates it;
+  // `on_created` then gets the store's revision at that moment); deletes only when
+  // `deletes_only`. `on_events` gets each batch with the store's revision after it. `on_failed`
+  // runs once if the watch cannot go on (rejected, or the history it needs was compacted);
+  // connection losses are retried (from the revision after the last delivered), not reported.
+  // (A watch from the past waits for etcd's catch-up loop, up to 100 ms: a caller that reads
+  // and then watches should create the watch from now first, then read.)
   std::unique_ptr<EtcdWatch> watch(std::string key, std::string range_end, std::int64_t start_revision, bool deletes_only,
                                    std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events,
-                                   std::function<void(const EtcdStatus&)> on_failed);
+                                   std::function<void(const EtcdStatus&)> on_failed,
+                                   std::function<void(std::int64_t)> on_created = {});
 
   // The local address of the request channel's connection ("" when it is not connected): the
   // address of the interface that reaches etcd.

@@ -80,53 +80,78 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       lease = l.id;
       lease_renewed = Clock::now();
       keep_alive_later();
-      EtcdTxn t;
-      t.success.push_back(EtcdOp::put(keys.alive(self.node_id), self.hostname, lease));
-      client->txn(std::move(t), [this](const EtcdStatus& st, EtcdTxnResult) {
-        if (!st.ok()) return lose(st);
-        if (self.addr.empty()) self.addr = client->local_address();
-        {
-          std::lock_guard lock(mu);
-          address = self.addr;
-        }
-        core = std::make_unique<EtcdRoundCore>(config.multi.rendezvous, keys, self);
-        // The round record and who is alive, at one revision; then their changes from the next.
-        EtcdTxn read;
-        EtcdOp round = EtcdOp::range(keys.round());
-        EtcdOp alive = EtcdOp::range(keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()));
-        alive.keys_only = true;
-        read.success = {round, alive};
-        client->txn(std::move(read), [this](const EtcdStatus& st, EtcdTxnResult r) {
-          if (!st.ok()) return lose(st);
-          std::optional<std::pair<std::string, std::int64_t>> record;
-          std::vector<std::string> nodes;
-          for (const auto& kv : r.kvs) {
-            if (kv.key == keys.round()) record = std::pair{kv.value, kv.mod_revision};
-            else nodes.push_back(kv.key.substr(keys.alive_prefix().size()));
-          }
-          core->load(record, nodes, r.revision);
-          round_watch = client->watch(
-              keys.round(), "", r.revision + 1, false,
-              [this](std::int64_t, std::vector<EtcdEvent> events) {
-                for (const auto& e : events) {
-                  if (e.deleted) core->on_round_gone(e.kv.mod_revision);
-                  else core->on_round(e.kv.value, e.kv.mod_revision);
-                }
-                decide();
-              },
-              [this](const EtcdStatus& st) { lose(st); });
-          watch = client->watch(
-              keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()), r.revision + 1, true,
-              [this](std::int64_t, std::vector<EtcdEvent> events) {
-                for (const auto& e : events) core->on_node_gone(e.kv.key.substr(keys.alive_prefix().size()));
-                decide();
-              },
-              [this](const EtcdStatus& st) { lose(st); });
-          if (wants_round) begin_request();
-          decide();
-        });
-      });
+      // The watches first, from now (a watch from a past revision waits for etcd's catch-up
+      // loop, up to 100 ms), then the read: what changes in between comes twice, and the
+      // core keeps the newest.
+      round_watch = client->watch(
+          keys.round(), "", 0, false,
+          [this](std::int64_t, std::vector<EtcdEvent> events) {
+            for (auto& e : events) round_events.push_back(std::move(e));
+            apply_events();
+          },
+          [this](const EtcdStatus& st) { lose(st); }, [this](std::int64_t) { watches_created(); });
+      watch = client->watch(
+          keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()), 0, true,
+          [this](std::int64_t, std::vector<EtcdEvent> events) {
+            for (auto& e : events) gone_events.push_back(std::move(e));
+            apply_events();
+          },
+          [this](const EtcdStatus& st) { lose(st); }, [this](std::int64_t) { watches_created(); });
     });
+  }
+
+  // Both watches run: read the run's state, creating the round record if there is none.
+  void watches_created() {
+    if (++created_watches != 2) return;
+    // One transaction: this node's alive key; the round record, created (round 0 forming, this
+    // node the reference) when there is none yet; and who is alive, all at one revision.
+    EtcdRoundRecord first;
+    first.reference = self.to_json();
+    const std::string created = first.to_json();
+    EtcdCompare none;
+    none.key = keys.round();
+    none.target = EtcdCompare::Target::kCreateRevision;
+    none.revision = 0;
+    EtcdOp alive = EtcdOp::range(keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()));
+    alive.keys_only = true;
+    EtcdTxn t;
+    t.compare.push_back(none);
+    t.success = {EtcdOp::put(keys.alive(self.node_id), self.hostname, lease), EtcdOp::put(keys.round(), created), alive};
+    t.failure = {EtcdOp::put(keys.alive(self.node_id), self.hostname, lease), EtcdOp::range(keys.round()), alive};
+    client->txn(std::move(t), [this, created](const EtcdStatus& st, EtcdTxnResult r) {
+      if (!st.ok()) return lose(st);
+      if (self.addr.empty()) self.addr = client->local_address();
+      {
+        std::lock_guard lock(mu);
+        address = self.addr;
+      }
+      core = std::make_unique<EtcdRoundCore>(config.multi.rendezvous, keys, self);
+      std::optional<std::pair<std::string, std::int64_t>> record;
+      if (r.succeeded) record = std::pair{created, r.revision};
+      std::vector<std::string> nodes;
+      for (const auto& kv : r.kvs) {
+        if (kv.key == keys.round()) record = std::pair{kv.value, kv.mod_revision};
+        else nodes.push_back(kv.key.substr(keys.alive_prefix().size()));
+      }
+      core->load(record, nodes, r.revision);
+      loaded = true;
+      apply_events();
+      if (wants_round) begin_request();
+      decide();
+    });
+  }
+
+  // The watches' events, once the core has the state they change.
+  void apply_events() {
+    if (!loaded || gone) return;
+    for (const auto& e : round_events) {
+      if (e.deleted) core->on_round_gone(e.kv.mod_revision);
+      else core->on_round(e.kv.value, e.kv.mod_revision);
+    }
+    for (const auto& e : gone_events) core->on_node_gone(e.kv.key.substr(keys.alive_prefix().size()));
+    round_events.clear();
+    gone_events.clear();
+    decide();
   }
 
   void answer_start_error() {
@@ -176,7 +201,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   void lose(const EtcdStatus& st) {
     if (gone) return;
     gone = true;
-    if (!watch) {
+    if (!loaded) {
       start_error = st;
       if (wants_round) answer_start_error();
     } else {
@@ -238,7 +263,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       }
       core->on_joins(round, joins);
       decide();
-    });
+    }, /*serializable=*/true);  // after our own join through the same member: a stale read only delays a freeze
   }
 
   void write(EtcdRoundWrite w) {
@@ -315,6 +340,10 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::int64_t lease = 0;
   Clock::time_point lease_renewed{};
   std::optional<EtcdStatus> start_error;
+  int created_watches = 0;
+  bool loaded = false;                    // the core has read the run's state
+  std::vector<EtcdEvent> round_events;    // the watches' events not applied yet
+  std::vector<EtcdEvent> gone_events;
   bool wants_round = false;  // a request came before the first read of the run's keys
   bool gone = false;         // etcd was lost, or the rendezvous stops
   std::thread thread;
@@ -335,7 +364,7 @@ void EtcdRendezvous::request_round() {
     m->wants_round = true;
     if (m->start_error) return m->answer_start_error();
     if (m->gone) return;
-    if (!m->core || !m->watch) return;  // begins once the run's keys are read
+    if (!m->loaded) return;  // begins once the run's keys are read
     m->begin_request();
     m->decide();
   });
