@@ -146,9 +146,9 @@ std::string etcd_prefix_end(const std::string& prefix) {
 }
 
 // One HTTP/1.1 connection to the client's current member.
-struct Connection {
-  explicit Connection(EtcdClient::Impl& c) : client(c) {}
-  ~Connection() { close(); }
+struct EtcdConnection {
+  explicit EtcdConnection(EtcdClient::Impl& c) : client(c) {}
+  ~EtcdConnection() { close(); }
 
   beast::tcp_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
   bool open() const { return (plain || secure) && !shut; }
@@ -171,9 +171,9 @@ struct Connection {
 };
 
 // A FIFO of requests over one connection.
-struct Channel {
-  explicit Channel(EtcdClient::Impl& c) : conn(c) {}
-  Connection conn;
+struct EtcdChannel {
+  explicit EtcdChannel(EtcdClient::Impl& c) : conn(c) {}
+  EtcdConnection conn;
   std::deque<std::pair<std::string, std::string>> queue;  // target, body
   std::deque<std::function<void(const EtcdStatus&, const json&)>> done;
   bool running = false;
@@ -188,7 +188,7 @@ struct EtcdWatch::State {
   std::function<void(std::int64_t)> on_created;
   std::function<void(const EtcdStatus&)> on_failed;
   bool cancelled = false;
-  Connection* conn = nullptr;
+  EtcdConnection* conn = nullptr;
   int move_listener = -1;
 };
 
@@ -227,9 +227,9 @@ struct EtcdClient::Impl : std::enable_shared_from_this<Impl> {
     return out;
   }
 
-  void submit(Channel& ch, std::string target, std::string body, std::function<void(const EtcdStatus&, const json&)> done);
-  awaitable<void> drain(Channel& ch);
-  awaitable<std::pair<EtcdStatus, json>> call(Channel& ch, const std::string& target, const std::string& body);
+  void submit(EtcdChannel& ch, std::string target, std::string body, std::function<void(const EtcdStatus&, const json&)> done);
+  awaitable<void> drain(EtcdChannel& ch);
+  awaitable<std::pair<EtcdStatus, json>> call(EtcdChannel& ch, const std::string& target, const std::string& body);
   awaitable<void> run_watch(std::shared_ptr<EtcdWatch::State> w);
   awaitable<void> backoff(int failures);
 
@@ -241,11 +241,11 @@ struct EtcdClient::Impl : std::enable_shared_from_this<Impl> {
   bool closed = false;
   std::map<int, std::function<void()>> move_listeners;
   int next_listener = 0;
-  Channel requests{*this};
-  Channel leases{*this};
+  EtcdChannel requests{*this};
+  EtcdChannel leases{*this};
 };
 
-void Connection::close() {
+void EtcdConnection::close() {
   boost::system::error_code ignored;
   if (plain) plain->socket().close(ignored);
   if (secure) beast::get_lowest_layer(*secure).socket().close(ignored);
@@ -253,7 +253,7 @@ void Connection::close() {
   reused = false;
 }
 
-awaitable<void> Connection::connect() {
+awaitable<void> EtcdConnection::connect() {
   close();
   plain.reset();
   secure.reset();
@@ -285,7 +285,7 @@ awaitable<void> Connection::connect() {
   }
 }
 
-awaitable<void> Connection::send(const std::string& target, const std::string& body) {
+awaitable<void> EtcdConnection::send(const std::string& target, const std::string& body) {
   http::request<http::string_body> req{http::verb::post, target, 11};
   req.set(http::field::host, client.opt.endpoints[endpoint].str());
   req.set(http::field::content_type, "application/json");
@@ -297,7 +297,7 @@ awaitable<void> Connection::send(const std::string& target, const std::string& b
   else co_await http::async_write(*plain, req, use_awaitable);
 }
 
-awaitable<http::response<http::string_body>> Connection::exchange(const std::string& target, const std::string& body) {
+awaitable<http::response<http::string_body>> EtcdConnection::exchange(const std::string& target, const std::string& body) {
   co_await send(target, body);
   http::response_parser<http::string_body> parser;
   parser.body_limit(kMaxBody);
@@ -315,14 +315,14 @@ awaitable<void> EtcdClient::Impl::backoff(int failures) {
   co_await t.async_wait(use_awaitable);
 }
 
-awaitable<std::pair<EtcdStatus, json>> EtcdClient::Impl::call(Channel& ch, const std::string& target,
+awaitable<std::pair<EtcdStatus, json>> EtcdClient::Impl::call(EtcdChannel& ch, const std::string& target,
                                                               const std::string& body) {
   auto self = shared_from_this();
   const auto deadline = Clock::now() + opt.give_up_after;
   std::string last;
   int failures = 0;
   while (!closed) {
-    Connection& c = ch.conn;
+    EtcdConnection& c = ch.conn;
     std::size_t at = current;
     try {
       if (!c.open() || c.generation != generation) co_await c.connect();
@@ -381,7 +381,7 @@ awaitable<std::pair<EtcdStatus, json>> EtcdClient::Impl::call(Channel& ch, const
   co_return std::pair{status(EtcdStatus::Kind::kCancelled, "closed"), json()};
 }
 
-void EtcdClient::Impl::submit(Channel& ch, std::string target, std::string body,
+void EtcdClient::Impl::submit(EtcdChannel& ch, std::string target, std::string body,
                               std::function<void(const EtcdStatus&, const json&)> done) {
   if (closed) return;
   ch.queue.emplace_back(std::move(target), std::move(body));
@@ -391,7 +391,7 @@ void EtcdClient::Impl::submit(Channel& ch, std::string target, std::string body,
   asio::co_spawn(io, drain(ch), asio::detached);
 }
 
-awaitable<void> EtcdClient::Impl::drain(Channel& ch) {
+awaitable<void> EtcdClient::Impl::drain(EtcdChannel& ch) {
   auto self = shared_from_this();
   while (!ch.queue.empty() && !closed) {
     auto [target, body] = std::move(ch.queue.front());
@@ -412,8 +412,8 @@ awaitable<void> EtcdClient::Impl::drain(Channel& ch) {
 
 // One watch stream's reading: the HTTP parser, the bytes of a message not yet complete, and the
 // messages turned into events (plain code, out of the coroutine).
-struct WatchStream {
-  explicit WatchStream(EtcdWatch::State& s) : w(s) {
+struct EtcdWatchStream {
+  explicit EtcdWatchStream(EtcdWatch::State& s) : w(s) {
     parser.body_limit(boost::none);
     parser.on_chunk_body(on_body);
   }
@@ -481,7 +481,7 @@ struct WatchStream {
 
 awaitable<void> EtcdClient::Impl::run_watch(std::shared_ptr<EtcdWatch::State> w) {
   auto self = shared_from_this();
-  auto conn = std::make_unique<Connection>(*this);
+  auto conn = std::make_unique<EtcdConnection>(*this);
   w->conn = conn.get();
   int failures = 0;
   while (!w->cancelled && !closed) {
@@ -498,7 +498,7 @@ awaitable<void> EtcdClient::Impl::run_watch(std::shared_ptr<EtcdWatch::State> w)
       const std::string target = "/v3/watch", body = json{{"create_request", create}}.dump();
       co_await conn->send(target, body);
       conn->lowest().expires_never();
-      auto stream = std::make_unique<WatchStream>(*w);
+      auto stream = std::make_unique<EtcdWatchStream>(*w);
       if (conn->secure) co_await http::async_read_header(*conn->secure, conn->buffer, stream->parser, use_awaitable);
       else co_await http::async_read_header(*conn->plain, conn->buffer, stream->parser, use_awaitable);
       const auto code = stream->parser.get().result();
@@ -558,7 +558,7 @@ void EtcdClient::close() {
 std::string EtcdClient::endpoints_text() const { return impl_->endpoints_text(); }
 
 std::string EtcdClient::local_address() const {
-  Connection& c = impl_->requests.conn;
+  EtcdConnection& c = impl_->requests.conn;
   if (!c.open()) return {};
   boost::system::error_code ec;
   const auto ep = c.lowest().socket().local_endpoint(ec);

@@ -4,7 +4,10 @@
 #   examples use worker_runtime only. A room includes its own headers and those of the rooms below
 #   it, never one above; so there is no include cycle between rooms. And no header of a room
 #   includes a heavy third-party header (Asio/Boost, nlohmann/json, CLI11, spdlog): they stay in
-#   .cc files, so that including a crun header stays cheap.
+#   .cc files, so that including a crun header stays cheap. And no two .cc files of the libraries
+#   define a class of the same name at namespace scope (outside an anonymous namespace it has
+#   external linkage: the linker keeps one of the two's inline members for both, an ODR violation
+#   that no compiler reports; the store server once ran the etcd client's ~Connection).
 # Prints every include that breaks a rule (file:line: what) and exits 1, else exits 0.
 set -euo pipefail
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
@@ -43,4 +46,20 @@ for room in "${!allowed[@]}"; do
     bad=1
   fi
 done
+# Top-level (unindented) class definitions in .cc files, outside anonymous namespaces.
+dups=$(for room in base store rendezvous agent launcher worker_runtime; do
+  for f in "$root/$room"/*.cc; do
+    awk -v file="${f#$root/}" '
+      /^namespace[[:space:]]*\{/ { anon++ }
+      /^}[[:space:]]*\/\/[[:space:]]*namespace[[:space:]]*$/ { if (anon > 0) anon-- }
+      anon == 0 && /^(struct|class)[[:space:]]+[A-Za-z_][A-Za-z0-9_]*[[:space:]]*(final[[:space:]]*)?(:[^;]*)?\{/ {
+        name = $2; sub(/\{.*/, "", name); sub(/:$/, "", name)
+        if (index(name, "::") == 0) print name, file   # X::Y is a member of X: unique with X
+      }' "$f"
+  done
+done | sort -u | awk '{ n[$1]++; files[$1] = files[$1] " " $2 } END { for (k in n) if (n[k] > 1) printf "class %s is defined in more than one .cc file:%s\n", k, files[k] }')
+if [ -n "$dups" ]; then
+  echo "$dups"
+  bad=1
+fi
 exit "$bad"
