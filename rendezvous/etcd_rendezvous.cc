@@ -19,6 +19,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+constexpr std::chrono::milliseconds kElection{5000};  // room for an etcd leader election
+
 EtcdClientOptions client_options(const EtcdSettings& e) {
   EtcdClientOptions o;
   for (const auto& ep : e.endpoints) o.endpoints.push_back({ep.host, ep.port});
@@ -31,7 +33,10 @@ EtcdClientOptions client_options(const EtcdSettings& e) {
   // client on, so that the next member still renews the lease in time.
   o.attempt_timeout = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(e.lease_ttl / 3),
                                  std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
-  o.give_up_after = e.lease_ttl;
+  // Past the lease's TTL: while etcd elects a new leader (1-2.5 s with its default election
+  // timeout) nothing answers, and the new leader extends every lease, so giving up at the TTL
+  // would end healthy agents. Cut off for this long, this agent's lease is gone.
+  o.give_up_after = e.lease_ttl + kElection;
   return o;
 }
 

@@ -272,7 +272,10 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::next_write(TimePoint now) {
   if (waiting_ && !in(s.participants, self_.node_id) && static_cast<int>(s.participants.size()) < cfg_.max_nodes) {
     ControlEvent c;
     c.detail = "node " + self_.node_id + " joined: scaling up";
-    return reform(s, s.participants, c);
+    // The joiner is expected too: else the old nodes, all back, would form the round without it.
+    std::vector<std::string> expected = s.participants;
+    expected.push_back(self_.node_id);
+    return reform(s, expected, c);
   }
   return std::nullopt;
 }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "base/exit_codes.h"
 #include "rendezvous/etcd_round_core.h"
@@ -59,12 +60,12 @@ class Job {
     return a;
   }
 
-  // Every agent decides until none has anything left to do.
-  void settle(TimePoint now) {
+  // Every agent (or only those in `only`) decides until none has anything left to do.
+  void settle(TimePoint now, const std::set<std::string>& only = {}) {
     for (int pass = 0; pass < 200; ++pass) {
       bool any = false;
       for (auto& [id, a] : agents_) {
-        if (!a.alive) continue;
+        if (!a.alive || (!only.empty() && !only.count(id))) continue;
         EtcdRoundActions act = a.core->decide(now);
         for (auto& r : act.answers) a.answers.push_back(r);
         for (auto& c : act.controls) a.controls.push_back(c);
@@ -107,6 +108,8 @@ class Job {
   }
 
   Agent& operator[](const std::string& id) { return agents_[id]; }
+  // Applies one agent's compare-and-swap, as etcd would.
+  void apply(Agent& a, const EtcdRoundWrite& w) { cas(a, w); }
   const EtcdKeys& keys() const { return keys_; }
   std::optional<EtcdRoundRecord> record() const {
     auto it = kv_.find(keys_.round());
@@ -294,6 +297,30 @@ TEST_CASE("a late joiner scales the job up without a restart", "[etcd_core]") {
     CHECK(job[id].answers.back().rendezvous_round == 1);
     CHECK(job[id].answers.back().info.group_world_size == 3);
     CHECK(job[id].answers.back().info.restart_count == 0);
+  }
+}
+
+TEST_CASE("a late joiner is in the next round even when the others rejoin before it", "[etcd_core]") {
+  Job job(config(2, 3, 0));
+  job.add("1");
+  job.add("2");
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  job.settle(t0 + 31s);
+  job.add("3");
+  request(job, {"3"}, t0 + 40s);
+  const EtcdRoundActions scale_up = job["3"].core->decide(t0 + 40s);  // its compare-and-swap only
+  REQUIRE(scale_up.write);
+  job.apply(job["3"], *scale_up.write);
+  job.settle(t0 + 40s, {"1", "2"});  // round 0 ended for them
+  request(job, {"1", "2"}, t0 + 41s);
+  job.settle(t0 + 41s, {"1", "2"});  // both back before the joiner puts its join
+  CHECK(job["1"].answers.size() == 1);
+  job.settle(t0 + 41s);
+  for (const char* id : {"1", "2", "3"}) {
+    REQUIRE(!job[id].answers.empty());
+    CHECK(job[id].answers.back().rendezvous_round == 1);
+    CHECK(job[id].answers.back().info.group_world_size == 3);
   }
 }
 
