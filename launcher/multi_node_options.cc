@@ -80,6 +80,10 @@ std::optional<bool> apply_conf(const std::vector<std::pair<std::string, std::str
     if (etcd && (key == "is_host" || key == "token")) {
       usage("--rdzv-conf: " + key + " is a c10d setting; etcd-v3 has no host and uses etcd's TLS and auth");
     }
+    if (etcd && (key == "heartbeat_timeout" || key == "keep_alive_interval" || key == "keep_alive_max_attempt" ||
+                 key == "read_timeout")) {
+      usage("--rdzv-conf: " + key + " is a c10d setting; etcd-v3's liveness is its lease: use lease_ttl");
+    }
     if (key == "join_timeout" || key == "timeout") r.join_timeout = seconds_value(key, value);
     else if (key == "last_call_timeout") r.last_call_timeout = seconds_value(key, value);
     else if (key == "close_timeout") r.close_timeout = seconds_value(key, value);

@@ -580,6 +580,7 @@ TEST_CASE("etcd-v3: every member, TLS files, key prefix and lease TTL; c10d's ho
   CHECK_THAT(bad("protocol=https,cert=" + pem), Catch::Contains("cert and key go together"));
   CHECK_THAT(bad("is_host=1"), Catch::Contains("is_host is a c10d setting"));
   CHECK_THAT(bad("token=x"), Catch::Contains("token is a c10d setting"));
+  CHECK_THAT(bad("heartbeat_timeout=5"), Catch::Contains("use lease_ttl"));
   CHECK_THAT(bad("key_prefix="), Catch::Contains("key_prefix must not be empty"));
   CHECK_THAT(bad("", "h1,,h2"), Catch::Contains("an empty member"));
   CHECK_THAT(bad("", "h1:0"), Catch::Contains("port must not be 0"));
