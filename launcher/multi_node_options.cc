@@ -250,7 +250,9 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
     plan.host_source = "node rank 0 (static)";
   } else {
     m.is_host = !m.bind_address.empty();
-    plan.host_source = "the endpoint is " + std::string(m.is_host ? "" : "not ") + "one of this host's addresses";
+    m.join_if_taken = m.is_host;  // several agents on one host: the first to listen hosts
+    plan.host_source = "the endpoint is " + std::string(m.is_host ? "" : "not ") + "one of this host's addresses" +
+                       (m.is_host ? " (the first agent here to listen on it; the others join)" : "");
   }
   return plan;
 }

@@ -37,8 +37,16 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
       so.port = config.multi.endpoint.port;
       so.token = config.multi.token;
-      server = std::make_unique<StoreServer>(so);
-      server->start();
+      try {
+        server = std::make_unique<StoreServer>(so);  // listens
+        server->start();
+      } catch (const StoreAddressInUse&) {
+        // Another agent on this host listened first (several agents, one endpoint): join it.
+        if (!config.multi.join_if_taken) throw;
+        server.reset();
+        host = false;
+        return;
+      }
       coordinator = std::make_unique<RendezvousCoordinator>(
           StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
           [](const std::string& line) { say(line); }, make_record(),

@@ -3,7 +3,9 @@
 // Contract
 //   - The agent whose config says is_host (the launcher decides who hosts) starts the store on the
 //     endpoint's port at bind_address (its own thread) and the RendezvousCoordinator; every agent,
-//     host included, takes part through a RendezvousParticipant.
+//     host included, takes part through a RendezvousParticipant. When is_host was only inferred
+//     (join_if_taken) and the port is taken, another agent on this host listened first: this one
+//     joins it as a client (is_host() false).
 //   - request_round() joins the next round on a background thread; the answer (a RoundInfo, or an
 //     error with crun's exit code for it) is delivered through the listener's on_round.
 //   - Control events (the coordinator ended the round, or closed the job), progress lines and the

@@ -36,6 +36,8 @@ struct MultiNodeConfig {
   Backend backend = Backend::kC10d;
   StoreEndpoint endpoint{"", 29400};  // c10d and static: the agents' store
   bool is_host = false;         // this agent hosts the store (the launcher decided who does)
+  bool join_if_taken = false;   // is_host was inferred (the endpoint is this host's): when its port is
+                                // taken, another agent on this host hosts it, and this one joins
   std::string bind_address;     // the local address `endpoint` stands for ("" = none: host on every interface)
   EtcdSettings etcd;            // etcd-v3
   RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts

@@ -46,6 +46,11 @@ class StoreConnectionError : public StoreError {
  public:
   using StoreError::StoreError;
 };
+// A store server could not listen: its address and port are taken (another server has them).
+class StoreAddressInUse : public StoreError {
+ public:
+  using StoreError::StoreError;
+};
 // The server refused the request (bad input, limit exceeded, wrong token, not an integer...).
 class StoreRejected : public StoreError {
  public:

@@ -310,7 +310,11 @@ void StoreServer::Impl::open() {
   acceptor.assign(ep.protocol(), fd);
   acceptor.set_option(asio::socket_base::reuse_address(true));
   acceptor.bind(ep, ec);
-  if (ec) throw StoreError("store server: cannot listen on " + opt.host + ":" + std::to_string(opt.port) + ": " + ec.message());
+  if (ec) {
+    const std::string what = "store server: cannot listen on " + opt.host + ":" + std::to_string(opt.port) + ": " + ec.message();
+    if (ec == asio::error::address_in_use) throw StoreAddressInUse(what);
+    throw StoreError(what);
+  }
   acceptor.listen(asio::socket_base::max_listen_connections);
   bound_port = acceptor.local_endpoint().port();
   bound_host = opt.host;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -434,7 +435,9 @@ TEST_CASE("an agent that cannot start leaves no run directory behind", "[e2e][cl
   REQUIRE(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
   const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
   TempDir tmp;
-  const std::vector<std::string> flags{"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint};
+  // is_host=1: this agent must host (one whose hosting is only inferred would join the listener).
+  const std::vector<std::string> flags{"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                                       "--rdzv-conf", "is_host=1"};
   SECTION("the temporary run directory (no --log-dir)") {
     ChildProcess p(crun_cmd(flags, {}), {"TMPDIR=" + tmp.path.string()});
     REQUIRE(p.wait_exit() == 3);
@@ -449,6 +452,40 @@ TEST_CASE("an agent that cannot start leaves no run directory behind", "[e2e][cl
   }
   CHECK(fs::is_empty(tmp.path));
   ::close(busy);
+}
+
+TEST_CASE("several agents on one host with one endpoint and no is_host: the first to listen hosts, the others join",
+          "[e2e][shared_endpoint]") {
+  // torch's c10d joins as a client when the port is taken; crun did too little (all but one died
+  // with "Address already in use") before.
+  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(probe);  // a port free now
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  constexpr int kAgents = 8;
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < kAgents; ++i) {
+    agents.push_back(std::make_unique<ChildProcess>(crun_cmd(
+        {"--nnodes", std::to_string(kAgents), "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+         endpoint, "--rdzv-id", "shared"},
+        {"--print-env"})));
+  }
+  int hosting = 0;
+  std::set<std::string> ranks;
+  for (auto& p : agents) {
+    INFO(p->err());
+    REQUIRE(p->wait_exit() == 0);
+    hosting += p->err().find("hosting the rendezvous") != std::string::npos ? 1 : 0;
+    const auto at = p->out().find(" RANK=");
+    if (at != std::string::npos) ranks.insert(p->out().substr(at + 6, p->out().find('\n', at) - at - 6));
+  }
+  CHECK(hosting == 1);
+  CHECK(ranks.size() == kAgents);
 }
 
 TEST_CASE("every descriptor the agent opens is close-on-exec", "[e2e][fds]") {
