@@ -221,7 +221,10 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
     } catch (const std::invalid_argument& e) {
       usage(std::string("--rdzv-endpoint: ") + e.what());
     }
-    if (m.endpoint.port == 0) usage("--rdzv-endpoint: the port must not be 0");
+    // Port 0 (torchrun's way to stack single-node jobs): this node hosts on a free port.
+    if (m.endpoint.port == 0 && f.max_nodes > 1) {
+      usage("--rdzv-endpoint: port 0 (a free port) works only for one node (--nnodes 1): other nodes could not find it");
+    }
     plan.endpoint_source = f.endpoint_source;
     if (f.node_rank) {
       check_node_rank(*f.node_rank, f.max_nodes);
@@ -239,6 +242,9 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
   }
 
   m.bind_address = address_on_host(m.endpoint.host, host);
+  if (c10d && m.endpoint.port == 0 && m.bind_address.empty()) {
+    usage("--rdzv-endpoint: port 0 means hosting on a free port here, but " + m.endpoint.host + " is not this host");
+  }
   if (conf_host) {
     m.is_host = *conf_host;
     plan.host_source = "--rdzv-conf is_host";

@@ -47,6 +47,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         host = false;
         return;
       }
+      if (config.multi.endpoint.port == 0) config.multi.endpoint.port = server->port();  // a free port (one node)
       coordinator = std::make_unique<RendezvousCoordinator>(
           StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
           [](const std::string& line) { say(line); }, make_record(),

@@ -488,6 +488,22 @@ TEST_CASE("several agents on one host with one endpoint and no is_host: the firs
   CHECK(ranks.size() == kAgents);
 }
 
+TEST_CASE("--rdzv-endpoint localhost:0 with one node: jobs stacked on free ports", "[e2e][shared_endpoint]") {
+  // torchrun's documented way to run several single-node jobs on one host without picking ports.
+  std::vector<std::unique_ptr<ChildProcess>> jobs;
+  for (int i = 0; i < 3; ++i) {
+    jobs.push_back(std::make_unique<ChildProcess>(crun_cmd(
+        {"--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0"},
+        {"--print-env"})));
+  }
+  for (auto& p : jobs) {
+    REQUIRE(p->wait_exit() == 0);
+    INFO(p->err());
+    CHECK(p->err().find("hosting the rendezvous at localhost:0") == std::string::npos);  // the real port is shown
+    CHECK(p->out().find(" WORLD_SIZE=2") != std::string::npos);
+  }
+}
+
 TEST_CASE("every descriptor the agent opens is close-on-exec", "[e2e][fds]") {
   // Asio's epoll, eventfd, timerfd and signal pipe, the store's sockets, pipes, pidfds, the
   // cgroup and keeper descriptors: none may lack O_CLOEXEC. What crun inherited from this test

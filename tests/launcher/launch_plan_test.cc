@@ -540,6 +540,17 @@ TEST_CASE("watchdogs: heartbeat timeouts from flags or PET_*, torch's file timer
              Catch::Contains("PET_INITIAL_HEARTBEAT_TIMEOUT"));
 }
 
+TEST_CASE("c10d on port 0 hosts one node on a free port; several nodes cannot use it", "[launch_plan]") {
+  const auto one = parse({"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "/bin/true"});
+  REQUIRE(one.agent.multi_node);
+  CHECK(one.agent.multi_node->endpoint.port == 0);
+  CHECK(one.agent.multi_node->is_host);
+  CHECK_THAT(usage_error({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0", "/bin/true"}),
+             Catch::Contains("port 0 (a free port) works only for one node"));
+  CHECK_THAT(usage_error({"--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.9.9.9:0", "/bin/true"}),
+             Catch::Contains("10.9.9.9 is not this host"));
+}
+
 TEST_CASE("etcd-v3: every member, TLS files, key prefix and lease TTL; c10d's host settings refused", "[launch_plan]") {
   char file[] = "/tmp/crun-pem-XXXXXX";
   const int fd = ::mkstemp(file);
