@@ -287,6 +287,7 @@ void Agent::Impl::start_group(int restart_count) {
       if (hang_limits.enabled()) who.heartbeat_file = heartbeats->make(lr, dir / "heartbeat");
       who.agent_id = containment->agent_id();
       WorkerLaunch launch;
+      launch.program = config.worker_program;
       launch.argv = config.worker_argv;
       launch.env = worker_environment(base_env, current_round, who);
       const auto idx = static_cast<std::size_t>(lr);

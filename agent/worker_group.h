@@ -45,7 +45,8 @@ namespace crun {
 class WorkerContainment;
 
 struct WorkerLaunch {
-  std::vector<std::string> argv;  // argv[0]: an executable path
+  std::string program;            // the path execve runs ("": argv[0])
+  std::vector<std::string> argv;  // argv[0]: the program's name as the worker sees it
   std::vector<std::string> env;   // complete environment
   StreamRoute stdout_route;
   StreamRoute stderr_route;

@@ -57,7 +57,7 @@ const char* decimal(int n, char (&buf)[16]) {
   return p;
 }
 
-[[noreturn]] void exec_child(char* const* argv, char* const* envp, int out_w, int err_w,
+[[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int out_w, int err_w,
                              pid_t agent_pid, int cgroup_procs_fd) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -89,9 +89,9 @@ const char* decimal(int n, char (&buf)[16]) {
     ::_exit(127);
   }
   close_inherited_fds(3);
-  ::execve(argv[0], argv, envp);
+  ::execve(path, argv, envp);
   write_str(2, "crun: cannot execute ");
-  write_str(2, argv[0]);
+  write_str(2, path);
   write_str(2, " (execve failed)\n");
   ::_exit(127);
 }
@@ -131,7 +131,8 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &saved);
   const pid_t pid = ::vfork();
-  if (pid == 0) exec_child(cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd);
+  const char* path = options.program.empty() ? cargv[0] : options.program.c_str();
+  if (pid == 0) exec_child(path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd);
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {

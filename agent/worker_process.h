@@ -39,6 +39,9 @@ struct SpawnOptions {
   // worker and everything it starts live in that cgroup. A failure to join is reported on the
   // worker's stderr and the child exits 127. -1: no cgroup.
   int cgroup_procs_fd = -1;
+  // The path execve runs ("": argv[0]). argv[0] is what the worker sees as its own name, as the
+  // user wrote it (`sleep`, not `/usr/bin/sleep`), as under torchrun.
+  std::string program;
 };
 
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,

@@ -24,8 +24,10 @@ int run_launch(const std::vector<std::string>& argv, const EnvSnapshot& env, con
     return 0;
   }
   if (options.slurm_tasks) {
-    const int err = exec_slurm_task(options.agent.worker_argv, options.task_env);
-    std::fprintf(stderr, "crun: error: cannot run %s: %s\n", options.agent.worker_argv.front().c_str(), std::strerror(err));
+    const auto& program = options.agent.worker_program;
+    const int err = exec_slurm_task(program, options.agent.worker_argv, options.task_env);
+    std::fprintf(stderr, "crun: error: cannot run %s: %s\n",
+                 (program.empty() ? options.agent.worker_argv.front() : program).c_str(), std::strerror(err));
     return kExitAgentError;
   }
   if (!options.note.empty()) std::fprintf(stderr, "%s\n", options.note.c_str());

@@ -13,6 +13,7 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   AgentConfig& c = out.agent;
   if (plan.multi_node) c.multi_node = plan.multi_node->config;
   c.worker_argv = plan.worker_argv.value;
+  c.worker_program = plan.worker_program;
   c.nproc_per_node = plan.nproc_per_node.value;
   c.max_restarts = plan.max_restarts.value;
   c.stop_timeout = plan.stop_timeout.value;

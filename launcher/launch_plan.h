@@ -69,7 +69,8 @@ struct LaunchPlan {
   Sourced<std::chrono::milliseconds> initial_heartbeat_timeout;  // 0: off
   Sourced<int> max_no_progress_restarts;                         // 0: never
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
-  Sourced<std::vector<std::string>> worker_argv;      // argv[0]: an executable path
+  Sourced<std::vector<std::string>> worker_argv;      // argv[0]: as written (the interpreter's path for Python)
+  std::string worker_program;                          // the path execve runs
   std::string hostname;
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables

@@ -1,6 +1,8 @@
 #include "launcher/worker_settings.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <set>
@@ -136,31 +138,59 @@ void plan_watchdogs(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& p
   }
 }
 
+// Whether a program file runs by itself: an ELF binary, or a script with a #! line. Anything
+// else (a Python file without the .py suffix, say) is Python's to run.
+bool runs_by_itself(const std::string& path) {
+  char head[4] = {};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = ::read(fd, head, sizeof head);
+  ::close(fd);
+  return (n >= 4 && head[0] == 0x7f && head[1] == 'E' && head[2] == 'L' && head[3] == 'F') ||
+         (n >= 2 && head[0] == '#' && head[1] == '!');
+}
+
+bool is_executable_file(const std::string& path) { return is_regular_file(path) && ::access(path.c_str(), X_OK) == 0; }
+
 void plan_program(std::vector<std::string> program, const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan) {
   const bool module = s.at("module").value == "1";
   const bool no_python = s.at("no_python").value == "1";
   if (module && no_python) usage("--no-python and --module cannot be used together");
-  // A .py script (or a module) runs under Python; any other executable runs as it is, like
-  // `--no-python` (torchrun would hand a native binary to Python and fail).
-  const bool python_script = module || program.front().ends_with(".py") || !resolve_executable(program.front());
   auto& argv = plan.worker_argv;
-  if (no_python || !python_script) {
-    const auto exe = resolve_executable(program.front());
-    if (!exe) usage("program not found or not executable: " + program.front());
-    program.front() = *exe;
-    argv = {std::move(program), no_python ? s.at("no_python").source : "command line"};
-    return;
+  // The program (docs: README, "Which programs run how"): a file by that name here, as torchrun's
+  // training script is a path, else a $PATH lookup for a bare name. It runs by itself with
+  // --no-python, or when it is an ELF binary or a #! script; a .py file, a module, or any other
+  // file runs under Python. Its argv[0] stays as written.
+  const std::string& name = program.front();
+  const bool here = !module && is_regular_file(name);
+  if (!module && (no_python || !name.ends_with(".py"))) {
+    std::optional<std::string> exe;
+    if (here) {
+      if (no_python || runs_by_itself(name)) {
+        if (!is_executable_file(name)) usage("program not executable: " + name + " (chmod +x it)");
+        exe = name;
+      }
+    } else {
+      exe = resolve_executable(name);
+      if (!exe && no_python) usage("program not found or not executable: " + name);
+    }
+    if (exe) {
+      plan.worker_program = *exe;
+      argv = {std::move(program), no_python ? s.at("no_python").source : "command line"};
+      return;
+    }
   }
   const auto py_env = env.get("PYTHON_EXEC");
   const std::string py = py_env.value_or("python3");
   const auto exe = resolve_executable(py);
   if (!exe) usage("Python interpreter not found: " + py + " (set PYTHON_EXEC or use --no-python)");
+  plan.worker_program = *exe;
   argv.value = {*exe, "-u"};
   argv.source = py_env ? "PYTHON_EXEC" : "command line";
   if (module) {
     argv.value.push_back("-m");
-  } else if (!is_regular_file(program.front())) {
-    usage("program not found: " + program.front());
+  } else if (!here) {
+    usage("program not found: " + name);
   }
   argv.value.insert(argv.value.end(), program.begin(), program.end());
 }

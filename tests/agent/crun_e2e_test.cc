@@ -488,6 +488,14 @@ TEST_CASE("several agents on one host with one endpoint and no is_host: the firs
   CHECK(ranks.size() == kAgents);
 }
 
+TEST_CASE("a worker's argv[0] is the program as written, not its resolved path", "[e2e][cli]") {
+  // torchrun execs [script, args...] as given: programs that read their own name, and pgrep -x,
+  // see "sh", not "/usr/bin/sh".
+  ChildProcess p({CRUN_BIN, "--standalone", "--nproc-per-node", "1", "sh", "-c", "echo argv0=$0"});
+  REQUIRE(p.wait_exit() == 0);
+  CHECK(p.out().find("argv0=sh\n") != std::string::npos);
+}
+
 TEST_CASE("--rdzv-endpoint localhost:0 with one node: jobs stacked on free ports", "[e2e][shared_endpoint]") {
   // torchrun's documented way to run several single-node jobs on one host without picking ports.
   std::vector<std::unique_ptr<ChildProcess>> jobs;

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <string>
@@ -100,8 +102,11 @@ TEST_CASE("a .py program runs as PYTHON_EXEC -u; -m runs a module; executables r
   const auto module = parse({"-m", "pkg.train", "--epochs", "1"}, env);
   REQUIRE(module.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", "-m", "pkg.train", "--epochs", "1"});
   const auto native = parse({"--no-python", "sh", "-c", "true"}, env);
-  REQUIRE(native.agent.worker_argv.front().find("/sh") != std::string::npos);
-  REQUIRE(native.agent.worker_argv.size() == 3);
+  CHECK(native.agent.worker_program.find("/sh") != std::string::npos);  // found on $PATH
+  CHECK(native.agent.worker_argv == std::vector<std::string>{"sh", "-c", "true"});  // argv[0] as written
+  const auto bare = parse({"true"}, env);  // no file "true" here: $PATH, exec'd directly
+  CHECK(bare.agent.worker_argv.front() == "true");
+  CHECK(bare.agent.worker_program.find("/true") != std::string::npos);
   CHECK_THAT(usage_error({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "crun-no-such-python"}}}),
              Catch::Contains("Python interpreter not found: crun-no-such-python"));
 }
@@ -538,6 +543,48 @@ TEST_CASE("watchdogs: heartbeat timeouts from flags or PET_*, torch's file timer
              Catch::Contains("--heartbeat-timeout: expected seconds >= 0"));
   CHECK_THAT(usage_error({"--no-python", "/bin/true"}, EnvSnapshot{{{"PET_INITIAL_HEARTBEAT_TIMEOUT", "soon"}}}),
              Catch::Contains("PET_INITIAL_HEARTBEAT_TIMEOUT"));
+}
+
+TEST_CASE("which programs run how: ELF or #! runs itself, any other file runs under Python", "[launch_plan]") {
+  const EnvSnapshot env{{{"PYTHON_EXEC", "/bin/sh"}}};
+  char dir[] = "/tmp/crun-programs-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string d = dir;
+  const auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
+    const std::string path = d + "/" + name;
+    FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    ::chmod(path.c_str(), mode);
+    return path;
+  };
+  const std::string noext = write("noext", "print('hi')\n", 0755);          // Python, executable, no #!
+  const std::string shebang = write("tool", "#!/bin/sh\nexit 0\n", 0755);
+  const std::string elf_copy = d + "/true";
+  {
+    std::ifstream in("/bin/true", std::ios::binary);
+    std::ofstream out(elf_copy, std::ios::binary);
+    out << in.rdbuf();
+  }
+  ::chmod(elf_copy.c_str(), 0755);
+  const std::string plain_sh = write("script", "#!/bin/sh\n", 0644);  // #! but not executable
+  CHECK(parse({noext, "x"}, env).agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", noext, "x"});
+  CHECK(parse({shebang, "x"}, env).agent.worker_argv == std::vector<std::string>{shebang, "x"});
+  CHECK(parse({shebang}, env).agent.worker_program == shebang);
+  CHECK(parse({elf_copy}, env).agent.worker_argv == std::vector<std::string>{elf_copy});
+  CHECK_THAT(usage_error({plain_sh}, env), Catch::Contains("program not executable: " + plain_sh));
+  // A bare name that is a file here is that file (torchrun's script is a path), not $PATH's.
+  char cwd[4096];
+  REQUIRE(::getcwd(cwd, sizeof cwd) != nullptr);
+  REQUIRE(::chdir(dir) == 0);
+  const auto local = parse({"true"}, env);  // ./true (a copy of /bin/true) here
+  const auto local_py = parse({"noext"}, env);
+  REQUIRE(::chdir(cwd) == 0);
+  CHECK(local.agent.worker_program == "true");
+  CHECK(local_py.agent.worker_argv == std::vector<std::string>{"/bin/sh", "-u", "noext"});
+  for (const auto& f : {noext, shebang, elf_copy, plain_sh}) ::unlink(f.c_str());
+  ::rmdir(dir);
 }
 
 TEST_CASE("c10d on port 0 hosts one node on a free port; several nodes cannot use it", "[launch_plan]") {
