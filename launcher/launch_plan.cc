@@ -103,6 +103,10 @@ void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vect
   if (rf.backend == RendezvousBackend::kEtcdV3 && s.from_job.count("rdzv_endpoint")) {
     usage("--rdzv-endpoint: etcd-v3 needs the etcd members' HOST:PORT list (" + endpoint.source + " names no etcd)");
   }
+  parse_setting(s.at("rdzv_id"), [](const std::string& t) {
+    if (trim(t).empty()) usage("--rdzv-id: must not be empty");
+    return 0;
+  });
   rf.run_id = s.at("rdzv_id").value;
   rf.conf = conf;
   // A node rank from Slurm or the platform describes their multi-node job; when flags or PET_*

@@ -345,6 +345,7 @@ TEST_CASE("bad flags: one line naming the flag, exit 2, nothing started", "[e2e]
   const auto stamp = (tmp.path / "started").string();
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--nproc-per-node", "zero"}, "--nproc-per-node"},
+      {{"--rdzv-id=", "--standalone"}, "--rdzv-id: must not be empty"},
       {{"--nproc_per_node", "0"}, "--nproc-per-node"},
       {{"--max-restarts", "-1"}, "--max-restarts"},
       {{"--max-restarts", "x"}, "--max-restarts"},

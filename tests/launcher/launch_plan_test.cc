@@ -600,3 +600,31 @@ TEST_CASE("etcd-v3: every member, TLS files, key prefix and lease TTL; c10d's ho
   CHECK(pet.agent.multi_node->backend == MultiNodeConfig::Backend::kEtcdV3);
   CHECK(pet.agent.multi_node->etcd.first_endpoint == 0);
 }
+
+TEST_CASE("argparse habits: a repeated option takes its last value; --opt= is an empty value", "[launch_plan]") {
+  REQUIRE(parse({"--nproc-per-node", "3", "--nproc-per-node", "2", "/bin/true"}).agent.nproc_per_node == 2);
+  REQUIRE(parse({"--nproc_per_node=3", "--nproc-per-node", "4", "/bin/true"}).agent.nproc_per_node == 4);
+  const auto twice = plan({"--role", "a", "--role=b", "-r", "1", "-r2", "--standalone", "--standalone", "/bin/true"});
+  REQUIRE(twice.role.value == "b");
+  REQUIRE(twice.redirects.value == std::vector<unsigned>{2});
+  REQUIRE(twice.standalone.value);
+  REQUIRE(source_of(twice, "redirects") == "--redirects");
+
+  // `--opt=` never takes the next word: --no-python stays a flag, and an empty run id is refused.
+  const std::string e = usage_error({"--rdzv-id=", "--no-python", "true"});
+  CHECK(e == "--rdzv-id: must not be empty");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_RDZV_ID", " "}}}) == "--rdzv-id: must not be empty (from PET_RDZV_ID)");
+  const auto empty_dir = plan({"--log-dir=", "--no-python", "true"});
+  REQUIRE(empty_dir.log_dir.value.empty());
+  REQUIRE(empty_dir.log_dir.source == "--log-dir");
+  REQUIRE(empty_dir.worker_argv.source == "--no-python");
+  // Empty where a value is required: the usual one-line error naming the flag.
+  for (const char* flag : {"--nproc-per-node=", "--nnodes=", "--max-restarts=", "--role=", "--rdzv-backend=", "--stop-timeout="}) {
+    const std::string err = usage_error({flag, "--no-python", "true"});
+    INFO(flag << ": " << err);
+    CHECK_THAT(err, Catch::StartsWith(std::string(flag).substr(0, std::string(flag).size() - 1)));
+    CHECK(err.find('\n') == std::string::npos);
+  }
+  // After the program, words are the program's, `--x=` included.
+  REQUIRE(plan({"/bin/echo", "--rdzv-id=", "x"}).worker_argv.value == std::vector<std::string>{"/bin/echo", "--rdzv-id=", "x"});
+}
