@@ -2,8 +2,9 @@
 //
 // Contract
 //   - Pure: reads nothing but its arguments (the real ones come from launcher/launch_inputs.h),
-//     except the program's lookup in PATH (agent/worker_process.h resolve_executable) and a fresh
-//     random run id for a standalone job without --rdzv-id.
+//     except the program's lookup in PATH (agent/worker_process.h resolve_executable), --log-dir's
+//     stat (launcher/worker_settings.h) and a fresh random run id for a standalone job without
+//     --rdzv-id.
 //   - Accepts every torchrun flag in both spellings (launcher/command_line.h). Each setting comes
 //     from its flag, else PET_<NAME>, else the Slurm or platform environment
 //     (launcher/job_environment.h), else torchrun's default (launcher/setting_sources.h); every

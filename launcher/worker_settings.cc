@@ -85,6 +85,19 @@ bool is_regular_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// --log-dir: a directory, or a path crun can make one at; its nearest existing part must be a
+// directory ("" = none given).
+std::string check_log_dir(const std::string& path) {
+  std::string part = path;
+  struct stat st;
+  while (!part.empty() && ::stat(part.c_str(), &st) != 0) {
+    const auto slash = part.find_last_of('/');
+    part = slash == std::string::npos ? "" : part.substr(0, slash);
+  }
+  if (!part.empty() && !S_ISDIR(st.st_mode)) usage("--log-dir: " + part + " is not a directory");
+  return path;
+}
+
 }  // namespace
 
 void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan) {
@@ -112,7 +125,7 @@ void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan
   plan.tee = per_rank("tee", [n](const std::string& t) { return parse_std("--tee", t, n); });
   plan.console = per_rank("local_ranks_filter", [n](const std::string& t) { return parse_console(t, n); });
   plan.handled_signals = per_rank("signals_to_handle", parse_signals);
-  plan.log_dir = s.at("log_dir");
+  plan.log_dir = per_rank("log_dir", check_log_dir);
   plan.hostname = host.hostname;
 }
 

@@ -343,8 +343,12 @@ TEST_CASE("two concurrent standalone jobs do not collide", "[e2e][standalone]") 
 TEST_CASE("bad flags: one line naming the flag, exit 2, nothing started", "[e2e][cli]") {
   TempDir tmp;
   const auto stamp = (tmp.path / "started").string();
+  const auto a_file = (tmp.path / "a-file").string();
+  std::ofstream(a_file) << "not a directory\n";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--nproc-per-node", "zero"}, "--nproc-per-node"},
+      {{"--log-dir", a_file}, "--log-dir: " + a_file + " is not a directory"},
+      {{"--log-dir", a_file + "/sub"}, "--log-dir: " + a_file + " is not a directory"},
       {{"--rdzv-id=", "--standalone"}, "--rdzv-id: must not be empty"},
       {{"--nproc_per_node", "0"}, "--nproc-per-node"},
       {{"--max-restarts", "-1"}, "--max-restarts"},

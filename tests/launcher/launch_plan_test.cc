@@ -628,3 +628,18 @@ TEST_CASE("argparse habits: a repeated option takes its last value; --opt= is an
   // After the program, words are the program's, `--x=` included.
   REQUIRE(plan({"/bin/echo", "--rdzv-id=", "x"}).worker_argv.value == std::vector<std::string>{"/bin/echo", "--rdzv-id=", "x"});
 }
+
+TEST_CASE("--log-dir: an existing file, or a path under one, is bad usage; a new directory is fine", "[launch_plan]") {
+  char file[] = "/tmp/crun-log-dir-test-XXXXXX";
+  const int fd = ::mkstemp(file);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  const std::string f = file;
+  CHECK(usage_error({"--log-dir", f, "/bin/true"}) == "--log-dir: " + f + " is not a directory");
+  CHECK(usage_error({"--log-dir", f + "/a/b", "/bin/true"}) == "--log-dir: " + f + " is not a directory");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_LOG_DIR", f}}}) == "--log-dir: " + f + " is not a directory (from PET_LOG_DIR)");
+  ::unlink(file);
+  CHECK(plan({"--log-dir", f + "/a/b", "/bin/true"}).log_dir.value == f + "/a/b");  // made at launch
+  CHECK(plan({"--log-dir", "/tmp", "/bin/true"}).log_dir.value == "/tmp");
+  CHECK(plan({"--log-dir", "relative-logs", "/bin/true"}).log_dir.value == "relative-logs");
+}
