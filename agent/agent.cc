@@ -286,6 +286,7 @@ void Agent::Impl::start_group(int restart_count) {
       if (file_timer) who.timer_file = file_timer->path();
       if (hang_limits.enabled()) who.heartbeat_file = heartbeats->make(lr, dir / "heartbeat");
       who.agent_id = containment->agent_id();
+      if (!config.visible_devices.empty()) who.visible_device = config.visible_devices[static_cast<std::size_t>(lr)];
       WorkerLaunch launch;
       launch.argv = config.worker_argv;
       launch.env = worker_environment(base_env, current_round, who);

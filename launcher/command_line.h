@@ -32,6 +32,7 @@ struct SettingSpec {
   const char* help;
   const char* fallback;
   bool is_flag = false;
+  const char* more_vars = "";  // variables read after PET_<KEY>, in order ("A,B")
 };
 
 const std::vector<SettingSpec>& launch_settings();

@@ -10,9 +10,10 @@
 //     (launcher/job_environment.h), else torchrun's default (launcher/setting_sources.h); every
 //     typed setting carries its value and that source.
 //   - Validates each group of settings once (rendezvous here and in launcher/multi_node_options.h,
-//     workers and the program in launcher/worker_settings.h) before anything starts: a bad value,
-//     an unknown flag, a missing program or interpreter raise LaunchUsageError whose message is
-//     one line naming the flag or variable.
+//     workers and the program in launcher/worker_settings.h, torchrun 2.x's worker settings in
+//     launcher/torch2_settings.h) before anything starts: a bad value, an unknown flag, a missing
+//     program or interpreter raise LaunchUsageError whose message is one line naming the flag or
+//     variable.
 //   - Decides single vs multi-node and who hosts the store (multi_node); --slurm-tasks instead
 //     builds the task's worker environment (launcher/slurm_tasks.h).
 //   - --help / --version: only `exit_now` is set.
@@ -71,6 +72,8 @@ struct LaunchPlan {
   Sourced<int> max_no_progress_restarts;                         // 0: never
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: an executable path
+  // --virtual-local-rank: each local rank's CUDA_VISIBLE_DEVICES (LOCAL_RANK=0); empty: off.
+  Sourced<std::vector<std::string>> visible_devices;
   std::string hostname;
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables

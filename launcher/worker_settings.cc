@@ -112,8 +112,11 @@ void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan
   if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver") {
     usage("--start-method: expected spawn, fork or forkserver, got '" + start_method + "'");
   }
-  const double stop_timeout = number_setting(s, "stop_timeout", "--stop-timeout");
-  if (!(stop_timeout >= 0) || stop_timeout > 1e6) usage("--stop-timeout: expected seconds >= 0");
+  // --stop-timeout and torch's --shutdown-timeout are one setting: an error names the one given.
+  const auto& stop_source = s.at("stop_timeout").source;
+  const std::string stop_flag = stop_source.rfind("--", 0) == 0 ? stop_source : "--stop-timeout";
+  const double stop_timeout = number_setting(s, "stop_timeout", stop_flag);
+  if (!(stop_timeout >= 0) || stop_timeout > 1e6) usage(stop_flag + ": expected seconds >= 0");
   plan.stop_timeout = {std::chrono::milliseconds(static_cast<long long>(stop_timeout * 1000.0)), s.at("stop_timeout").source};
   plan.role = s.at("role");
   if (plan.role.value.empty()) usage("--role: must not be empty");
