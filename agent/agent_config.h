@@ -36,6 +36,8 @@ struct AgentConfig {
   std::string log_dir;              // base log dir; empty: a temporary dir, removed at exit
 
   std::string hostname;
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (agent/log_line_prefix.h); "": "[<role><local_rank>]:".
+  std::string log_line_prefix_template;
   // torch's --virtual-local-rank: per local rank, the worker's CUDA_VISIBLE_DEVICES (its
   // LOCAL_RANK is then 0); empty: off.
   std::vector<std::string> visible_devices;

@@ -74,6 +74,7 @@ struct LaunchPlan {
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: an executable path
   // --virtual-local-rank: each local rank's CUDA_VISIBLE_DEVICES (LOCAL_RANK=0); empty: off.
   Sourced<std::vector<std::string>> visible_devices;
+  std::string log_line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("": torch's default)
   std::string hostname;
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables

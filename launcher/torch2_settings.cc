@@ -54,6 +54,7 @@ void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, LaunchP
   } else {
     plan.visible_devices = {{}, virt.source};
   }
+  plan.log_line_prefix_template = env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or("");
   parse_setting(s.at("event_log_handler"), check_event_log_handler);
   parse_setting(s.at("duplicate_stdout_filters"), [](const std::string& t) { return check_filters("--duplicate-stdout-filters", t); });
   parse_setting(s.at("duplicate_stderr_filters"), [](const std::string& t) { return check_filters("--duplicate-stderr-filters", t); });

@@ -332,6 +332,14 @@ TEST_CASE("4 workers x 10,000 lines arrive whole and prefixed", "[e2e][output]")
   }
 }
 
+TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE shapes the teed lines' prefix", "[e2e][output]") {
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--tee", "1", "--role", "trainer"}, {"--lines", "3"}),
+                 {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=<${rank}/${local_rank} ${role_name} ${pid}> "});
+  REQUIRE(p.wait_exit() == 0);
+  CHECK(count(p.out(), "<0/0 trainer ${pid}> line r=0 i=") == 3);
+  CHECK(count(p.out(), "<1/1 trainer ${pid}> line r=1 i=") == 3);
+}
+
 TEST_CASE("--redirects and --local-ranks-filter", "[e2e][output]") {
   TempDir logs;
   ChildProcess p(crun_cmd({"--nproc-per-node", "3", "--redirects", "0:1", "--local-ranks-filter", "0,2",
