@@ -108,6 +108,9 @@ void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vect
     if (trim(t).empty()) usage("--rdzv-id: must not be empty");
     return 0;
   });
+  if (s.at("master_addr").source == "--master-addr" && trim(s.at("master_addr").value).empty()) {
+    usage("--master-addr: must not be empty");
+  }
   rf.run_id = s.at("rdzv_id").value;
   rf.conf = conf;
   // A node rank from Slurm or the platform describes their multi-node job; when flags or PET_*

@@ -613,6 +613,7 @@ TEST_CASE("argparse habits: a repeated option takes its last value; --opt= is an
   // `--opt=` never takes the next word: --no-python stays a flag, and an empty run id is refused.
   const std::string e = usage_error({"--rdzv-id=", "--no-python", "true"});
   CHECK(e == "--rdzv-id: must not be empty");
+  CHECK(usage_error({"--master-addr=", "--no-python", "true"}) == "--master-addr: must not be empty");
   CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_RDZV_ID", " "}}}) == "--rdzv-id: must not be empty (from PET_RDZV_ID)");
   const auto empty_dir = plan({"--log-dir=", "--no-python", "true"});
   REQUIRE(empty_dir.log_dir.value.empty());
