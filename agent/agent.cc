@@ -20,6 +20,7 @@
 #include "agent/hang_watch.h"
 #include "agent/heartbeat_files.h"
 #include "agent/line_router.h"
+#include "agent/log_line_prefix.h"
 #include "agent/signal_names.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
@@ -286,6 +287,7 @@ void Agent::Impl::start_group(int restart_count) {
       if (file_timer) who.timer_file = file_timer->path();
       if (hang_limits.enabled()) who.heartbeat_file = heartbeats->make(lr, dir / "heartbeat");
       who.agent_id = containment->agent_id();
+      if (!config.visible_devices.empty()) who.visible_device = config.visible_devices[static_cast<std::size_t>(lr)];
       WorkerLaunch launch;
       launch.program = config.worker_program;
       launch.argv = config.worker_argv;
@@ -294,7 +296,8 @@ void Agent::Impl::start_group(int restart_count) {
       const unsigned redirect = idx < config.redirects.size() ? config.redirects[idx] : 0;
       const unsigned tee = idx < config.tee.size() ? config.tee[idx] : 0;
       const bool console = idx >= config.console.size() || config.console[idx];
-      const std::string prefix = "[" + config.role + std::to_string(lr) + "]:";
+      const std::string prefix =
+          log_line_prefix(config.log_line_prefix_template, config.role, current_round.rank_offset + lr, lr);
       auto route = [&](unsigned bit, int console_fd, const char* file) {
         StreamRoute r;
         r.file_path = (dir / file).string();

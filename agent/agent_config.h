@@ -2,7 +2,7 @@
 //
 // Contract
 //   The launcher builds it from its launch plan; the agent trusts it (nproc >= 1, worker_argv[0]
-//   an executable path, per-rank vectors of size nproc, MultiNodeConfig::is_host decided).
+//   an executable path, per-rank vectors of size nproc (visible_devices: or empty), MultiNodeConfig::is_host decided).
 //   Stream bits: 1 = stdout, 2 = stderr (torchrun's Std: 0 none, 1 out, 2 err, 3 all).
 //
 // Threading
@@ -37,6 +37,11 @@ struct AgentConfig {
   std::string log_dir;              // base log dir; empty: a temporary dir, removed at exit
 
   std::string hostname;
+  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (agent/log_line_prefix.h); "": "[<role><local_rank>]:".
+  std::string log_line_prefix_template;
+  // torch's --virtual-local-rank: per local rank, the worker's CUDA_VISIBLE_DEVICES (its
+  // LOCAL_RANK is then 0); empty: off.
+  std::vector<std::string> visible_devices;
 
   // torch's file timer (TORCHELASTIC_ENABLE_FILE_TIMER=1): the agent serves the FIFO at this path
   // ("": one it makes in the run dir) and exports it to the workers as TORCHELASTIC_TIMER_FILE;

@@ -35,7 +35,8 @@ EnvironmentList worker_variables(const std::vector<std::string>& base, const Rou
   EnvironmentList updates;
   auto set = [&](const char* key, std::string value) { updates.emplace_back(key, std::move(value)); };
   const int rank = place.rank_offset + who.local_rank;
-  set("LOCAL_RANK", std::to_string(who.local_rank));
+  set("LOCAL_RANK", who.visible_device ? "0" : std::to_string(who.local_rank));
+  if (who.visible_device) set("CUDA_VISIBLE_DEVICES", *who.visible_device);
   set("RANK", std::to_string(rank));
   set("GROUP_RANK", std::to_string(place.group_rank));
   set("GROUP_WORLD_SIZE", std::to_string(place.group_world_size));

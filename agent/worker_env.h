@@ -12,7 +12,8 @@
 //   TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) and NCCL_ASYNC_ERROR_HANDLING=1
 //   (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` has them; OMP_NUM_THREADS=1 unless
 //   `base` has it or local_world_size is 1 (as torchrun); CRUN_AGENT_ID=<agent_id>
-//   (worker_containment.h) when agent_id is set. Each key once.
+//   (worker_containment.h) when agent_id is set. With who.visible_device (torch's
+//   --virtual-local-rank) LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES that device. Each key once.
 //   worker_environment() is `base` with those variables set (replacing `base`'s own): the
 //   complete environment of one worker. The agent and `crun --slurm-tasks` both build their
 //   workers' environment here.
@@ -21,6 +22,7 @@
 //   Pure functions (current_environment() reads environ).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +41,8 @@ struct WorkerIdentity {
   std::string timer_file;      // the FIFO of torch's file timer ("" = off)
   std::string heartbeat_file;  // this worker's heartbeat file ("" = crun does not watch for hangs)
   std::string agent_id;
+  // torch's --virtual-local-rank: LOCAL_RANK=0 and this CUDA_VISIBLE_DEVICES (nullopt: off).
+  std::optional<std::string> visible_device;
 };
 
 using EnvironmentList = std::vector<std::pair<std::string, std::string>>;

@@ -1,6 +1,7 @@
 #include "launcher/command_line.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cctype>
 
 #include "launcher/option_values.h"
@@ -39,7 +40,17 @@ const std::vector<SettingSpec>& launch_settings() {
       {"signals_to_handle", "--signals-to-handle,--signals_to_handle",
        "signals forwarded to the workers (SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2 always are)",
        "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
-      {"stop_timeout", "--stop-timeout,--stop_timeout", "seconds between the stop signal and SIGKILL (default 30)", "30"},
+      {"stop_timeout", "--stop-timeout,--stop_timeout,--shutdown-timeout,--shutdown_timeout",
+       "seconds between the stop signal and SIGKILL (torch's --shutdown-timeout; the last given wins)", "30", false,
+       "PET_SHUTDOWN_TIMEOUT,TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"virtual_local_rank", "--virtual-local-rank,--virtual_local_rank",
+       "every worker's LOCAL_RANK is 0, its CUDA_VISIBLE_DEVICES its local rank's device", "0", true},
+      {"event_log_handler", "--event-log-handler,--event_log_handler", "null or console (events are not logged yet)", "null"},
+      {"duplicate_stdout_filters", "--duplicate-stdout-filters,--duplicate_stdout_filters",
+       "not implemented yet: only an empty list is accepted", ""},
+      {"duplicate_stderr_filters", "--duplicate-stderr-filters,--duplicate_stderr_filters",
+       "not implemented yet: only an empty list is accepted", ""},
+      {"numa_binding", "--numa-binding,--numa_binding", "node, socket, exclusive or core-complex: not implemented yet", ""},
       {"heartbeat_timeout", "--heartbeat-timeout,--heartbeat_timeout",
        "seconds a worker may go without a heartbeat before it counts as hung (0: off)", "0"},
       {"initial_heartbeat_timeout", "--initial-heartbeat-timeout,--initial_heartbeat_timeout",
@@ -64,6 +75,61 @@ std::string flag_name(const SettingSpec& spec) {
   return names.size() > 1 && names[0].rfind("--", 0) != 0 ? names[1] : names[0];
 }
 
+// What a spelling on the command line names: its setting (nullptr: one of crun's own on/off
+// flags) and whether it takes a value.
+struct Spelling {
+  const SettingSpec* spec;
+  bool takes_value;
+};
+
+std::map<std::string, Spelling> spellings() {
+  std::map<std::string, Spelling> out;
+  for (const auto& spec : launch_settings()) {
+    for (const auto& name : split(spec.flags, ',')) out[name] = {&spec, !spec.is_flag};
+  }
+  for (const char* name : {"-h", "--help", "--version", "--print-config", "--print_config", "--slurm-tasks", "--slurm_tasks"}) {
+    out[name] = {nullptr, false};
+  }
+  return out;
+}
+
+// The options before the program, read as argparse reads them, for CLI11 to parse: `--opt=`
+// becomes `--opt ""` (an empty value; CLI11 would take the next word), and the source each given
+// setting shows is the spelling written last, '_' as '-' ("--shutdown_timeout" ->
+// "--shutdown-timeout"; a short one shows its long name). The scan stops at the program, at "--"
+// and at anything it does not know (CLI11 then reports it).
+std::vector<std::string> argparse_words(const std::vector<std::string>& argv, std::map<std::string, std::string>& source) {
+  static const auto known = spellings();
+  std::vector<std::string> out(argv.begin(), argv.begin() + (argv.empty() ? 0 : 1));
+  std::size_t i = 1;
+  for (; i < argv.size(); ++i) {
+    const std::string& word = argv[i];
+    if (word.size() < 2 || word[0] != '-' || word == "--") break;
+    const bool long_form = word.rfind("--", 0) == 0;
+    const std::size_t eq = long_form ? word.find('=') : std::string::npos;
+    const std::string name = long_form ? word.substr(0, eq) : word.substr(0, 2);
+    const auto it = known.find(name);
+    if (it == known.end()) break;
+    const auto [spec, takes_value] = it->second;
+    const bool attached = !long_form && word.size() > 2;  // -r3
+    if (attached && !takes_value) break;                  // a cluster of short flags
+    if (spec != nullptr) {
+      std::string shown = long_form ? name : flag_name(*spec);
+      for (auto& c : shown) c = c == '_' ? '-' : c;
+      source[spec->key] = shown;
+    }
+    if (takes_value && eq != std::string::npos && eq + 1 == word.size()) {
+      out.push_back(name);
+      out.emplace_back();
+    } else {
+      out.push_back(word);
+      if (takes_value && eq == std::string::npos && !attached && i + 1 < argv.size()) out.push_back(argv[++i]);
+    }
+  }
+  out.insert(out.end(), argv.begin() + static_cast<std::ptrdiff_t>(std::min(i, argv.size())), argv.end());
+  return out;
+}
+
 }  // namespace
 
 CommandLine parse_command_line(const std::vector<std::string>& argv) {
@@ -86,8 +152,10 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   std::map<std::string, bool> on;
   std::map<std::string, CLI::Option*> opts;
   for (const auto& spec : launch_settings()) {
+    // A repeated option takes its last value, as argparse does.
     opts[spec.key] = spec.is_flag ? app.add_flag(spec.flags, on[spec.key], spec.help)
-                                  : app.add_option(spec.flags, text[spec.key], spec.help);
+                                  : app.add_option(spec.flags, text[spec.key], spec.help)
+                                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   CommandLine out;
   bool version = false;
@@ -98,8 +166,10 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
                "one Slurm task per worker (srun -n N crun --slurm-tasks prog): exec the program with "
                "its rank from SLURM_PROCID; no agent");
 
+  std::map<std::string, std::string> source;
+  const std::vector<std::string> words = argparse_words(argv, source);
   std::vector<const char*> args;
-  for (const auto& a : argv) args.push_back(a.c_str());
+  for (const auto& a : words) args.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp&) {
@@ -117,7 +187,9 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     return out;
   }
   for (const auto& spec : launch_settings()) {
-    if (opts[spec.key]->count() > 0) out.given[spec.key] = {spec.is_flag ? "1" : text[spec.key], flag_name(spec)};
+    if (opts[spec.key]->count() == 0) continue;
+    const auto shown = source.find(spec.key);
+    out.given[spec.key] = {spec.is_flag ? "1" : text[spec.key], shown != source.end() ? shown->second : flag_name(spec)};
   }
 
   out.program = app.remaining();

@@ -10,6 +10,8 @@
 //     program is the program's). --help / --version set `exit_now` with the text to print. An
 //     unknown flag, a bad flag syntax, a missing program throw LaunchUsageError (one line).
 //     Values are not checked here.
+//   - argparse's habits: a repeated option takes its last value; `--opt=` is an empty value and
+//     never takes the next word. A setting's source is the spelling written (last), '_' as '-'.
 //
 // Threading
 //   Pure functions.
@@ -30,6 +32,7 @@ struct SettingSpec {
   const char* help;
   const char* fallback;
   bool is_flag = false;
+  const char* more_vars = "";  // variables read after PET_<KEY>, in order ("A,B")
 };
 
 const std::vector<SettingSpec>& launch_settings();

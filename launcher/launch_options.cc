@@ -27,6 +27,8 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.console = plan.console.value;
   c.log_dir = plan.log_dir.value;
   c.hostname = plan.hostname;
+  c.visible_devices = plan.visible_devices.value;
+  c.log_line_prefix_template = plan.log_line_prefix_template;
   c.file_timer = plan.file_timer.value;
   c.heartbeat_timeout = plan.heartbeat_timeout.value;
   c.initial_heartbeat_timeout = plan.initial_heartbeat_timeout.value;

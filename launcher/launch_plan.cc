@@ -7,6 +7,7 @@
 #include "launcher/option_values.h"
 #include "launcher/setting_sources.h"
 #include "launcher/slurm_tasks.h"
+#include "launcher/torch2_settings.h"
 #include "launcher/worker_settings.h"
 
 namespace crun {
@@ -103,6 +104,13 @@ void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vect
   if (rf.backend == RendezvousBackend::kEtcdV3 && s.from_job.count("rdzv_endpoint")) {
     usage("--rdzv-endpoint: etcd-v3 needs the etcd members' HOST:PORT list (" + endpoint.source + " names no etcd)");
   }
+  parse_setting(s.at("rdzv_id"), [](const std::string& t) {
+    if (trim(t).empty()) usage("--rdzv-id: must not be empty");
+    return 0;
+  });
+  if (s.at("master_addr").source == "--master-addr" && trim(s.at("master_addr").value).empty()) {
+    usage("--master-addr: must not be empty");
+  }
   rf.run_id = s.at("rdzv_id").value;
   rf.conf = conf;
   // A node rank from Slurm or the platform describes their multi-node job; when flags or PET_*
@@ -153,11 +161,13 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   plan.note = job.note;
 
   if (cl.slurm_tasks) {
-    for (const char* key : {"nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "standalone", "max_restarts", "node_rank"}) {
+    for (const char* key : {"nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "standalone", "max_restarts", "node_rank",
+                            "virtual_local_rank"}) {
       if (s.given(key)) usage("--slurm-tasks: " + s.at(key).source + " does not apply (srun starts every worker; there is no agent)");
     }
   }
   plan_workers(s, host, plan);
+  plan_torch2_settings(s, env, plan);
   plan_watchdogs(s, env, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);

@@ -2,16 +2,18 @@
 //
 // Contract
 //   - Pure: reads nothing but its arguments (the real ones come from launcher/launch_inputs.h),
-//     except the program's lookup in PATH (agent/worker_process.h resolve_executable) and a fresh
-//     random run id for a standalone job without --rdzv-id.
+//     except the program's lookup in PATH (agent/worker_process.h resolve_executable), --log-dir's
+//     stat (launcher/worker_settings.h) and a fresh random run id for a standalone job without
+//     --rdzv-id.
 //   - Accepts every torchrun flag in both spellings (launcher/command_line.h). Each setting comes
 //     from its flag, else PET_<NAME>, else the Slurm or platform environment
 //     (launcher/job_environment.h), else torchrun's default (launcher/setting_sources.h); every
 //     typed setting carries its value and that source.
 //   - Validates each group of settings once (rendezvous here and in launcher/multi_node_options.h,
-//     workers and the program in launcher/worker_settings.h) before anything starts: a bad value,
-//     an unknown flag, a missing program or interpreter raise LaunchUsageError whose message is
-//     one line naming the flag or variable.
+//     workers and the program in launcher/worker_settings.h, torchrun 2.x's worker settings in
+//     launcher/torch2_settings.h) before anything starts: a bad value, an unknown flag, a missing
+//     program or interpreter raise LaunchUsageError whose message is one line naming the flag or
+//     variable.
 //   - Decides single vs multi-node and who hosts the store (multi_node); --slurm-tasks instead
 //     builds the task's worker environment (launcher/slurm_tasks.h).
 //   - --help / --version: only `exit_now` is set.
@@ -71,6 +73,9 @@ struct LaunchPlan {
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: as written (the interpreter's path for Python)
   std::string worker_program;                          // the path execve runs
+  // --virtual-local-rank: each local rank's CUDA_VISIBLE_DEVICES (LOCAL_RANK=0); empty: off.
+  Sourced<std::vector<std::string>> visible_devices;
+  std::string log_line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("": torch's default)
   std::string hostname;
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 
 #include "launcher/option_values.h"
 
@@ -16,6 +17,15 @@ std::string flag_text(const std::string& name, const std::string& text) {
   throw LaunchUsageError(name + ": expected true or false, got '" + text + "'");
 }
 
+// The first of spec.more_vars that `env` sets: its text and its name.
+std::optional<Sourced<std::string>> more_var(const SettingSpec& spec, const EnvSnapshot& env) {
+  for (const auto& name : split(spec.more_vars, ',')) {
+    if (name.empty()) continue;
+    if (auto text = env.get(name)) return Sourced<std::string>{spec.is_flag ? flag_text(name, *text) : *text, name};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 SettingTexts apply_precedence(const CommandLine& cl, const EnvSnapshot& env, JobEnvironment& job) {
@@ -28,6 +38,8 @@ SettingTexts apply_precedence(const CommandLine& cl, const EnvSnapshot& env, Job
       v = it->second;
     } else if (auto text = env.get(pet)) {
       v = {spec.is_flag ? flag_text(pet, *text) : *text, pet};
+    } else if (auto var = more_var(spec, env)) {
+      v = *var;
     } else if (auto it = job.defaults.find(key); use_job && it != job.defaults.end()) {
       v = it->second;
       out.from_job.insert(key);

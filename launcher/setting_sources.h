@@ -3,7 +3,9 @@
 //
 // Contract
 //   - For every setting of launch_settings(): the flag when given, else PET_<KEY> from `env`, else
-//     the value the Slurm or platform environment (`job`) gives, else the setting's default text.
+//     the first of its more_vars that `env` sets (stop_timeout: PET_SHUTDOWN_TIMEOUT, then
+//     TORCH_ELASTIC_SHUTDOWN_TIMEOUT), else the value the Slurm or platform environment (`job`)
+//     gives, else the setting's default text.
 //     An on/off flag's PET_* variable is read by parse_bool ("" = off; anything else unreadable
 //     throws LaunchUsageError naming the variable) and becomes "1" or "0".
 //   - --standalone (from any source) describes the job's shape itself: the job environment's

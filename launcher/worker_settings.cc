@@ -87,6 +87,19 @@ bool is_regular_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// --log-dir: a directory, or a path crun can make one at; its nearest existing part must be a
+// directory ("" = none given).
+std::string check_log_dir(const std::string& path) {
+  std::string part = path;
+  struct stat st;
+  while (!part.empty() && ::stat(part.c_str(), &st) != 0) {
+    const auto slash = part.find_last_of('/');
+    part = slash == std::string::npos ? "" : part.substr(0, slash);
+  }
+  if (!part.empty() && !S_ISDIR(st.st_mode)) usage("--log-dir: " + part + " is not a directory");
+  return path;
+}
+
 }  // namespace
 
 void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan) {
@@ -101,8 +114,11 @@ void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan
   if (start_method != "spawn" && start_method != "fork" && start_method != "forkserver") {
     usage("--start-method: expected spawn, fork or forkserver, got '" + start_method + "'");
   }
-  const double stop_timeout = number_setting(s, "stop_timeout", "--stop-timeout");
-  if (!(stop_timeout >= 0) || stop_timeout > 1e6) usage("--stop-timeout: expected seconds >= 0");
+  // --stop-timeout and torch's --shutdown-timeout are one setting: an error names the one given.
+  const auto& stop_source = s.at("stop_timeout").source;
+  const std::string stop_flag = stop_source.rfind("--", 0) == 0 ? stop_source : "--stop-timeout";
+  const double stop_timeout = number_setting(s, "stop_timeout", stop_flag);
+  if (!(stop_timeout >= 0) || stop_timeout > 1e6) usage(stop_flag + ": expected seconds >= 0");
   plan.stop_timeout = {std::chrono::milliseconds(static_cast<long long>(stop_timeout * 1000.0)), s.at("stop_timeout").source};
   plan.role = s.at("role");
   if (plan.role.value.empty()) usage("--role: must not be empty");
@@ -114,7 +130,7 @@ void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan
   plan.tee = per_rank("tee", [n](const std::string& t) { return parse_std("--tee", t, n); });
   plan.console = per_rank("local_ranks_filter", [n](const std::string& t) { return parse_console(t, n); });
   plan.handled_signals = per_rank("signals_to_handle", parse_signals);
-  plan.log_dir = s.at("log_dir");
+  plan.log_dir = per_rank("log_dir", check_log_dir);
   plan.hostname = host.hostname;
 }
 

@@ -7,7 +7,8 @@
 //     [1, 65536], cpu (host.cpus), gpu (host.gpus, an error without one) or auto (GPUs, else CPUs).
 //     redirects/tee: torchrun's Std, "0".."3" for every local rank or "LOCAL_RANK:0-3,...". The
 //     handled signals are always SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2 (Slurm's preemption
-//     notices), plus --signals-to-handle's (never SIGKILL, SIGSTOP, SIGCHLD). A bad value throws
+//     notices), plus --signals-to-handle's (never SIGKILL, SIGSTOP, SIGCHLD). log_dir: "" or a
+//     path whose nearest existing part is a directory (stat'd here). A bad value throws
 //     LaunchUsageError naming the flag.
 //   - plan_watchdogs: heartbeat_timeout and initial_heartbeat_timeout, seconds >= 0 (0: off);
 //     max_no_progress_restarts >= 0;
@@ -18,7 +19,7 @@
 //     interpreter are looked up in PATH (resolve_executable); not found throws LaunchUsageError.
 //
 // Threading
-//   Pure functions of their arguments, but for the PATH lookup.
+//   Pure functions of their arguments, but for the PATH lookup and --log-dir's stat.
 #pragma once
 
 #include <string>

@@ -124,6 +124,27 @@ TEST_CASE("PET_* defaults, underscore spelling, user's OMP_NUM_THREADS kept", "[
   CHECK(env.at(2).at("WORLD_SIZE") == "3");
 }
 
+TEST_CASE("--virtual-local-rank: LOCAL_RANK 0, each worker its own entry of CUDA_VISIBLE_DEVICES", "[e2e][env]") {
+  ChildProcess plain(crun_cmd({"--nproc-per-node", "2"}, {"--print-env"}), {"CUDA_VISIBLE_DEVICES=3,5"});
+  REQUIRE(plain.wait_exit() == 0);
+  auto env = parse_env(plain.out());
+  REQUIRE(env.size() == 2);
+  CHECK(env.at(1).at("LOCAL_RANK") == "1");
+  CHECK(env.at(1).at("CUDA_VISIBLE_DEVICES") == "3,5");
+  ChildProcess virt(crun_cmd({"--nproc-per-node", "2", "--virtual-local-rank"}, {"--print-env"}), {"CUDA_VISIBLE_DEVICES=3,5"});
+  REQUIRE(virt.wait_exit() == 0);
+  env = parse_env(virt.out());
+  REQUIRE(env.size() == 2);
+  for (int r = 0; r < 2; ++r) CHECK(env.at(r).at("LOCAL_RANK") == "0");
+  CHECK(env.at(0).at("CUDA_VISIBLE_DEVICES") == "3");
+  CHECK(env.at(1).at("CUDA_VISIBLE_DEVICES") == "5");
+  ChildProcess short_list(crun_cmd({"--nproc-per-node", "3", "--virtual-local-rank"}, {"--print-env"}),
+                          {"CUDA_VISIBLE_DEVICES=3,5"});
+  REQUIRE(short_list.wait_exit() == 2);
+  CHECK(short_list.err() == "crun: error: --virtual-local-rank: local rank 2 has no device in CUDA_VISIBLE_DEVICES=3,5\n");
+  CHECK(short_list.out().empty());
+}
+
 TEST_CASE("restart counting: failures restart the group until it succeeds", "[e2e][restart]") {
   TempDir tmp;
   const auto stamp = (tmp.path / "stamps").string();
@@ -247,7 +268,8 @@ TEST_CASE("SIGTERM and --signals-to-handle are forwarded; crun exits 128+signal"
 }
 
 TEST_CASE("a SIGTERM-ignoring worker is SIGKILLed after the grace period", "[e2e][signals]") {
-  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--stop-timeout", "0.5"}, {"--ignore-term", "--hang"}));
+  // torch's --shutdown-timeout names the same grace period; given after --stop-timeout, it wins.
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--stop-timeout", "30", "--shutdown-timeout", "0.5"}, {"--ignore-term", "--hang"}));
   REQUIRE(p.wait_for_stdout("ready rank=", 2));
   const auto pids = ready_pids(p.out());
   REQUIRE(pids.size() == 2);
@@ -256,6 +278,7 @@ TEST_CASE("a SIGTERM-ignoring worker is SIGKILLed after the grace period", "[e2e
   REQUIRE(p.wait_exit() == 128 + SIGTERM);
   const auto took = std::chrono::steady_clock::now() - t0;
   CHECK(took >= std::chrono::milliseconds(450));
+  CHECK(took < std::chrono::seconds(10));
   CHECK(p.err().find("sending SIGKILL") != std::string::npos);
   for (int pid : pids) CHECK(wait_pid_gone(pid, 1s));
 }
@@ -310,6 +333,14 @@ TEST_CASE("4 workers x 10,000 lines arrive whole and prefixed", "[e2e][output]")
   }
 }
 
+TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE shapes the teed lines' prefix", "[e2e][output]") {
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--tee", "1", "--role", "trainer"}, {"--lines", "3"}),
+                 {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=<${rank}/${local_rank} ${role_name} ${pid}> "});
+  REQUIRE(p.wait_exit() == 0);
+  CHECK(count(p.out(), "<0/0 trainer ${pid}> line r=0 i=") == 3);
+  CHECK(count(p.out(), "<1/1 trainer ${pid}> line r=1 i=") == 3);
+}
+
 TEST_CASE("--redirects and --local-ranks-filter", "[e2e][output]") {
   TempDir logs;
   ChildProcess p(crun_cmd({"--nproc-per-node", "3", "--redirects", "0:1", "--local-ranks-filter", "0,2",
@@ -344,8 +375,16 @@ TEST_CASE("two concurrent standalone jobs do not collide", "[e2e][standalone]") 
 TEST_CASE("bad flags: one line naming the flag, exit 2, nothing started", "[e2e][cli]") {
   TempDir tmp;
   const auto stamp = (tmp.path / "started").string();
+  const auto a_file = (tmp.path / "a-file").string();
+  std::ofstream(a_file) << "not a directory\n";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--nproc-per-node", "zero"}, "--nproc-per-node"},
+      {{"--log-dir", a_file}, "--log-dir: " + a_file + " is not a directory"},
+      {{"--log-dir", a_file + "/sub"}, "--log-dir: " + a_file + " is not a directory"},
+      {{"--rdzv-id=", "--standalone"}, "--rdzv-id: must not be empty"},
+      {{"--numa-binding", "node"}, "--numa-binding: crun does not implement NUMA binding yet"},
+      {{"--event-log-handler", "scuba"}, "--event-log-handler"},
+      {{"--duplicate-stdout-filters", "loss"}, "--duplicate-stdout-filters"},
       {{"--nproc_per_node", "0"}, "--nproc-per-node"},
       {{"--max-restarts", "-1"}, "--max-restarts"},
       {{"--max-restarts", "x"}, "--max-restarts"},

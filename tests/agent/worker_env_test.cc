@@ -90,3 +90,19 @@ TEST_CASE("worker environment: the watchdogs' files only when the agent serves t
   CHECK(on["TORCHELASTIC_TIMER_FILE"] == "/run/crun/file_timer");
   CHECK(on["CRUN_HEARTBEAT_FILE"] == "/run/crun/attempt_0/0/heartbeat");
 }
+
+TEST_CASE("worker environment: --virtual-local-rank gives LOCAL_RANK 0 and the worker's own device", "[worker_env]") {
+  RoundInfo round;
+  round.world_size = 2;
+  WorkerIdentity who;
+  who.local_rank = 1;
+  who.local_world_size = 2;
+  auto env = as_map(worker_environment({"CUDA_VISIBLE_DEVICES=4,6"}, round, who));
+  REQUIRE(env["LOCAL_RANK"] == "1");
+  REQUIRE(env["CUDA_VISIBLE_DEVICES"] == "4,6");
+  who.visible_device = "6";
+  env = as_map(worker_environment({"CUDA_VISIBLE_DEVICES=4,6"}, round, who));
+  REQUIRE(env["LOCAL_RANK"] == "0");
+  REQUIRE(env["RANK"] == "1");
+  REQUIRE(env["CUDA_VISIBLE_DEVICES"] == "6");
+}

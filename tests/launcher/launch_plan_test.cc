@@ -658,3 +658,109 @@ TEST_CASE("etcd-v3: every member, TLS files, key prefix and lease TTL; c10d's ho
   CHECK(pet.agent.multi_node->backend == MultiNodeConfig::Backend::kEtcdV3);
   CHECK(pet.agent.multi_node->etcd.first_endpoint == 0);
 }
+
+TEST_CASE("argparse habits: a repeated option takes its last value; --opt= is an empty value", "[launch_plan]") {
+  REQUIRE(parse({"--nproc-per-node", "3", "--nproc-per-node", "2", "/bin/true"}).agent.nproc_per_node == 2);
+  REQUIRE(parse({"--nproc_per_node=3", "--nproc-per-node", "4", "/bin/true"}).agent.nproc_per_node == 4);
+  const auto twice = plan({"--role", "a", "--role=b", "-r", "1", "-r2", "--standalone", "--standalone", "/bin/true"});
+  REQUIRE(twice.role.value == "b");
+  REQUIRE(twice.redirects.value == std::vector<unsigned>{2});
+  REQUIRE(twice.standalone.value);
+  REQUIRE(source_of(twice, "redirects") == "--redirects");
+
+  // `--opt=` never takes the next word: --no-python stays a flag, and an empty run id is refused.
+  const std::string e = usage_error({"--rdzv-id=", "--no-python", "true"});
+  CHECK(e == "--rdzv-id: must not be empty");
+  CHECK(usage_error({"--master-addr=", "--no-python", "true"}) == "--master-addr: must not be empty");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_RDZV_ID", " "}}}) == "--rdzv-id: must not be empty (from PET_RDZV_ID)");
+  const auto empty_dir = plan({"--log-dir=", "--no-python", "true"});
+  REQUIRE(empty_dir.log_dir.value.empty());
+  REQUIRE(empty_dir.log_dir.source == "--log-dir");
+  REQUIRE(empty_dir.worker_argv.source == "--no-python");
+  // Empty where a value is required: the usual one-line error naming the flag.
+  for (const char* flag : {"--nproc-per-node=", "--nnodes=", "--max-restarts=", "--role=", "--rdzv-backend=", "--stop-timeout="}) {
+    const std::string err = usage_error({flag, "--no-python", "true"});
+    INFO(flag << ": " << err);
+    CHECK_THAT(err, Catch::StartsWith(std::string(flag).substr(0, std::string(flag).size() - 1)));
+    CHECK(err.find('\n') == std::string::npos);
+  }
+  // After the program, words are the program's, `--x=` included.
+  REQUIRE(plan({"/bin/echo", "--rdzv-id=", "x"}).worker_argv.value == std::vector<std::string>{"/bin/echo", "--rdzv-id=", "x"});
+}
+
+TEST_CASE("--log-dir: an existing file, or a path under one, is bad usage; a new directory is fine", "[launch_plan]") {
+  char file[] = "/tmp/crun-log-dir-test-XXXXXX";
+  const int fd = ::mkstemp(file);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  const std::string f = file;
+  CHECK(usage_error({"--log-dir", f, "/bin/true"}) == "--log-dir: " + f + " is not a directory");
+  CHECK(usage_error({"--log-dir", f + "/a/b", "/bin/true"}) == "--log-dir: " + f + " is not a directory");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_LOG_DIR", f}}}) == "--log-dir: " + f + " is not a directory (from PET_LOG_DIR)");
+  ::unlink(file);
+  CHECK(plan({"--log-dir", f + "/a/b", "/bin/true"}).log_dir.value == f + "/a/b");  // made at launch
+  CHECK(plan({"--log-dir", "/tmp", "/bin/true"}).log_dir.value == "/tmp");
+  CHECK(plan({"--log-dir", "relative-logs", "/bin/true"}).log_dir.value == "relative-logs");
+}
+
+TEST_CASE("--shutdown-timeout is --stop-timeout: the last given wins, then PET_*, then TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "[launch_plan]") {
+  using std::chrono::milliseconds;
+  REQUIRE(plan({"/bin/true"}).stop_timeout.value == milliseconds(30000));
+  auto p = plan({"--shutdown-timeout", "7", "/bin/true"});
+  REQUIRE(p.stop_timeout.value == milliseconds(7000));
+  REQUIRE(p.stop_timeout.source == "--shutdown-timeout");
+  p = plan({"--stop-timeout", "5", "--shutdown_timeout", "7", "/bin/true"});
+  REQUIRE(p.stop_timeout.value == milliseconds(7000));
+  REQUIRE(p.stop_timeout.source == "--shutdown-timeout");
+  p = plan({"--shutdown-timeout", "7", "--stop-timeout=5", "/bin/true"});
+  REQUIRE(p.stop_timeout.value == milliseconds(5000));
+  REQUIRE(p.stop_timeout.source == "--stop-timeout");
+
+  const EnvSnapshot torch_env{{{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}}};
+  p = plan({"/bin/true"}, torch_env);
+  REQUIRE(p.stop_timeout.value == milliseconds(9000));
+  REQUIRE(p.stop_timeout.source == "TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  REQUIRE(plan({"/bin/true"}, with(torch_env, "PET_SHUTDOWN_TIMEOUT", "8")).stop_timeout.source == "PET_SHUTDOWN_TIMEOUT");
+  REQUIRE(plan({"/bin/true"}, with(with(torch_env, "PET_SHUTDOWN_TIMEOUT", "8"), "PET_STOP_TIMEOUT", "6")).stop_timeout.value ==
+          milliseconds(6000));
+  REQUIRE(plan({"--shutdown-timeout", "2", "/bin/true"}, with(torch_env, "PET_STOP_TIMEOUT", "6")).stop_timeout.value ==
+          milliseconds(2000));
+
+  CHECK(usage_error({"--shutdown-timeout", "-1", "/bin/true"}) == "--shutdown-timeout: expected seconds >= 0");
+  CHECK(usage_error({"/bin/true"}, with(torch_env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "soon")) ==
+        "--stop-timeout: expected a number, got 'soon' (from TORCH_ELASTIC_SHUTDOWN_TIMEOUT)");
+}
+
+TEST_CASE("--virtual-local-rank: each worker's CUDA_VISIBLE_DEVICES as torch's agent maps it", "[launch_plan]") {
+  REQUIRE(parse({"--nproc-per-node", "2", "/bin/true"}).agent.visible_devices.empty());
+  REQUIRE(parse({"--nproc-per-node", "3", "--virtual-local-rank", "/bin/true"}).agent.visible_devices ==
+          std::vector<std::string>{"0", "1", "2"});
+  const EnvSnapshot cvd{{{"CUDA_VISIBLE_DEVICES", "4, 6,7"}}};
+  REQUIRE(parse({"--nproc-per-node", "2", "--virtual_local_rank", "/bin/true"}, cvd).agent.visible_devices ==
+          std::vector<std::string>{"4", "6"});
+  REQUIRE(parse({"--nproc-per-node", "2", "/bin/true"}, with(cvd, "PET_VIRTUAL_LOCAL_RANK", "true")).agent.visible_devices ==
+          std::vector<std::string>{"4", "6"});
+  CHECK(usage_error({"--nproc-per-node", "4", "--virtual-local-rank", "/bin/true"}, cvd) ==
+        "--virtual-local-rank: local rank 3 has no device in CUDA_VISIBLE_DEVICES=4, 6,7");
+  // Set but empty hides every device: local rank 0 gets none, local rank 1 cannot start.
+  REQUIRE(parse({"--virtual-local-rank", "/bin/true"}, EnvSnapshot{{{"CUDA_VISIBLE_DEVICES", ""}}}).agent.visible_devices ==
+          std::vector<std::string>{""});
+  CHECK_THAT(usage_error({"--nproc-per-node", "2", "--virtual-local-rank", "/bin/true"}, EnvSnapshot{{{"CUDA_VISIBLE_DEVICES", ""}}}),
+             Catch::StartsWith("--virtual-local-rank: local rank 1"));
+}
+
+TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ignored", "[launch_plan]") {
+  REQUIRE(source_of(plan({"--event-log-handler", "console", "/bin/true"}), "event_log_handler") == "--event-log-handler");
+  REQUIRE(source_of(plan({"--event_log_handler=null", "/bin/true"}), "event_log_handler") == "--event-log-handler");
+  CHECK(usage_error({"--event-log-handler", "scuba", "/bin/true"}) == "--event-log-handler: expected null or console, got 'scuba'");
+  REQUIRE(plan({"--duplicate-stdout-filters=", "--duplicate_stderr_filters", "", "/bin/true"}).settings.size() > 0);
+  CHECK(usage_error({"--duplicate-stdout-filters", "apple,orange", "/bin/true"}) ==
+        "--duplicate-stdout-filters: crun does not implement duplicating filtered lines yet");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_DUPLICATE_STDERR_FILTERS", "x"}}}) ==
+        "--duplicate-stderr-filters: crun does not implement duplicating filtered lines yet (from PET_DUPLICATE_STDERR_FILTERS)");
+  for (const char* mode : {"node", "socket", "exclusive", "core-complex"}) {
+    CHECK(usage_error({"--numa-binding", mode, "/bin/true"}) == "--numa-binding: crun does not implement NUMA binding yet");
+  }
+  CHECK(usage_error({"--numa_binding", "die", "/bin/true"}) ==
+        "--numa-binding: expected node, socket, exclusive or core-complex, got 'die'");
+}

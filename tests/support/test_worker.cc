@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
                           "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
                           "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
                           "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                          "NCCL_ASYNC_ERROR_HANDLING"};
+                          "NCCL_ASYNC_ERROR_HANDLING", "CUDA_VISIBLE_DEVICES"};
     for (const char* k : keys) {
       const char* v = std::getenv(k);
       std::printf("ENV rank=%d %s=%s\n", g_rank, k, v ? v : "<unset>");

@@ -1,0 +1,28 @@
+// torchrun 2.x's worker settings beyond 1.13's: --virtual-local-rank, --event-log-handler,
+// --duplicate-stdout-filters / --duplicate-stderr-filters and --numa-binding.
+//
+// Contract
+//   - plan_torch2_settings reads their texts (after plan_workers: it needs nproc_per_node).
+//     --virtual-local-rank, as torch's LocalElasticAgent: each local rank's CUDA_VISIBLE_DEVICES
+//     is its entry in `env`'s CUDA_VISIBLE_DEVICES (comma-separated, blanks dropped; set but
+//     empty is one empty entry), else its local rank's number; a local rank without an entry
+//     throws LaunchUsageError. The workers then see LOCAL_RANK=0 (agent/worker_env.h).
+//   - TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE from `env`, as torch reads it (agent/log_line_prefix.h).
+//   - --event-log-handler: null or console (torch's built-in handlers); crun logs no events yet.
+//   - What crun does not implement yet is refused, never ignored: a non-empty
+//     --duplicate-std{out,err}-filters, and --numa-binding (checked first against torch's choices
+//     node, socket, exclusive, core-complex). Every error is one line naming the flag.
+//
+// Threading
+//   Pure function.
+#pragma once
+
+#include "launcher/launch_inputs.h"
+#include "launcher/launch_plan.h"
+#include "launcher/setting_sources.h"
+
+namespace crun {
+
+void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan);
+
+}  // namespace crun
