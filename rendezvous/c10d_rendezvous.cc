@@ -50,25 +50,9 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (config.multi.endpoint.port == 0) config.multi.endpoint.port = server->port();  // a free port (one node)
       coordinator = std::make_unique<RendezvousCoordinator>(
           StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
-          [](const std::string& line) { say(line); }, make_record(),
+          [](const std::string& line) { say(line); }, this_node_record(config),
           [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); });
     }
-  }
-
-  // This node's identity and the configuration every node must share.
-  NodeRecord make_record() const {
-    NodeRecord self;
-    self.hostname = config.hostname;
-    self.node_id = make_node_id(config.hostname);
-    self.addr = config.multi.local_addr;
-    self.rank_hint = config.multi.rank_hint;
-    self.nproc = config.nproc_per_node;
-    self.role = config.role;
-    self.max_restarts = config.max_restarts;
-    self.min_nodes = config.multi.rendezvous.min_nodes;
-    self.max_nodes = config.multi.rendezvous.max_nodes;
-    self.program = config.multi.program;
-    return self;
   }
 
   // Posts `f` to the agent's loop unless the rendezvous was shut down.
@@ -127,7 +111,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void connect() {
-    NodeRecord self = make_record();
+    NodeRecord self = this_node_record(config);
     ParticipantEvents ev;
     std::weak_ptr<Impl> weak = weak_from_this();
     ev.on_control = [weak](const ControlEvent& e) {

@@ -48,18 +48,11 @@ int exit_code_for(const EtcdStatus& st) {
 
 struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   Impl(RendezvousNodeConfig c, PostToLoop p, RendezvousListener l)
-      : config(std::move(c)), post_to_loop(std::move(p)), listener(std::move(l)), keys(config.multi.etcd.key_prefix, config.multi.rendezvous.run_id) {
-    self.hostname = config.hostname;
-    self.node_id = make_node_id(config.hostname);
-    self.addr = config.multi.local_addr;
-    self.rank_hint = config.multi.rank_hint;
-    self.nproc = config.nproc_per_node;
-    self.role = config.role;
-    self.max_restarts = config.max_restarts;
-    self.min_nodes = config.multi.rendezvous.min_nodes;
-    self.max_nodes = config.multi.rendezvous.max_nodes;
-    self.program = config.multi.program;
-  }
+      : config(std::move(c)),
+        post_to_loop(std::move(p)),
+        listener(std::move(l)),
+        keys(config.multi.etcd.key_prefix, config.multi.rendezvous.run_id),
+        self(this_node_record(config)) {}
 
   // Posts `f` to the agent's loop unless the rendezvous was shut down.
   template <typename F>
@@ -83,7 +76,6 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     client->grant(ttl, [this](const EtcdStatus& st, EtcdLease l) {
       if (!st.ok()) return lose(st);
       lease = l.id;
-      lease_renewed = Clock::now();
       keep_alive_later();
       // The watches first, from now (a watch from a past revision waits for etcd's catch-up
       // loop, up to 100 ms), then the read: what changes in between comes twice, and the
@@ -195,7 +187,6 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
                        "this node's etcd lease expired, so etcd dropped its keys (cut off from etcd for longer than "
                        "its lease_ttl?)"});
         }
-        lease_renewed = Clock::now();
         keep_alive_later();
       });
     });
@@ -343,7 +334,6 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   asio::steady_timer decide_timer{io};
   asio::steady_timer stop_timer{io};
   std::int64_t lease = 0;
-  Clock::time_point lease_renewed{};
   std::optional<EtcdStatus> start_error;
   int created_watches = 0;
   bool loaded = false;                    // the core has read the run's state

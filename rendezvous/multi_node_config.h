@@ -4,6 +4,7 @@
 //
 // Contract
 //   Plain values; MultiNodeConfig::backend says which of the backend-specific parts applies.
+//   this_node_record() builds the node's record from them (one place for both backends).
 //
 // Threading
 //   Value types.
@@ -58,5 +59,9 @@ struct RendezvousNodeConfig {
   int max_restarts = 0;
   std::optional<std::uint16_t> master_port;  // nullopt: a free port picked before each join
 };
+
+// This node's record for either backend: a fresh node id, its address (if given) and the
+// configuration every node must share. Its free port is set per join.
+NodeRecord this_node_record(const RendezvousNodeConfig& config);
 
 }  // namespace crun
