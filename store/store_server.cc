@@ -96,7 +96,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     closed_ = true;
     if (fault) {
       ++server_.stats.connections_dropped;
-      server_.log("dropped", "dropped connection from " + peer_ + ": " + reason);
+      const std::string protocol = session_.protocol();
+      server_.log("dropped", "dropped connection from " + peer_ + (protocol.empty() || protocol == "crun" ? "" : " (" + protocol + ")") +
+                                 ": " + reason);
     } else if (server_.opt.log_closes) {
       server_.log("closed", "connection from " + peer_ + " closed: " + reason);
     }
@@ -197,7 +199,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     io_timer_.expires_after(after);
     io_timer_.async_wait([self = shared_from_this(), what, after](boost::system::error_code ec) {
       if (ec || !self->io_timer_armed_ || self->closed_) return;
-      self->close(std::string(what) + " within " + std::to_string(after.count()) + " ms", true);
+      // A connection that never sent a byte is idle, not faulty: torch 1.x opens a second,
+      // silent connection per TCPStore (for watch_key) and carries on without it.
+      const bool silent = !self->session_.handshaken() && self->session_.buffered() == 0;
+      self->close(std::string(silent ? "no byte" : what) + " within " + std::to_string(after.count()) + " ms", !silent);
     });
   }
 

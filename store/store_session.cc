@@ -6,6 +6,7 @@
 #include "store/store.h"
 #include "store/store_keyspace.h"
 #include "store/store_operations.h"
+#include "store/tcpstore_dialect.h"
 
 namespace crun {
 
@@ -94,10 +95,21 @@ void StoreSession::received(std::size_t n, Clock::time_point now) {
 }
 
 void StoreSession::decode() {
+  if (!handshaken_ && !pick_protocol()) return;
+  std::size_t pos = torch_ ? decode_torch() : decode_crun();
+  if (ended()) return;
+  if (pos != 0) {
+    std::memmove(in_.data(), in_.data() + pos, used_ - pos);
+    used_ -= pos;
+  }
+}
+
+// The bytes used: the preamble (once) and every complete frame.
+std::size_t StoreSession::decode_crun() {
   std::size_t pos = 0;
   if (!handshaken_) {
     pos = decode_handshake();
-    if (pos == 0) return;
+    if (pos == 0) return 0;
   }
   while (!ended() && used_ - pos >= wire::kFrameHeaderSize) {
     std::uint32_t len = wire::decode_frame_length(in_.data() + pos, kMaxFrameSize);
@@ -105,12 +117,47 @@ void StoreSession::decode() {
     handle_frame(std::string_view(in_.data() + pos + wire::kFrameHeaderSize, len));
     pos += wire::kFrameHeaderSize + len;
   }
-  if (ended()) return;
-  if (pos != 0) {
-    std::memmove(in_.data(), in_.data() + pos, used_ - pos);
-    used_ -= pos;
-  }
+  return pos;
 }
+
+// The bytes of every complete TCPStore request; its waits completed meanwhile by this
+// connection's own requests are answered by the dialect, not through output_ready.
+std::size_t StoreSession::decode_torch() {
+  in_request_ = true;
+  struct Done {
+    StoreSession& s;
+    ~Done() {
+      s.in_request_ = false;
+      s.check_outbound();
+    }
+  } done{*this};
+  return torch_->decode(std::string_view(in_.data(), used_));
+}
+
+// The first byte: crun's magic stays here; a TCPStore query code goes to the torch dialect
+// (handshaken from then on: it has no preamble). False when nothing can be decoded yet.
+bool StoreSession::pick_protocol() {
+  if (used_ == 0) return false;
+  auto first = static_cast<unsigned char>(in_[0]);
+  if (first == (wire::kMagic & 0xFFu)) return true;
+  if (!TcpStoreDialect::is_torch_first_byte(first)) {
+    throw wire::ProtocolError("bad magic (neither a crun store client nor a torch TCPStore client)");
+  }
+  if (!limits_.token.empty()) {
+    end("torch TCPStore client refused: this store requires a token", true);
+    return false;
+  }
+  torch_ = std::make_unique<TcpStoreDialect>(keys_, limits_.max_pending, out_, [this] { queued_from_outside(); });
+  handshaken_ = true;
+  return true;
+}
+
+std::string StoreSession::protocol() const {
+  if (torch_) return torch_->version_name();
+  return handshaken_ ? "crun" : "";
+}
+
+std::size_t StoreSession::parked() const { return parked_.size() + (torch_ ? torch_->parked() : 0); }
 
 // The preamble's size once a valid handshake was answered with OK, else 0; throws for a peer
 // that is not a crun client.
@@ -420,6 +467,7 @@ void StoreSession::set_in_flight(std::size_t bytes) {
 void StoreSession::detach() {
   if (detached_) return;
   detached_ = true;
+  if (torch_) torch_->detach();
   for (auto& [raw, p] : parked_) {
     p->session = nullptr;
     p->done = true;

@@ -1,6 +1,10 @@
 // StoreSession: crun's store protocol for one client connection, as bytes in and bytes out.
 //
 // Contract
+//   - The first byte picks the protocol: crun's magic, or a TCPStore query code (torch's
+//     TCPStore clients: the session hands every byte to a TcpStoreDialect, tcpstore_dialect.h).
+//     A store with a token refuses TCPStore clients (they cannot present it); any other first
+//     byte ends the session.
 //   - The owner (the server's connection) reads into input_space() and then calls received(n,
 //     now). The session checks the handshake, decodes every complete frame and runs its request
 //     against the KeySpace with the operation's function (store_operations.h); replies are
@@ -47,6 +51,7 @@
 namespace crun {
 
 class KeySpace;
+class TcpStoreDialect;
 
 struct SessionLimits {
   std::string token;                               // non-empty: the handshake must present it
@@ -70,11 +75,13 @@ class StoreSession {
   std::size_t buffered() const { return used_; }  // bytes of an incomplete preamble or frame
   std::size_t buffer_capacity() const { return in_.capacity(); }
   bool handshaken() const { return handshaken_; }
+  // The protocol this session speaks: "crun", "torch 1.x", "torch 2.x", or "" before the first byte.
+  std::string protocol() const;
 
   // Parked-request deadlines.
   std::optional<Clock::time_point> next_deadline() const;
   void expire(Clock::time_point now);
-  std::size_t parked() const { return parked_.size(); }
+  std::size_t parked() const;
 
   // Output.
   bool has_output() const { return !out_.empty(); }
@@ -94,7 +101,10 @@ class StoreSession {
   struct SessionWatch;
 
   void decode();
+  std::size_t decode_crun();
+  std::size_t decode_torch();
   std::size_t decode_handshake();
+  bool pick_protocol();
   void handle_frame(std::string_view body);
   void end(std::string reason, bool fault);
 
@@ -130,6 +140,7 @@ class StoreSession {
   std::vector<char> in_;
   std::size_t used_ = 0;
   bool handshaken_ = false;
+  std::unique_ptr<TcpStoreDialect> torch_;  // set when the first byte was a TCPStore query code
 
   bool in_request_ = false;  // a request of this session is being handled
   std::string out_;

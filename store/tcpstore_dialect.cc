@@ -1,0 +1,297 @@
+#include "store/tcpstore_dialect.h"
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "store/store.h"
+#include "store/store_keyspace.h"
+#include "store/store_protocol.h"
+
+namespace crun {
+
+namespace {
+
+// torch's validation magic (TCPStoreBackend.hpp), sent after VALIDATE as a host-order u32.
+constexpr std::uint32_t kValidationMagic = 0x3C85F7CE;
+constexpr std::size_t kValidateSize = 5;  // the code byte and the magic
+
+// Answer bytes of torch's CheckResponseType and WaitResponseType.
+constexpr unsigned char kReady = 0, kNotReady = 1;
+constexpr unsigned char kStopWaiting = 0, kWaitCanceled = 1;
+
+constexpr unsigned char kLastTorch2Code = 17;  // LIST
+
+// A request cut short: decode() keeps its bytes for the next call.
+struct Incomplete {};
+
+void put_u64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }  // host is LE
+void put_bytes(std::string& out, std::string_view b) {
+  put_u64(out, b.size());
+  out.append(b);
+}
+
+}  // namespace
+
+enum class TcpStoreDialect::Query {
+  kValidate, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey, kDelete, kAppend,
+  kMultiGet, kMultiSet, kCancelWait, kPing, kQueuePush, kQueuePop, kQueueLen, kList, kUnknown,
+};
+
+// Reads one request's fields; throws Incomplete when the bytes are not all there yet and
+// ProtocolError when a declared length or count is over its limit (before those bytes arrive).
+class TcpStoreDialect::Cursor {
+ public:
+  explicit Cursor(std::string_view in) : in_(in) {}
+  std::size_t used() const { return pos_; }
+  unsigned char u8() { return static_cast<unsigned char>(take(1)[0]); }
+  std::uint32_t u32() { return load<std::uint32_t>(); }
+  std::uint64_t u64() { return load<std::uint64_t>(); }
+  std::int64_t i64() { return load<std::int64_t>(); }
+  std::string_view key() { return bytes(kMaxKeyLength, "key"); }
+  std::string_view value() { return bytes(kMaxValueSize, "value"); }
+  std::uint64_t count() {
+    std::uint64_t n = u64();
+    if (n > kMaxKeysPerRequest) {
+      throw wire::ProtocolError("torch TCPStore request with " + std::to_string(n) + " keys (limit " +
+                                std::to_string(kMaxKeysPerRequest) + ")");
+    }
+    return n;
+  }
+  std::vector<std::string> keys() {
+    std::uint64_t n = count();
+    std::vector<std::string> out;
+    for (std::uint64_t i = 0; i < n; ++i) out.emplace_back(key());
+    return out;
+  }
+
+ private:
+  std::string_view bytes(std::size_t limit, const char* what) {
+    std::uint64_t n = u64();
+    if (n > limit) {
+      throw wire::ProtocolError("torch TCPStore " + std::string(what) + " of " + std::to_string(n) +
+                                " bytes (limit " + std::to_string(limit) + ")");
+    }
+    return take(static_cast<std::size_t>(n));
+  }
+  std::string_view take(std::size_t n) {
+    if (in_.size() - pos_ < n) throw Incomplete{};
+    auto out = in_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
+  template <typename T>
+  T load() {
+    T v;
+    std::memcpy(&v, take(sizeof(T)).data(), sizeof(T));
+    return v;
+  }
+  std::string_view in_;
+  std::size_t pos_ = 0;
+};
+
+struct TcpStoreDialect::Parked : ParkedRequest {
+  TcpStoreDialect* owner = nullptr;
+  void ready() override {
+    if (owner != nullptr) owner->ready(*this);
+  }
+};
+
+bool TcpStoreDialect::is_torch_first_byte(unsigned char byte) { return byte <= kLastTorch2Code; }
+
+TcpStoreDialect::TcpStoreDialect(KeySpace& keys, std::size_t max_parked, std::string& out,
+                                 std::function<void()> queued_from_outside)
+    : keys_(keys), max_parked_(max_parked), out_(out), queued_from_outside_(std::move(queued_from_outside)) {}
+
+TcpStoreDialect::~TcpStoreDialect() { detach(); }
+
+const char* TcpStoreDialect::version_name() const { return numbering_ == Numbering::kTorch2 ? "torch 2.x" : "torch 1.x"; }
+
+// torch 1.x-2.0 (SET=0 ... WATCH_KEY=7, DELETE_KEY=8) and torch >= 2.2 (VALIDATE=0 in front,
+// then the 2.1 list: WATCH_KEY gone, APPEND ... CANCEL_WAIT, then PING, the queues, LIST).
+TcpStoreDialect::Query TcpStoreDialect::query_of(unsigned char code) const {
+  static constexpr Query kTorch1[] = {Query::kSet,   Query::kCompareSet, Query::kGet,      Query::kAdd,   Query::kCheck,
+                                      Query::kWait,  Query::kNumKeys,    Query::kWatchKey, Query::kDelete};
+  static constexpr Query kTorch2[] = {
+      Query::kValidate,   Query::kSet,      Query::kCompareSet, Query::kGet,       Query::kAdd,      Query::kCheck,
+      Query::kWait,       Query::kNumKeys,  Query::kDelete,     Query::kAppend,    Query::kMultiGet, Query::kMultiSet,
+      Query::kCancelWait, Query::kPing,     Query::kQueuePush,  Query::kQueuePop,  Query::kQueueLen, Query::kList};
+  if (numbering_ == Numbering::kTorch2) return code < std::size(kTorch2) ? kTorch2[code] : Query::kUnknown;
+  return code < std::size(kTorch1) ? kTorch1[code] : Query::kUnknown;
+}
+
+std::size_t TcpStoreDialect::decode(std::string_view in) {
+  std::size_t used = 0;
+  while (used < in.size()) {
+    std::string_view rest = in.substr(used);
+    if (numbering_ == Numbering::kUnknown) {
+      // VALIDATE is code 0 and its magic: a 1.x SET (also code 0) would need a key length of
+      // about 1 GB to start with the same bytes, so five bytes tell the two apart.
+      std::uint32_t magic = kValidationMagic;
+      std::string_view expect(reinterpret_cast<const char*>(&magic), 4);
+      std::size_t have = std::min<std::size_t>(rest.size(), kValidateSize) - 1;
+      if (rest[0] == 0 && rest.substr(1, have) == expect.substr(0, have)) {
+        if (rest.size() < kValidateSize) return used;
+        numbering_ = Numbering::kTorch2;
+        used += kValidateSize;
+        continue;
+      }
+      numbering_ = Numbering::kTorch1;
+    }
+    Cursor c(rest);
+    struct InRequest {
+      TcpStoreDialect& d;
+      explicit InRequest(TcpStoreDialect& dialect) : d(dialect) { d.in_request_ = true; }
+      ~InRequest() { d.in_request_ = false; }
+    };
+    try {
+      InRequest guard(*this);
+      handle(query_of(c.u8()), c);
+    } catch (const Incomplete&) {
+      return used;
+    }
+    if (!late_.empty()) {
+      out_.append(late_);
+      late_.clear();
+    }
+    used += c.used();
+  }
+  return used;
+}
+
+// Every field is read before the KeySpace changes: a request cut short changes nothing.
+void TcpStoreDialect::handle(Query q, Cursor& c) {
+  switch (q) {
+    case Query::kSet: {
+      auto key = c.key();
+      auto value = c.value();
+      keys_.set(key, value);
+      return;
+    }
+    case Query::kCompareSet: {
+      auto key = c.key();
+      auto expected = c.value();
+      auto desired = c.value();
+      if (keys_.find(key) == nullptr && !expected.empty()) return put_bytes(out_, expected);  // torch's answer
+      return put_bytes(out_, keys_.compare_set(key, expected, desired));
+    }
+    case Query::kGet: {
+      const std::string* v = keys_.find(c.key());
+      return put_bytes(out_, v ? std::string_view(*v) : std::string_view());
+    }
+    case Query::kAdd: {
+      auto key = c.key();
+      std::int64_t delta = c.i64();
+      try {
+        return put_u64(out_, static_cast<std::uint64_t>(keys_.add(key, delta)));
+      } catch (const std::invalid_argument& e) {
+        throw wire::ProtocolError(std::string("torch TCPStore add: ") + e.what());
+      }
+    }
+    case Query::kCheck: {
+      auto names = c.keys();
+      out_.push_back(static_cast<char>(keys_.has_all(names) ? kReady : kNotReady));
+      return;
+    }
+    case Query::kWait: return wait(c);
+    case Query::kNumKeys: return put_u64(out_, keys_.size());
+    case Query::kDelete: return put_u64(out_, keys_.remove(c.key()) ? 1 : 0);
+    case Query::kAppend: {
+      auto key = c.key();
+      auto value = c.value();
+      try {
+        keys_.append(key, value, kMaxValueSize);
+      } catch (const std::length_error& e) {
+        throw wire::ProtocolError(std::string("torch TCPStore append: ") + e.what());
+      }
+      return;
+    }
+    case Query::kMultiGet: {
+      auto names = c.keys();
+      for (auto& k : names) {
+        const std::string* v = keys_.find(k);
+        put_bytes(out_, v ? std::string_view(*v) : std::string_view());
+      }
+      return;
+    }
+    case Query::kMultiSet: {
+      std::uint64_t n = c.count();
+      std::vector<std::pair<std::string_view, std::string_view>> items;
+      for (std::uint64_t i = 0; i < n; ++i) {
+        auto key = c.key();
+        items.emplace_back(key, c.value());
+      }
+      for (auto& [k, v] : items) keys_.set(k, v);
+      return;
+    }
+    case Query::kCancelWait:
+      cancel_waits();
+      out_.push_back(static_cast<char>(kWaitCanceled));
+      return;
+    case Query::kPing: {
+      std::uint32_t nonce = c.u32();
+      out_.append(reinterpret_cast<const char*>(&nonce), 4);
+      return;
+    }
+    case Query::kList: {
+      auto names = keys_.list("", keys_.size());
+      put_u64(out_, names.size());
+      for (auto& k : names) put_bytes(out_, k);
+      return;
+    }
+    case Query::kValidate: throw wire::ProtocolError("torch TCPStore VALIDATE after the first request");
+    case Query::kWatchKey: throw wire::ProtocolError("torch TCPStore watch_key is not supported by crun's store");
+    case Query::kQueuePush:
+    case Query::kQueuePop:
+    case Query::kQueueLen: throw wire::ProtocolError("torch TCPStore queues are not supported by crun's store");
+    case Query::kUnknown: break;
+  }
+  throw wire::ProtocolError(std::string("unknown ") + version_name() + " TCPStore query code");
+}
+
+void TcpStoreDialect::wait(Cursor& c) {
+  auto names = c.keys();
+  if (keys_.has_all(names)) {
+    out_.push_back(static_cast<char>(kStopWaiting));
+    return;
+  }
+  if (parked_.size() >= max_parked_) {
+    throw wire::ProtocolError("more than " + std::to_string(max_parked_) + " torch TCPStore waits parked on one connection");
+  }
+  auto p = std::make_shared<Parked>();
+  p->keys = std::move(names);
+  p->owner = this;
+  parked_.emplace(p.get(), p);
+  keys_.park(p);
+}
+
+// Called by the KeySpace (Parked::ready) when the last key of a parked wait appeared.
+void TcpStoreDialect::ready(Parked& p) {
+  auto keep = parked_.at(&p);
+  parked_.erase(&p);
+  p.owner = nullptr;
+  if (in_request_) {
+    late_.push_back(static_cast<char>(kStopWaiting));
+    return;
+  }
+  out_.push_back(static_cast<char>(kStopWaiting));
+  if (queued_from_outside_) queued_from_outside_();
+}
+
+void TcpStoreDialect::cancel_waits() {
+  for (auto& [raw, p] : parked_) {
+    p->owner = nullptr;
+    p->done = true;
+    keys_.unpark(p);
+  }
+  parked_.clear();
+}
+
+void TcpStoreDialect::detach() {
+  if (detached_) return;
+  detached_ = true;
+  cancel_waits();
+}
+
+}  // namespace crun
