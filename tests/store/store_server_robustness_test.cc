@@ -395,3 +395,18 @@ TEST_CASE("a program exec'd while the store serves inherits none of its sockets"
   INFO(ls.out());
   CHECK(ls.out().find("socket:") == std::string::npos);
 }
+
+// torch 1.13 opens a second, silent connection per TCPStore: closing it at the handshake timeout
+// is routine (no "dropped" line); a connection that sent part of a preamble is a fault.
+TEST_CASE("a silent connection closes quietly at the handshake timeout; a half preamble is dropped",
+          "[robustness]") {
+  ServerFixture f(quick_options());
+  RawSocket silent(f.server.port());
+  CHECK(silent.closed_by_peer_within(5s));
+  CHECK(f.server.stats().connections_dropped == 0);
+  RawSocket half(f.server.port());
+  half.send("CRS");
+  CHECK(half.closed_by_peer_within(5s));
+  CHECK(eventually([&] { return f.server.stats().connections_dropped == 1; }));
+  check_still_serving(f);
+}
