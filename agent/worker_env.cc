@@ -50,7 +50,7 @@ EnvironmentList worker_variables(const std::vector<std::string>& base, const Rou
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(place.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(who.max_restarts));
   set("TORCHELASTIC_RUN_ID", who.run_id);
-  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  set("TORCHELASTIC_USE_AGENT_STORE", place.agent_store ? "True" : "False");
   if (!who.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", who.error_file);
   if (!who.timer_file.empty()) set("TORCHELASTIC_TIMER_FILE", who.timer_file);
   if (!who.heartbeat_file.empty()) set("CRUN_HEARTBEAT_FILE", who.heartbeat_file);

@@ -4,7 +4,7 @@
 //   worker_variables() returns what a worker gets on top of `base` ("KEY=VALUE" strings, usually
 //   the agent's own environ): LOCAL_RANK RANK GROUP_RANK GROUP_WORLD_SIZE ROLE_NAME ROLE_RANK
 //   ROLE_WORLD_SIZE LOCAL_WORLD_SIZE WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RESTART_COUNT
-//   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE=False, with RANK =
+//   TORCHELASTIC_MAX_RESTARTS TORCHELASTIC_RUN_ID TORCHELASTIC_USE_AGENT_STORE (True when place.agent_store), with RANK =
 //   ROLE_RANK = place.rank_offset + local_rank and the restart count the round's;
 //   TORCHELASTIC_ERROR_FILE when who.error_file is set (else `base`'s value stays);
 //   TORCHELASTIC_TIMER_FILE when who.timer_file is set (torch's file timer, served by the agent);

@@ -33,6 +33,10 @@ std::string print_plan(const LaunchPlan& plan) {
     } else {
       line("store_endpoint", m.config.endpoint.str(), m.endpoint_source);
       line("store_host", m.config.is_host ? "this node" : "another node", m.host_source);
+      line("workers_store",
+           m.config.workers_use_agent_store ? "the agents' store (TORCHELASTIC_USE_AGENT_STORE=True)"
+                                            : "rank 0 hosts its own (TORCHELASTIC_USE_AGENT_STORE=False)",
+           m.config.workers_use_agent_store ? "c10d/static" : "a store token is set");
     }
   }
   line("file_timer", plan.file_timer.value ? (plan.file_timer.value->empty() ? "on (a FIFO in the run dir)" : *plan.file_timer.value) : "off",

@@ -80,8 +80,9 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
           return;
         }
       }
-      std::uint16_t port = config.master_port.value_or(0);
-      if (port == 0) port = pick_free_port(participant->self().addr);
+      const bool agent_store = config.multi.workers_use_agent_store;
+      std::uint16_t port = agent_store ? 0 : config.master_port.value_or(0);
+      if (port == 0 && !agent_store) port = pick_free_port(participant->self().addr);
       RoundAnswer a = participant->join(port);
       if (!a.error.empty()) {
         result.error = a.error;
@@ -94,8 +95,14 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         info.group_world_size = a.nnodes;
         info.rank_offset = a.node_rank * config.nproc_per_node;
         info.world_size = a.nnodes * config.nproc_per_node;
-        info.master_addr = a.master_addr;
-        info.master_port = a.master_port;
+        if (agent_store) {  // torchrun's agent store: the workers join the store the agents met at
+          info.master_addr = config.multi.endpoint.host;
+          info.master_port = config.multi.endpoint.port;
+          info.agent_store = true;
+        } else {
+          info.master_addr = a.master_addr;
+          info.master_port = a.master_port;
+        }
       }
     } catch (const RendezvousTimeout& e) {
       result.error = e.what();

@@ -44,6 +44,8 @@ struct MultiNodeConfig {
   RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts
   std::chrono::milliseconds read_timeout{60000};
   std::string token;            // the store's shared secret ("" = none)
+  bool workers_use_agent_store = false;  // c10d/static without a token: the workers' store is this one
+                                         // (MASTER_ADDR:MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True)
   std::string local_addr;       // the address other nodes reach us at ("" = the store route's)
   int rank_hint = -1;           // --node-rank / SLURM_NODEID
   std::string program;          // compared across nodes

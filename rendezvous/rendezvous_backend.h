@@ -40,6 +40,7 @@ struct RoundInfo {
   int world_size = 1;         // total workers
   std::string master_addr;
   std::uint16_t master_port = 0;
+  bool agent_store = false;   // MASTER_ADDR:MASTER_PORT is the agents' store (TORCHELASTIC_USE_AGENT_STORE)
 };
 
 // The answer to request_round().

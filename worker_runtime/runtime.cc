@@ -17,6 +17,7 @@
 #include "store/prefix_store.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
+#include "store/torch_keys.h"
 #include "worker_runtime/nccl_process_group.h"
 
 namespace crun::rt {
@@ -107,7 +108,7 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
     copts.connect_timeout = options.timeout;
     copts.timeout = options.timeout;
     s.endpoint = crun::StoreEndpoint{host, port};
-    s.prefix = "crun/restart_" + std::to_string(e.restart_count);
+    s.prefix = crun::torch_worker_prefix(e.restart_count);
     s.client = std::make_unique<crun::TcpStore>(s.endpoint, copts);
     s.store = std::make_unique<crun::PrefixStore>(*s.client, s.prefix);
   } catch (const std::exception& ex) {

@@ -5,8 +5,10 @@
 //   - Runtime::init() parses WorkerEnv (see env.h; single-process fallback when the env is
 //     entirely absent). Rank 0 hosts the bootstrap store at MASTER_ADDR:MASTER_PORT (binding
 //     0.0.0.0, as PyTorch's TCPStore does) unless TORCHELASTIC_USE_AGENT_STORE says the agent
-//     hosts it; every rank connects a client. All keys live under "crun/restart_<N>/", N =
-//     TORCHELASTIC_RESTART_COUNT, so a restarted group never reads the previous attempt's keys.
+//     hosts it; every rank connects a client. All keys live under torchrun's per-start worker prefix
+//     "//worker/attempt_<N>/" (store/torch_keys.h), N = TORCHELASTIC_RESTART_COUNT, so a restarted
+//     group never reads the previous start's keys, and on the agent store PyTorch workers of the
+//     same start see the same keys.
 //   - The process group ("gloo", "nccl" or "auto" = nccl when built with CUDA and a GPU is
 //     visible, else gloo) is connected and a barrier passed before init() returns; any failure
 //     (store unreachable, peer missing) throws InitError within `timeout`.
@@ -56,7 +58,7 @@ class Runtime {
   // A Gloo group over the same ranks for host-memory collectives (checkpoints, metrics,
   // control): pg() itself when the backend is gloo, a second group when it is nccl.
   ProcessGroup& cpu_pg();
-  // The per-restart store view (keys under "crun/restart_<N>/"). Same thread as the Runtime.
+  // The per-restart store view (keys under "//worker/attempt_<N>/"). Same thread as the Runtime.
   crun::Store& store();
 
   void heartbeat(std::int64_t step) noexcept;

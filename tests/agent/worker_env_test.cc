@@ -50,6 +50,8 @@ TEST_CASE("worker environment: torchrun's contract", "[worker_env]") {
   REQUIRE(env["TORCHELASTIC_MAX_RESTARTS"] == "5");
   REQUIRE(env["TORCHELASTIC_RUN_ID"] == "job");
   REQUIRE(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+  round.agent_store = true;  // MASTER_ADDR:MASTER_PORT is the agents' store
+  CHECK(as_map(worker_environment({}, round, who))["TORCHELASTIC_USE_AGENT_STORE"] == "True");
   REQUIRE(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/e.json");
   REQUIRE(env["OMP_NUM_THREADS"] == "8");  // kept: the user set it
   REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");

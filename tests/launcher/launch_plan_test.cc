@@ -286,10 +286,27 @@ TEST_CASE("multi-node flags become the agent's rendezvous configuration", "[laun
   CHECK(fixed.agent.multi_node->endpoint.port == 29511);
   CHECK_FALSE(fixed.agent.multi_node->is_host);  // only node rank 0 hosts
   CHECK(fixed.agent.multi_node->rank_hint == 1);
-  CHECK_FALSE(fixed.agent.master_port.has_value());  // the store holds 29511; workers get their own port
+  CHECK_FALSE(fixed.agent.master_port.has_value());  // the store holds 29511 and serves the workers too
+  CHECK(fixed.agent.multi_node->workers_use_agent_store);
 
   CHECK_FALSE(parse({"--standalone", "--nproc-per-node", "2", "/bin/true"}).agent.multi_node);
   CHECK_FALSE(parse({"/bin/true"}).agent.multi_node);
+}
+
+TEST_CASE("workers share the agents' store (torchrun's agent store) unless a token guards it", "[launch_plan]") {
+  auto c10d = parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400", "/bin/true"});
+  CHECK(c10d.agent.multi_node->workers_use_agent_store);
+  auto conf_token = parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400",
+                           "--rdzv-conf", "token=s3cret", "/bin/true"});
+  CHECK_FALSE(conf_token.agent.multi_node->workers_use_agent_store);  // torch's clients cannot present it
+  auto env_token = parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400", "/bin/true"},
+                         EnvSnapshot{{{"CRUN_RDZV_TOKEN", "s3cret"}}});
+  CHECK_FALSE(env_token.agent.multi_node->workers_use_agent_store);
+  auto etcd = parse({"--nnodes", "2", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", "10.1.2.3:2379", "/bin/true"});
+  CHECK_FALSE(etcd.agent.multi_node->workers_use_agent_store);  // no agents' store
+  CHECK_THAT(*parse({"--print-config", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400",
+                     "/bin/true"}).exit_now,
+             Catch::Contains("workers_store = the agents' store (TORCHELASTIC_USE_AGENT_STORE=True)"));
 }
 
 TEST_CASE("c10d: the launcher decides who hosts the store from this host's addresses", "[launch_plan]") {

@@ -38,7 +38,10 @@ TEST_CASE("two hosts run one job with torchrun's environment", "[normal]") {
   for (auto& line : lines(all))
     if (line.find(" RANK=") != std::string::npos) ranks.insert(line.substr(line.find(" RANK=") + 6));
   CHECK(ranks == std::set<std::string>{"0", "1", "2", "3"});
-  CHECK(count(all, "MASTER_ADDR=10.77.0.1") == 4);  // node rank 0's address, as the others reach it
+  // torchrun's agent store: every worker's MASTER_ADDR:MASTER_PORT is the store the agents met at.
+  CHECK(count(all, "MASTER_ADDR=10.77.0.1") == 4);
+  CHECK(count(all, "MASTER_PORT=29400") == 4);
+  CHECK(count(all, "TORCHELASTIC_USE_AGENT_STORE=True") == 4);
   CHECK(count(all, "WORLD_SIZE=4") >= 4);
   CHECK(count(all, "GROUP_WORLD_SIZE=2") == 4);
   CHECK(count(a.out(), "GROUP_RANK=0") == 2);
@@ -216,7 +219,8 @@ TEST_CASE("the static backend: fixed node ranks and coordinated restarts", "[sta
   CHECK(count(s, "start restart=1 rank=0 ") == 1);
   CHECK(count(s, "start restart=1 rank=1 ") == 1);
   CHECK_THAT(a.out(), Catch::Contains("GROUP_RANK=0") && Catch::Contains("MASTER_ADDR=10.77.0.1"));
-  CHECK_THAT(a.out(), !Catch::Contains("MASTER_PORT=29500"));  // the store holds it: workers get their own
+  // As torch 1.13's static backend: the workers share the agents' store at --master-port.
+  CHECK_THAT(a.out(), Catch::Contains("MASTER_PORT=29500") && Catch::Contains("TORCHELASTIC_USE_AGENT_STORE=True"));
 }
 
 TEST_CASE("a platform's MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE alone form the multi-node job", "[platform]") {

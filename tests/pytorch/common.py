@@ -11,6 +11,16 @@ def result(**fields):
     os.write(1, line.encode())
 
 
+def say_store():
+    """Which store this worker's init_process_group(env://) joins: one 'STORE ' line (not a
+    RESULT line, so the launchers' results still compare equal)."""
+    line = f"STORE rank={os.environ.get('RANK')} agent_store={os.environ.get('TORCHELASTIC_USE_AGENT_STORE')}\n"
+    os.write(1, line.encode())
+
+
+say_store()
+
+
 def env_int(name):
     return int(os.environ[name])
 

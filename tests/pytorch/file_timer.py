@@ -6,6 +6,8 @@ import time
 
 import torch.distributed.elastic.timer as timer
 
+import common  # noqa: F401  (says which store the worker was given)
+
 rank = int(os.environ["RANK"])
 restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
 timer.configure(timer.FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))

@@ -21,6 +21,7 @@ import difflib
 import json
 import os
 import re
+import socket
 import shutil
 import signal
 import subprocess
@@ -62,10 +63,22 @@ class Run:
                 f"--- stdout:\n{self.out}--- stderr (last 60 lines):\n" + "\n".join(self.err.splitlines()[-60:]))
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Launchers:
-    def __init__(self, crun, scratch):
+    """agent_store=False: both launchers --standalone (rank 0 hosts the workers' store, as torch
+    1.13's c10d does). agent_store=True: the workers share the agent's store
+    (TORCHELASTIC_USE_AGENT_STORE=True): crun as torchrun 2.x's c10d does it (--rdzv-endpoint
+    127.0.0.1:0, one node), torchrun 1.13 with its static backend, the one 1.13 shares."""
+
+    def __init__(self, crun, scratch, agent_store=False):
         self.crun = crun
         self.scratch = scratch
+        self.agent_store = agent_store
         self.runs = []
         env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
         env["PYTHON_EXEC"] = PYTHON
@@ -76,9 +89,13 @@ class Launchers:
     def run(self, launcher, script, args=(), nproc=2, max_restarts=0, env=None):
         script = os.path.join(HERE, script)
         if launcher == "crun":
-            cmd = [self.crun, "--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts)]
+            how = (["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"] if self.agent_store
+                   else ["--standalone"])
+            cmd = [self.crun, *how, "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts)]
         else:
-            cmd = [PYTHON, SHIM, "--standalone", "--nproc_per_node", str(nproc), "--max_restarts", str(max_restarts),
+            how = (["--nnodes", "1", "--node_rank", "0", "--rdzv_backend", "static", "--master_addr", "127.0.0.1",
+                    "--master_port", str(free_port())] if self.agent_store else ["--standalone"])
+            cmd = [PYTHON, SHIM, *how, "--nproc_per_node", str(nproc), "--max_restarts", str(max_restarts),
                    "--monitor_interval", "0.1"]
         cmd += [script, *args]
         start = time.monotonic()
@@ -264,6 +281,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--crun", required=True)
     p.add_argument("--case", required=True, choices=sorted(CASES))
+    p.add_argument("--agent-store", action="store_true",
+                   help="workers share the agent's store (TORCHELASTIC_USE_AGENT_STORE=True) under both launchers")
     args = p.parse_args()
     probe = subprocess.run([PYTHON, "-c", "import torch.distributed.run"], capture_output=True, text=True)
     if probe.returncode != 0:
@@ -273,7 +292,12 @@ def main():
         return 1
     scratch = tempfile.mkdtemp(prefix=f"crun-pytorch-{args.case}-")
     try:
-        CASES[args.case](Launchers(args.crun, scratch))
+        L = Launchers(args.crun, scratch, args.agent_store)
+        CASES[args.case](L)
+        if args.agent_store:  # every run's workers really shared the agent's store
+            for r in L.runs:
+                said = set(l.split("agent_store=")[1] for l in r.out.splitlines() if l.startswith("STORE "))
+                check(said == {"True"}, f"{r.launcher}: workers' TORCHELASTIC_USE_AGENT_STORE was {said}\n{r.describe()}")
     except CaseFailed as e:
         print(f"FAIL: {args.case}: {e}")
         return 1

@@ -1,5 +1,6 @@
 # Direct TCPStore use at the launcher's MASTER_ADDR:MASTER_PORT: rank 0 hosts the store there (so
-# the port must be free when the workers start), every rank connects; set/get/add/wait/
+# the port must be free when the workers start), or, with TORCHELASTIC_USE_AGENT_STORE=True, the
+# agent's store is there already; every rank connects; set/get/add/wait/
 # compare_set across ranks, then a gloo group built on the same store all-reduces once.
 import os
 from datetime import timedelta
@@ -12,8 +13,10 @@ from common import env_int, result
 
 def main():
     rank, world = env_int("RANK"), env_int("WORLD_SIZE")
+    # Under the agent's store (TORCHELASTIC_USE_AGENT_STORE=True) it is there already: no rank hosts.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(os.environ["MASTER_ADDR"], env_int("MASTER_PORT"), world,
-                          is_master=(rank == 0), timeout=timedelta(seconds=60))
+                          is_master=(rank == 0 and not agent_store), timeout=timedelta(seconds=60))
     store.set(f"hello/{rank}", f"from rank {rank}")
     store.add("counter", rank + 1)           # every rank adds: 1 + 2 + ... + world
     store.set(f"added/{rank}", "1")
@@ -34,7 +37,7 @@ def main():
     dist.destroy_process_group()
     # The host (rank 0) keeps the store up until every rank has finished with it.
     store.set(f"done/{rank}", "1")
-    if rank == 0:
+    if rank == 0 and not agent_store:
         store.wait([f"done/{r}" for r in range(world)])
 
 
