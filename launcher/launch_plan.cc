@@ -120,13 +120,14 @@ void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vect
   if (s.given("master_port")) rf.master_port = master_port;
   rf.local_addr = s.at("local_addr").value;
   rf.token = env.get("CRUN_RDZV_TOKEN").value_or("");
+  rf.share_store = env.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE").value_or("0") != "1";
   rf.program = program;
   plan.multi_node = make_multi_node(rf, max_restarts, host);
 
   const auto& id = s.at("rdzv_id");
   plan.run_id = plan.standalone.value && id.value == "none" ? Sourced<std::string>{random_run_id(), "fresh (standalone)"} : id;
-  // The workers' MASTER_ADDR / MASTER_PORT (a static multi-node job's --master-port is the
-  // store's; its workers get a fresh port).
+  // The workers' MASTER_ADDR / MASTER_PORT when they do not share the agents' store (a static
+  // multi-node job's --master-port is the store's; its workers get a fresh port).
   const auto& addr = s.at("master_addr");
   plan.master_addr = {addr.value.empty() ? "127.0.0.1" : addr.value, addr.source};
   plan.master_port.source = s.at("master_port").source;

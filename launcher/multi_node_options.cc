@@ -202,7 +202,7 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
   const std::optional<bool> conf_host = apply_conf(f.conf, m);
   // torchrun's agent store: workers share the store the agents meet at (MASTER_PORT is its port).
   // Not with a token: torch's clients cannot present one. etcd-v3 has no agents' store.
-  m.workers_use_agent_store = !etcd && m.token.empty();
+  m.workers_use_agent_store = !etcd && m.token.empty() && f.share_store;
 
   if (etcd) {
     etcd_endpoints(f, host, m.etcd);

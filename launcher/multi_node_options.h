@@ -5,8 +5,12 @@
 //   - Returns nullopt for a single-node run (--standalone, or one node without a c10d endpoint).
 //   - c10d: --rdzv-endpoint HOST[:PORT] (port 29400 by default) is required; --nnodes MIN:MAX.
 //   - static (torch.distributed.launch style): --nnodes N, --node-rank R in [0, N), the store at
-//     --master-addr:--master-port (29500 by default). Workers get a fresh MASTER_PORT chosen by node
-//     rank 0's agent, since the store holds --master-port.
+//     --master-addr:--master-port (29500 by default).
+//   - The workers' store (workers_use_agent_store): c10d and static share the agents' store with
+//     the workers, as torchrun's agent store (MASTER_ADDR:MASTER_PORT = the store,
+//     TORCHELASTIC_USE_AGENT_STORE=True), unless a token guards it (torch's clients cannot present
+//     one) or TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (torch 2.x's opt-out); then node rank 0's agent
+//     picks a fresh MASTER_PORT (or --master-port with c10d) and rank 0 hosts the workers' store.
 //   - --rdzv-conf KEY=VALUE pairs (already split): join_timeout, last_call_timeout, close_timeout,
 //     heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, read_timeout, timeout (an
 //     alias of join_timeout), is_host, token, use_libuv (accepted, ignored). Durations in seconds.
@@ -50,6 +54,7 @@ struct RendezvousFlags {
   std::string local_addr;
   std::optional<Sourced<bool>> is_host;                    // the job environment's (Slurm: node 0)
   std::string token;                                       // $CRUN_RDZV_TOKEN
+  bool share_store = true;                                 // TORCH_DISABLE_SHARE_RDZV_TCP_STORE != 1
   std::vector<std::string> program;                        // as the user wrote it
 };
 

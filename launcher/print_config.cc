@@ -36,7 +36,8 @@ std::string print_plan(const LaunchPlan& plan) {
       line("workers_store",
            m.config.workers_use_agent_store ? "the agents' store (TORCHELASTIC_USE_AGENT_STORE=True)"
                                             : "rank 0 hosts its own (TORCHELASTIC_USE_AGENT_STORE=False)",
-           m.config.workers_use_agent_store ? "c10d/static" : "a store token is set");
+           m.config.workers_use_agent_store ? "c10d/static"
+                                            : m.config.token.empty() ? "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" : "a store token is set");
     }
   }
   line("file_timer", plan.file_timer.value ? (plan.file_timer.value->empty() ? "on (a FIFO in the run dir)" : *plan.file_timer.value) : "off",

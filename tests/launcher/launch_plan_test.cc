@@ -302,6 +302,9 @@ TEST_CASE("workers share the agents' store (torchrun's agent store) unless a tok
   auto env_token = parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400", "/bin/true"},
                          EnvSnapshot{{{"CRUN_RDZV_TOKEN", "s3cret"}}});
   CHECK_FALSE(env_token.agent.multi_node->workers_use_agent_store);
+  auto opt_out = parse({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400", "/bin/true"},
+                       EnvSnapshot{{{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"}}});
+  CHECK_FALSE(opt_out.agent.multi_node->workers_use_agent_store);  // torch 2.x's opt-out
   auto etcd = parse({"--nnodes", "2", "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", "10.1.2.3:2379", "/bin/true"});
   CHECK_FALSE(etcd.agent.multi_node->workers_use_agent_store);  // no agents' store
   CHECK_THAT(*parse({"--print-config", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.1.2.3:29400",
