@@ -2,10 +2,12 @@
 //
 // Contract
 //   - Listens on host:port (port 0 = OS-assigned; port() tells the bound one) and serves every
-//     operation of the Store contract plus watches, with request ids so clients may pipeline.
+//     operation of the Store contract plus watches, with request ids so clients may pipeline;
+//     torch's TCPStore clients on the same port (the first byte tells them apart; StoreSession).
 //   - A misbehaving connection (bad magic, wrong token, oversized or malformed frame, a frame left
 //     half-sent past the read timeout, a client that never reads its replies) is closed with one
-//     logged reason; every other connection keeps being served. Memory per connection grows with
+//     logged reason (a connection that never sent a byte is closed at the handshake timeout
+//     without one: torch 1.x's idle second connection); every other connection keeps being served. Memory per connection grows with
 //     the bytes it actually sent (StoreSession), never with what a header declares.
 //   - Logging never blocks the event loop: lines go to `log` (default: stderr, written only when
 //     it can take them now) and are rate-limited per kind, with a count of what was suppressed.
