@@ -27,6 +27,18 @@ def frame(op, rid, payload=b""):
     return struct.pack("<I", len(body)) + body
 
 
+def u64(v):
+    return struct.pack("<Q", v)
+
+
+def ts(b):  # torch's TCPStore string: u64 length and the bytes
+    b = b if isinstance(b, bytes) else b.encode()
+    return u64(len(b)) + b
+
+
+VALIDATE = b"\x00\xce\xf7\x85\x3c"
+
+
 def rec(command, payload=b""):
     out = b""
     while True:  # a payload over 255 bytes becomes several feed records
@@ -89,6 +101,17 @@ seeds = {
     "in_flight_limit": feed(0, hello() + frame("watch", 1, s(""))) + inflight(0, 63) +
         feed(1, hello() + frame("set", 1, s("k") + s(b"z" * 2000))),
     "garbage": feed(0, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+    # torch's TCPStore clients (docs/store-protocol.md, section 6): 1.13's codes, then 2.2+'s after
+    # VALIDATE, a wait parked by one and completed by another, a cancelled wait, a crun client beside.
+    "torch1_ops": feed(0, b"\x03" + ts("init/") + u64(1) + b"\x00" + ts("/k") + ts("v") + b"\x05" + u64(1) + ts("/k") +
+                       b"\x02" + ts("/k") + b"\x01" + ts("/c") + ts("") + ts("x") + b"\x04" + u64(1) + ts("/k") +
+                       b"\x06" + b"\x08" + ts("/k")) + take(0),
+    "torch2_ops": feed(1, VALIDATE + b"\x0d\x01\x02\x03\x04" + b"\x09" + ts("/a") + ts("xy") +
+                       b"\x0b" + u64(2) + ts("/m") + ts("1") + ts("/n") + ts("2") + b"\x0a" + u64(2) + ts("/m") + ts("/z") +
+                       b"\x11" + b"\x06" + u64(1) + ts("/later") + b"\x0c") + take(1),
+    "torch_wait_across": feed(0, b"\x05" + u64(2) + ts("/x") + ts("/y")) +
+        feed(1, VALIDATE + b"\x01" + ts("/x") + ts("1")) + feed(2, hello() + frame("set", 1, s("/y") + s("2"))) +
+        take(0) + close(0) + take(2),
 }
 os.makedirs("corpus", exist_ok=True)
 for name, data in seeds.items():
