@@ -763,4 +763,8 @@ TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ign
   }
   CHECK(usage_error({"--numa_binding", "die", "/bin/true"}) ==
         "--numa-binding: expected node, socket, exclusive or core-complex, got 'die'");
+  // torch's --numa-binding and --logs-specs have no action=env: their PET_ variables are not read.
+  const auto no_pet = plan({"/bin/true"}, EnvSnapshot{{{"PET_NUMA_BINDING", "node"}, {"PET_LOGS_SPECS", "x"}}});
+  CHECK(source_of(no_pet, "numa_binding") == "default");
+  CHECK(source_of(no_pet, "logs_specs") == "default");
 }
