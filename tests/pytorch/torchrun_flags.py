@@ -45,13 +45,13 @@ LAUNCHER_VARIABLES = re.compile(
     r"ROLE_WORLD_SIZE|MASTER_ADDR|MASTER_PORT|OMP_NUM_THREADS|CUDA_VISIBLE_DEVICES|"
     r"TORCHELASTIC_.*|TORCH_ELASTIC_.*|PET_.*)$")
 
-# The worker: one RESULT line with what it saw. argv0 is its sys.argv[0], exe0 the first word of
+# The worker: one RESULT line with what it saw (workers share the console; one write each). argv0 is its sys.argv[0], exe0 the first word of
 # its /proc/self/cmdline (the interpreter or program as the launcher wrote it).
 WORKER = r'''import os, sys
 cmd0 = open("/proc/self/cmdline", "rb").read().split(b"\0")[0].decode()
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_NAME", "CUDA_VISIBLE_DEVICES")
-print("RESULT argv0=%s exe0=%s %s" % (sys.argv[0], cmd0, " ".join("%s=%s" % (k, os.environ.get(k, "-")) for k in keys)),
-      flush=True)
+line = "RESULT argv0=%s exe0=%s %s\n" % (sys.argv[0], cmd0, " ".join("%s=%s" % (k, os.environ.get(k, "-")) for k in keys))
+os.write(1, line.encode())  # one write: under python -u, print() writes the newline apart
 '''
 
 
