@@ -199,6 +199,18 @@ def case_argv0(L):
     check(runs[0].results()[0].startswith(f"RESULT argv0=worker.py exe0={PYTHON} "), f"python's argv: {runs[0].results()}")
 
 
+def case_args_template(L):
+    """The program's arguments go through string.Template.safe_substitute(local_rank=<local
+    rank>) per worker (torch 1.13's elastic/utils/api.py macros.substitute, called by
+    local_elastic_agent for every worker; the same in torch's current agent): ${local_rank} and
+    $local_rank become the local rank, "$$" becomes "$", anything else stays as written."""
+    args = ["--no_python", "sh", "-c", 'echo "RESULT $1 $2 $3"', "sh", "${local_rank}", "$$", "${rank}/$local_rank/$"]
+    runs = L.both(lambda x: [*static(2), *args])
+    succeeded(runs, "args template")
+    same_results(runs, "args template")
+    check(runs[0].results() == ["RESULT 0 $ ${rank}/0/$", "RESULT 1 $ ${rank}/1/$"], f"unexpected: {runs[0].results()}")
+
+
 def case_log_dir(L):
     """--log_dir: the logs go to LOG_DIR/<run id>_<random>/attempt_0/<local rank>/std{out,err}.log
     under both (-r 3: both streams of every rank); a --log_dir that is an existing file fails under
@@ -400,7 +412,7 @@ def case_log_line_prefix_template(L):
     check(r.rc == 0 and got == ["<trainer|0|0|${pid}|$> line", "<trainer|1|1|${pid}|$> line"], f"template: {got}\n{r.describe()}")
 
 
-CASES = {f.__name__[5:]: f for f in (case_repeated_option, case_empty_value, case_argv0, case_log_dir,
+CASES = {f.__name__[5:]: f for f in (case_repeated_option, case_empty_value, case_argv0, case_args_template, case_log_dir,
                                        case_program_resolution, case_rdzv_endpoint_port0, case_shared_endpoint,
                                        case_shutdown_timeout, case_virtual_local_rank, case_event_log_handler,
                                        case_duplicate_filters, case_numa_binding, case_log_line_prefix_template)}
