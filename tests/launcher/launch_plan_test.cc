@@ -109,6 +109,10 @@ TEST_CASE("a .py program runs as PYTHON_EXEC -u; -m runs a module; executables r
   CHECK(bare.agent.worker_program.find("/true") != std::string::npos);
   CHECK_THAT(usage_error({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "crun-no-such-python"}}}),
              Catch::Contains("Python interpreter not found: crun-no-such-python"));
+  // $PYTHON_EXEC found on $PATH: the workers' argv[0] is it as written, as torchrun's.
+  const auto bare_python = parse({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "sh"}}});
+  CHECK(bare_python.agent.worker_argv.front() == "sh");
+  CHECK(bare_python.agent.worker_program.find("/sh") != std::string::npos);
 }
 
 TEST_CASE("both spellings, PET_* defaults, flags win over the environment", "[launch_plan]") {

@@ -186,8 +186,8 @@ def case_empty_value(L):
 
 def case_argv0(L):
     """Workers' argv[0] is the program as written: `sh` found on $PATH stays "sh" (the exec gets
-    the resolved path); a Python program's interpreter is PYTHON_EXEC as given and its sys.argv[0]
-    the script as written."""
+    the resolved path); a Python program's interpreter is PYTHON_EXEC as given (/usr/bin/python3,
+    or python3 found on $PATH) and its sys.argv[0] the script as written."""
     L.file("argv0.sh", 'echo "RESULT sh_argv0=$(head -c 100 /proc/$$/cmdline | tr "\\0" "\\n" | head -n 1)"\n')
     runs = L.both(lambda x: [*static(), "--no_python", "sh", "argv0.sh"])
     succeeded(runs, "argv0 sh")
@@ -197,6 +197,11 @@ def case_argv0(L):
     succeeded(runs, "argv0 python")
     same_results(runs, "argv0 python")
     check(runs[0].results()[0].startswith(f"RESULT argv0=worker.py exe0={PYTHON} "), f"python's argv: {runs[0].results()}")
+    # PYTHON_EXEC found on $PATH: the interpreter's argv[0] is it as written.
+    runs = L.both(lambda x: [*static(), "worker.py"], env={"PATH": "/usr/bin:/bin", "PYTHON_EXEC": "python3"})
+    succeeded(runs, "argv0 PYTHON_EXEC=python3")
+    same_results(runs, "argv0 PYTHON_EXEC=python3")
+    check(runs[0].results()[0].startswith("RESULT argv0=worker.py exe0=python3 "), f"python's argv: {runs[0].results()}")
 
 
 def case_args_template(L):
