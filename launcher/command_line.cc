@@ -45,7 +45,7 @@ const std::vector<SettingSpec>& launch_settings() {
        "PET_SHUTDOWN_TIMEOUT,TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
       {"virtual_local_rank", "--virtual-local-rank,--virtual_local_rank",
        "every worker's LOCAL_RANK is 0, its CUDA_VISIBLE_DEVICES its local rank's device", "0", true},
-      {"event_log_handler", "--event-log-handler,--event_log_handler", "null or console (events are not logged yet)", "null"},
+      {"event_log_handler", "--event-log-handler,--event_log_handler", "null, console or dynamic_rendezvous (events are not logged yet)", "null"},
       {"duplicate_stdout_filters", "--duplicate-stdout-filters,--duplicate_stdout_filters",
        "not implemented yet: only an empty list is accepted", ""},
       {"duplicate_stderr_filters", "--duplicate-stderr-filters,--duplicate_stderr_filters",

@@ -756,7 +756,9 @@ TEST_CASE("--virtual-local-rank: each worker's CUDA_VISIBLE_DEVICES as torch's a
 TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ignored", "[launch_plan]") {
   REQUIRE(source_of(plan({"--event-log-handler", "console", "/bin/true"}), "event_log_handler") == "--event-log-handler");
   REQUIRE(source_of(plan({"--event_log_handler=null", "/bin/true"}), "event_log_handler") == "--event-log-handler");
-  CHECK(usage_error({"--event-log-handler", "scuba", "/bin/true"}) == "--event-log-handler: expected null or console, got 'scuba'");
+  CHECK(usage_error({"--event-log-handler", "scuba", "/bin/true"}) ==
+        "--event-log-handler: expected null, console or dynamic_rendezvous, got 'scuba'");
+  CHECK(source_of(plan({"--event-log-handler", "dynamic_rendezvous", "/bin/true"}), "event_log_handler") == "--event-log-handler");
   REQUIRE(plan({"--duplicate-stdout-filters=", "--duplicate_stderr_filters", "", "/bin/true"}).settings.size() > 0);
   CHECK(usage_error({"--duplicate-stdout-filters", "apple,orange", "/bin/true"}) ==
         "--duplicate-stdout-filters: crun does not implement duplicating filtered lines yet");

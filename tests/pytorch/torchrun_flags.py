@@ -366,13 +366,15 @@ def case_virtual_local_rank(L):
 
 def case_event_log_handler(L):
     """torch's run.py: --event-log-handler/--event_log_handler, action=env, default "null";
-    torch's built-in handlers are "null" and "console". crun accepts both (flag or
-    PET_EVENT_LOG_HANDLER) and refuses another name with exit 2."""
+    torch's elastic/events/handlers.py registers "console", "dynamic_rendezvous" and "null" (a
+    name it lacks fails at the first event). crun accepts those three (flag or
+    PET_EVENT_LOG_HANDLER) and refuses another name with exit 2, before it starts anything."""
     check(setting(print_config(L, []), "event_log_handler") == "null", "default")
     check(setting(print_config(L, ["--event_log_handler", "console"]), "event_log_handler") == "console", "flag")
     check(setting(print_config(L, [], {"PET_EVENT_LOG_HANDLER": "console"}), "event_log_handler") == "console", "PET_")
-    r = L.run("crun", ["--event-log-handler", "console", "/bin/true"])
-    check(r.rc == 0, f"--event-log-handler console did not run\n{r.describe()}")
+    for name in ("null", "console", "dynamic_rendezvous"):
+        r = L.run("crun", ["--event-log-handler", name, "/bin/true"])
+        check(r.rc == 0, f"--event-log-handler {name} did not run\n{r.describe()}")
     one_line_usage_error(L.run("crun", ["--event-log-handler", "nosuch", "/bin/true"]), "--event-log-handler", "unknown")
 
 
