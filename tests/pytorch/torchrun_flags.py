@@ -23,6 +23,8 @@ Known, intended differences (asserted, not hidden):
   - A native binary: crun runs it directly; torchrun needs --no_python for it.
   - Not implemented by crun, refused with exit 2 (never silently ignored): a non-empty
     --duplicate-std{out,err}-filters and any --numa-binding mode.
+  - --shutdown-timeout is crun's --stop-timeout under torch's name: it also takes fractional
+    seconds (torch's is an int).
 """
 import argparse
 import os
@@ -314,8 +316,6 @@ def case_shutdown_timeout(L):
     negative -> ValueError. So: default 30, the variable, PET_ over the variable (PET_ fills the
     argparse default, which leaves the fallback unused), the flag over both; negative refused.
     Effect: seconds between the stop signal and SIGKILL for workers that ignore it."""
-    stop = "stop_timeout"
-    check(setting(print_config(L, []), stop) in ("30s", "30", "30000ms"), "default")
     got = {}
     for label, args, env in (("default", [], {}),
                              ("flag", ["--shutdown-timeout", 7], {}),
@@ -324,10 +324,10 @@ def case_shutdown_timeout(L):
                              ("pet over variable", [], {"PET_SHUTDOWN_TIMEOUT": "5", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "600"}),
                              ("flag over both", ["--shutdown-timeout", 7], {"PET_SHUTDOWN_TIMEOUT": "5",
                                                                             "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "600"})):
-        got[label] = setting(print_config(L, args, env), stop)
-    want = {"default": 30, "flag": 7, "underscore": 7, "variable": 600, "pet over variable": 5, "flag over both": 7}
-    as_seconds = {k: float(re.sub(r"[a-z]+$", "", v)) / (1000 if v.endswith("ms") else 1) for k, v in got.items()}
-    check(as_seconds == want, f"--shutdown-timeout values: {got}")
+        got[label] = setting(print_config(L, args, env), "stop_timeout")  # crun's name; seconds
+    want = {"default": "30", "flag": "7", "underscore": "7", "variable": "600", "pet over variable": "5",
+            "flag over both": "7"}
+    check(got == want, f"--shutdown-timeout values: {got}, want {want}")
     one_line_usage_error(L.run("crun", ["--shutdown-timeout", -1, "/bin/true"]), "--shutdown-timeout", "negative")
     # The effect: a worker that ignores SIGTERM is SIGKILLed about 1 s after crun is told to stop.
     p = L.start("crun", ["--shutdown-timeout", 1, "--no_python", "sh", "-c",
