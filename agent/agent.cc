@@ -21,6 +21,7 @@
 #include "agent/heartbeat_files.h"
 #include "agent/line_router.h"
 #include "agent/log_line_prefix.h"
+#include "agent/template_text.h"
 #include "agent/signal_names.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
@@ -291,6 +292,10 @@ void Agent::Impl::start_group(int restart_count) {
       WorkerLaunch launch;
       launch.program = config.worker_program;
       launch.argv = config.worker_argv;
+      // torch's macros.substitute: each argument after the program is a Template of ${local_rank}.
+      for (std::size_t i = 1; i < launch.argv.size(); ++i) {
+        launch.argv[i] = safe_substitute(launch.argv[i], {{"local_rank", std::to_string(lr)}});
+      }
       launch.env = worker_environment(base_env, current_round, who);
       const auto idx = static_cast<std::size_t>(lr);
       const unsigned redirect = idx < config.redirects.size() ? config.redirects[idx] : 0;

@@ -17,7 +17,8 @@
 //   failure_report.json; without --log-dir, the temporary run dir is removed at exit unless it
 //   holds redirected logs). Worker output is routed per AgentConfig (passthrough, --redirects,
 //   --tee with "[<role><local_rank>]:" prefixes or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE's
-//   (agent/log_line_prefix.h), --local-ranks-filter).
+//   (agent/log_line_prefix.h), --local-ranks-filter). Each worker's arguments after the program go
+//   through safe_substitute with its local_rank, as torch's agent does (agent/template_text.h).
 //   No process of a worker's tree outlives the agent, even a SIGKILLed one (worker_containment.h:
 //   child subreaper, the job's cgroup v2 or process groups and CRUN_AGENT_ID, the keeper process).
 //

@@ -21,7 +21,8 @@ namespace crun {
 
 struct AgentConfig {
   std::string worker_program;            // the path execve runs ("": worker_argv[0])
-  std::vector<std::string> worker_argv;  // argv[0]: the program's name as written (what the worker sees)
+  std::vector<std::string> worker_argv;  // argv[0]: the program's name as written (what the worker sees);
+                                         // the rest as written (the agent fills ${local_rank} per worker)
   int nproc_per_node = 1;
   int max_restarts = 0;
   std::chrono::milliseconds stop_timeout{30000};

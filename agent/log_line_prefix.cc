@@ -1,52 +1,12 @@
 #include "agent/log_line_prefix.h"
 
-#include <cctype>
-#include <map>
+#include "agent/template_text.h"
 
 namespace crun {
 
-namespace {
-
-// Python's Template identifier: [_a-z][_a-z0-9]*, ASCII, any case.
-std::size_t identifier_end(const std::string& text, std::size_t from) {
-  auto head = [](char c) { return c == '_' || std::isalpha(static_cast<unsigned char>(c)) != 0; };
-  if (from >= text.size() || !head(text[from])) return from;
-  std::size_t i = from + 1;
-  while (i < text.size() && (head(text[i]) || std::isdigit(static_cast<unsigned char>(text[i])) != 0)) ++i;
-  return i;
-}
-
-}  // namespace
-
 std::string log_line_prefix(const std::string& tmpl, const std::string& role, int rank, int local_rank) {
   if (tmpl.empty()) return "[" + role + std::to_string(local_rank) + "]:";
-  const std::map<std::string, std::string> names = {
-      {"role_name", role}, {"rank", std::to_string(rank)}, {"local_rank", std::to_string(local_rank)}};
-  std::string out;
-  std::size_t i = 0;
-  while (i < tmpl.size()) {
-    const std::size_t dollar = tmpl.find('$', i);
-    out += tmpl.substr(i, dollar - i);
-    if (dollar == std::string::npos) break;
-    if (dollar + 1 < tmpl.size() && tmpl[dollar + 1] == '$') {
-      out += '$';
-      i = dollar + 2;
-      continue;
-    }
-    const bool braced = dollar + 1 < tmpl.size() && tmpl[dollar + 1] == '{';
-    const std::size_t start = dollar + (braced ? 2 : 1);
-    const std::size_t end = identifier_end(tmpl, start);
-    const bool closed = !braced || (end < tmpl.size() && tmpl[end] == '}');
-    const auto known = names.find(tmpl.substr(start, end - start));
-    if (end == start || !closed || known == names.end()) {
-      out += '$';
-      i = dollar + 1;
-      continue;
-    }
-    out += known->second;
-    i = end + (braced ? 1 : 0);
-  }
-  return out;
+  return safe_substitute(tmpl, {{"role_name", role}, {"rank", std::to_string(rank)}, {"local_rank", std::to_string(local_rank)}});
 }
 
 }  // namespace crun

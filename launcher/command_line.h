@@ -3,7 +3,8 @@
 // Contract
 //   - launch_settings() is the table of every launch setting: its key (torchrun's name with '_',
 //     also JobEnvironment's key), its flags in both spellings, its help line, its built-in default
-//     text and whether it is an on/off flag. pet_name(key) is its variable: PET_<KEY>.
+//     text and whether it is an on/off flag. pet_name(key) is its variable: PET_<KEY>, read unless
+//     torch reads none for it (--numa-binding, --logs-specs: no action=env in torch's run.py).
 //   - parse_command_line(argv) (argv[0] is the program's own name) returns what the user typed:
 //     each setting given as a flag (text, "1" for an on/off flag, and the flag's name as its
 //     source), the launcher's own flags and the program with its arguments (everything after the
@@ -33,6 +34,7 @@ struct SettingSpec {
   const char* fallback;
   bool is_flag = false;
   const char* more_vars = "";  // variables read after PET_<KEY>, in order ("A,B")
+  bool reads_pet = true;       // false where torch reads no PET_<KEY> (its flag has no action=env)
 };
 
 const std::vector<SettingSpec>& launch_settings();

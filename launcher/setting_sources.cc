@@ -36,7 +36,7 @@ SettingTexts apply_precedence(const CommandLine& cl, const EnvSnapshot& env, Job
     Sourced<std::string> v{spec.fallback, "default"};
     if (auto it = cl.given.find(key); it != cl.given.end()) {
       v = it->second;
-    } else if (auto text = env.get(pet)) {
+    } else if (auto text = spec.reads_pet ? env.get(pet) : std::nullopt) {
       v = {spec.is_flag ? flag_text(pet, *text) : *text, pet};
     } else if (auto var = more_var(spec, env)) {
       v = *var;

@@ -2,7 +2,8 @@
 // default. The one place that order is applied.
 //
 // Contract
-//   - For every setting of launch_settings(): the flag when given, else PET_<KEY> from `env`, else
+//   - For every setting of launch_settings(): the flag when given, else PET_<KEY> from `env` (not
+//     for the settings whose reads_pet is false: torch reads no variable for them), else
 //     the first of its more_vars that `env` sets (stop_timeout: PET_SHUTDOWN_TIMEOUT, then
 //     TORCH_ELASTIC_SHUTDOWN_TIMEOUT), else the value the Slurm or platform environment (`job`)
 //     gives, else the setting's default text.

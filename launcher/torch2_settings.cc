@@ -27,7 +27,9 @@ std::vector<std::string> visible_devices(const EnvSnapshot& env, int nproc) {
 }
 
 std::string check_event_log_handler(const std::string& text) {
-  if (text != "null" && text != "console") usage("--event-log-handler: expected null or console, got '" + text + "'");
+  if (text != "null" && text != "console" && text != "dynamic_rendezvous") {
+    usage("--event-log-handler: expected null, console or dynamic_rendezvous, got '" + text + "'");
+  }
   return text;
 }
 

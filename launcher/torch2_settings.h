@@ -8,7 +8,8 @@
 //     empty is one empty entry), else its local rank's number; a local rank without an entry
 //     throws LaunchUsageError. The workers then see LOCAL_RANK=0 (agent/worker_env.h).
 //   - TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE from `env`, as torch reads it (agent/log_line_prefix.h).
-//   - --event-log-handler: null or console (torch's built-in handlers); crun logs no events yet.
+//   - --event-log-handler: null, console or dynamic_rendezvous (the handlers torch's
+//     elastic/events/handlers.py registers); crun logs no events yet.
 //   - What crun does not implement yet is refused, never ignored: a non-empty
 //     --duplicate-std{out,err}-filters, and --numa-binding (checked first against torch's choices
 //     node, socket, exclusive, core-complex). Every error is one line naming the flag.

@@ -201,7 +201,9 @@ void plan_program(std::vector<std::string> program, const SettingTexts& s, const
   const auto exe = resolve_executable(py);
   if (!exe) usage("Python interpreter not found: " + py + " (set PYTHON_EXEC or use --no-python)");
   plan.worker_program = *exe;
-  argv.value = {*exe, "-u"};
+  // argv[0]: $PYTHON_EXEC as written, as torchrun's; without it torchrun's is its own interpreter's
+  // absolute path, crun's the python3 it found.
+  argv.value = {py_env ? *py_env : *exe, "-u"};
   argv.source = py_env ? "PYTHON_EXEC" : "command line";
   if (module) {
     argv.value.push_back("-m");

@@ -17,6 +17,8 @@
 //   - plan_program: a .py script (or -m module) runs under $PYTHON_EXEC (from `env`, default
 //     python3) -u; any other executable, or --no-python, runs as it is. The program and the
 //     interpreter are looked up in PATH (resolve_executable); not found throws LaunchUsageError.
+//     The workers' argv[0] is the program, or $PYTHON_EXEC, as written (the found python3's path
+//     when PYTHON_EXEC is unset); worker_program is the path execve runs.
 //
 // Threading
 //   Pure functions of their arguments, but for the PATH lookup and --log-dir's stat.

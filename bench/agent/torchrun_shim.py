@@ -1,6 +1,8 @@
-# torchrun (torch 1.13) with one fix so it runs on Python 3.11: Std.from_str("0") returns None
-# there (IntFlag iteration skips the zero member), which crashes every run with the default
-# --redirects/--tee. The shim maps None back to Std.NONE and then runs torchrun's own main().
+# torchrun (torch 1.13) with one fix so it runs on Python 3.11: Std.from_str returns None there
+# for "0" and for "3" (IntFlag iteration skips the zero member and the composite ALL), which
+# crashes every run with the default --redirects/--tee and silently turns `-r 3` / `-t 3` into
+# "nothing". The shim lets torch's own from_str check the text (it raises on a bad one), reads the
+# numbers with Std(int) itself and then runs torchrun's own main().
 import sys
 
 from torch.distributed.elastic.multiprocessing import api
@@ -10,11 +12,9 @@ _orig = api.Std.from_str
 
 def _from_str(vm):
     r = _orig(vm)
-    if r is None:
-        return api.Std.NONE
     if isinstance(r, dict):
-        return {k: (api.Std.NONE if v is None else v) for k, v in r.items()}
-    return r
+        return {int(k): api.Std(int(v)) for k, v in (kv.split(":") for kv in vm.split(","))}
+    return api.Std(int(vm))
 
 
 api.Std.from_str = _from_str

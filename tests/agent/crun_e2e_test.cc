@@ -578,10 +578,11 @@ std::vector<std::string> timer_job(const std::string& script) {
 
 TEST_CASE("file timer: an overdue scope is killed with its signal and named in the report", "[e2e][file_timer]") {
   TempDir tmp;
-  // The worker is the shell itself ($$): it opens a scope that ends 0.5 s from now and sleeps.
+  // The worker is the shell itself ($$, written $$$$: crun reads "$$" in the arguments as "$", as
+  // torchrun): it opens a scope that ends 0.5 s from now and sleeps.
   const double deadline =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() + 0.5;
-  const std::string script = "echo \"{\\\"version\\\": 1, \\\"pid\\\": $$, \\\"scope_id\\\": \\\"load\\\", "
+  const std::string script = "echo \"{\\\"version\\\": 1, \\\"pid\\\": $$$$, \\\"scope_id\\\": \\\"load\\\", "
                              "\\\"expiration_time\\\": " + std::to_string(deadline) +
                              ", \\\"signal\\\": 9}\" > \"$TORCHELASTIC_TIMER_FILE\"; echo opened; exec sleep 60";
   ChildProcess p(timer_job(script), {"TMPDIR=" + tmp.path.string(), "TORCHELASTIC_ENABLE_FILE_TIMER=1"});

@@ -271,7 +271,7 @@ namespace {
 std::vector<std::string> checkpointing_worker(const std::string& name) {
   const std::string sig = name.substr(3);  // sh's trap takes USR1, TERM
   return {"-c", "trap 'echo \"rank $RANK got " + name + "\"; sleep 0.3; exit 0' " + sig +
-                    "; echo \"ready rank=$RANK pid=$$\"; while :; do sleep 10 & wait $!; done"};
+                    "; echo \"ready rank=$RANK pid=$$$$\"; while :; do sleep 10 & wait $!; done"};
 }
 
 // SIGTERM or SIGUSR1 to the agent of host 3 of 3: its worker gets the signal, the agent exits

@@ -99,7 +99,7 @@ TEST_CASE("a full disk under --log-dir: the job runs and fails as usual, one lin
 
 TEST_CASE("a worker that closes its stdout keeps running; its stderr and the others' output go on", "[stdout_closed]") {
   const std::string script =
-      "if [ \"$LOCAL_RANK\" = 0 ]; then exec 1>&-; echo \"closed stdout pid=$$\" >&2; fi; "
+      "if [ \"$LOCAL_RANK\" = 0 ]; then exec 1>&-; echo \"closed stdout pid=$$$$\" >&2; fi; "
       "exec $W --lines 3 --stderr-lines 2 --hang --trap SIGUSR2";
   ChildProcess p(crun_sh({"--nproc-per-node", "2"}, script));
   REQUIRE(p.wait_until([](const std::string&, const std::string& err) { return err.find("closed stdout pid=") != std::string::npos; },
@@ -146,7 +146,7 @@ TEST_CASE("a worker floods stdout: every byte is routed, the agent's memory stay
   }
   SECTION("during a flood, another worker is SIGKILLed: the agent stops the group and exits at once") {
     const std::string script =
-        "if [ \"$LOCAL_RANK\" = 0 ]; then exec $W --lines 100000000; fi; echo \"victim pid=$$\" >&2; exec $W --hang";
+        "if [ \"$LOCAL_RANK\" = 0 ]; then exec $W --lines 100000000; fi; echo \"victim pid=$$$$\" >&2; exec $W --hang";
     ChildProcess p(crun_sh({"--nproc-per-node", "2"}, script), {}, 64 * 1024);
     REQUIRE(p.wait_until([](const std::string&, const std::string& err) { return err.find("victim pid=") != std::string::npos; },
                          20s));

@@ -109,6 +109,10 @@ TEST_CASE("a .py program runs as PYTHON_EXEC -u; -m runs a module; executables r
   CHECK(bare.agent.worker_program.find("/true") != std::string::npos);
   CHECK_THAT(usage_error({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "crun-no-such-python"}}}),
              Catch::Contains("Python interpreter not found: crun-no-such-python"));
+  // $PYTHON_EXEC found on $PATH: the workers' argv[0] is it as written, as torchrun's.
+  const auto bare_python = parse({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "sh"}}});
+  CHECK(bare_python.agent.worker_argv.front() == "sh");
+  CHECK(bare_python.agent.worker_program.find("/sh") != std::string::npos);
 }
 
 TEST_CASE("both spellings, PET_* defaults, flags win over the environment", "[launch_plan]") {
@@ -772,7 +776,9 @@ TEST_CASE("--virtual-local-rank: each worker's CUDA_VISIBLE_DEVICES as torch's a
 TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ignored", "[launch_plan]") {
   REQUIRE(source_of(plan({"--event-log-handler", "console", "/bin/true"}), "event_log_handler") == "--event-log-handler");
   REQUIRE(source_of(plan({"--event_log_handler=null", "/bin/true"}), "event_log_handler") == "--event-log-handler");
-  CHECK(usage_error({"--event-log-handler", "scuba", "/bin/true"}) == "--event-log-handler: expected null or console, got 'scuba'");
+  CHECK(usage_error({"--event-log-handler", "scuba", "/bin/true"}) ==
+        "--event-log-handler: expected null, console or dynamic_rendezvous, got 'scuba'");
+  CHECK(source_of(plan({"--event-log-handler", "dynamic_rendezvous", "/bin/true"}), "event_log_handler") == "--event-log-handler");
   REQUIRE(plan({"--duplicate-stdout-filters=", "--duplicate_stderr_filters", "", "/bin/true"}).settings.size() > 0);
   CHECK(usage_error({"--duplicate-stdout-filters", "apple,orange", "/bin/true"}) ==
         "--duplicate-stdout-filters: crun does not implement duplicating filtered lines yet");
@@ -783,4 +789,8 @@ TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ign
   }
   CHECK(usage_error({"--numa_binding", "die", "/bin/true"}) ==
         "--numa-binding: expected node, socket, exclusive or core-complex, got 'die'");
+  // torch's --numa-binding and --logs-specs have no action=env: their PET_ variables are not read.
+  const auto no_pet = plan({"/bin/true"}, EnvSnapshot{{{"PET_NUMA_BINDING", "node"}, {"PET_LOGS_SPECS", "x"}}});
+  CHECK(source_of(no_pet, "numa_binding") == "default");
+  CHECK(source_of(no_pet, "logs_specs") == "default");
 }

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""N crun agents on loopback with one shared c10d endpoint and no is_host (issue 14).
+
+Usage: shared_endpoint_agents.py --crun CRUN_BINARY [--agents 1024] [--bound-s 240]
+
+Every agent is `crun --nnodes N --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint
+127.0.0.1:PORT --rdzv-id ID /bin/true`, started at once, each in its own session. The endpoint is
+this host's, so each agent infers is_host; the first to listen hosts the store and the others,
+finding the port taken, join it as clients (MultiNodeConfig::join_if_taken). Checks, within the
+bound: every agent exits 0 (none dies with "Address already in use", none waits forever), and no
+process of any agent's session is left afterwards.
+"""
+import argparse
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sessions_left(sids):
+    """Processes (pid, command) still in one of the sessions `sids`."""
+    left = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp session
+        if int(fields[3]) in sids and fields[0] != "Z":
+            left.append((int(entry), stat[stat.index("(") + 1:stat.rindex(")")]))
+    return left
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--crun", required=True)
+    p.add_argument("--agents", type=int, default=1024)
+    p.add_argument("--bound-s", type=float, default=240)
+    a = p.parse_args()
+    n = a.agents
+    # Each agent holds a few descriptors only in itself, but the host's store holds one connection
+    # per agent: raise the soft limit to the hard one (inherited by the agents).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if hard < n + 64:
+        print(f"FAIL: RLIMIT_NOFILE hard limit {hard} is too low for {n} agents")
+        return 1
+    scratch = tempfile.mkdtemp(prefix="crun-shared-endpoint-")
+    env = dict(os.environ, TMPDIR=scratch)
+    cmd = [a.crun, "--nnodes", str(n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", f"shared-{os.getpid()}", "/bin/true"]
+    agents = []
+    codes = {}  # pid -> exit code, of the agents reaped
+    start = time.monotonic()
+    try:
+        for i in range(n):
+            with open(os.path.join(scratch, f"agent-{i}.log"), "wb") as log:
+                agents.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                               env=env, start_new_session=True))
+        launched = time.monotonic() - start
+        deadline = start + a.bound_s
+        while len(codes) < n and time.monotonic() < deadline:
+            pid, status = os.waitpid(-1, os.WNOHANG)  # reap whichever agent ends, in any order
+            if pid == 0:
+                time.sleep(0.05)
+                continue
+            codes[pid] = os.waitstatus_to_exitcode(status)
+        finished = time.monotonic() - start
+        sids = {ag.pid for ag in agents}
+        failed = {pid: c for pid, c in codes.items() if c != 0}
+        running = [ag.pid for ag in agents if ag.pid not in codes]
+        print(f"{n} agents: launched in {launched:.1f} s, {len(codes)} exited in {finished:.1f} s, "
+              f"{len(failed)} non-zero, {len(running)} still running")
+        problems = []
+        if running:
+            problems.append(f"{len(running)} agents still running after {a.bound_s:.0f} s")
+        if failed:
+            index = {ag.pid: i for i, ag in enumerate(agents)}
+            worst = sorted(failed.items())[:3]
+            for pid, code in worst:
+                with open(os.path.join(scratch, f"agent-{index[pid]}.log"), errors="replace") as f:
+                    tail = f.read()[-600:]
+                problems.append(f"agent {index[pid]} (pid {pid}) exited {code}:\n{tail}")
+        if not running:
+            left = sessions_left(sids)
+            if left:
+                problems.append(f"{len(left)} processes left in the agents' sessions: {left[:5]}")
+        if problems:
+            print("FAIL: " + "\n".join(problems))
+            return 1
+        print(f"PASS: {n} agents on one endpoint, no is_host: every agent exited 0, nothing left")
+        return 0
+    finally:
+        # Backstop: nothing may outlive the test (the agents not reaped, and anything left in a
+        # session of theirs).
+        for pid in [ag.pid for ag in agents if ag.pid not in codes] + [pid for pid, _ in sessions_left({ag.pid for ag in agents})]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for ag in agents:
+            if ag.pid not in codes:
+                ag.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
