@@ -8,6 +8,9 @@
 //     joins it as a client (is_host() false).
 //   - request_round() joins the next round on a background thread; the answer (a RoundInfo, or an
 //     error with crun's exit code for it) is delivered through the listener's on_round.
+//     With multi.workers_use_agent_store the RoundInfo's master address and port are the store's
+//     endpoint (agent_store set: the workers share this store); otherwise node rank 0's address
+//     and a port it found free (or master_port) for rank 0 to host the workers' own store.
 //   - Control events (the coordinator ended the round, or closed the job), progress lines and the
 //     loss of the store are delivered through the listener.
 //   - publish_failure()/publish_success() report this node's outcome of the current round.
