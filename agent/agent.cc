@@ -274,6 +274,17 @@ void Agent::Impl::start_group(int restart_count) {
   try {
     std::vector<WorkerLaunch> launches;
     launches.reserve(static_cast<std::size_t>(config.nproc_per_node));
+    // torch's --duplicate-std{out,err}-filters: the tee'd lines that match, of every local rank,
+    // in attempt_<N>/filtered_std{out,err}.log.
+    auto duplicate_sink = [&](const std::vector<std::string>& filters, const char* file) -> std::shared_ptr<DuplicateSink> {
+      if (filters.empty()) return nullptr;
+      const fs::path path = run_dir / ("attempt_" + std::to_string(restart_count)) / file;
+      fs::create_directories(path.parent_path());
+      const int fd = open_log(path);
+      return fd < 0 ? nullptr : std::make_shared<DuplicateSink>(fd, filters, path.string());
+    };
+    const auto duplicate_stdout = duplicate_sink(config.duplicate_stdout_filters, "filtered_stdout.log");
+    const auto duplicate_stderr = duplicate_sink(config.duplicate_stderr_filters, "filtered_stderr.log");
     for (int lr = 0; lr < config.nproc_per_node; ++lr) {
       const fs::path dir = attempt_dir(restart_count, lr);
       fs::create_directories(dir);
@@ -310,6 +321,7 @@ void Agent::Impl::start_group(int restart_count) {
           r.file_fd = open_log(dir / file);
           r.console_fd = console ? console_fd : -1;
           r.console_prefix = prefix;
+          if (console) r.duplicate = bit == 1u ? duplicate_stdout : duplicate_stderr;
         } else if (redirect & bit) {
           r.file_fd = open_log(dir / file);
         } else {

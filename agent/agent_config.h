@@ -43,6 +43,10 @@ struct AgentConfig {
   // torch's --virtual-local-rank: per local rank, the worker's CUDA_VISIBLE_DEVICES (its
   // LOCAL_RANK is then 0); empty: off.
   std::vector<std::string> visible_devices;
+  // torch's --duplicate-std{out,err}-filters: tee'd console lines containing any of these also go
+  // to attempt_<N>/filtered_std{out,err}.log (empty: none).
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
 
   // torch's file timer (TORCHELASTIC_ENABLE_FILE_TIMER=1): the agent serves the FIFO at this path
   // ("": one it makes in the run dir) and exports it to the workers as TORCHELASTIC_TIMER_FILE;

@@ -7,10 +7,25 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 namespace crun {
 namespace {
 constexpr std::size_t kMaxPartial = 1u << 20;
+}
+
+DuplicateSink::DuplicateSink(int f, std::vector<std::string> fl, std::string p)
+    : fd(f), filters(std::move(fl)), path(std::move(p)) {}
+
+DuplicateSink::~DuplicateSink() {
+  if (fd >= 0) ::close(fd);
+}
+
+bool DuplicateSink::matches(const char* line, std::size_t size) const {
+  const std::string_view text(line, size);
+  for (const auto& f : filters)
+    if (text.find(f) != std::string_view::npos) return true;
+  return false;
 }
 
 LineRouter::LineRouter(StreamRoute route) : route_(std::move(route)) {}
@@ -44,8 +59,7 @@ void LineRouter::feed(const char* data, std::size_t size) {
     out_.clear();
     emit_lines(data, whole);
   }
-  if (route_.console_fd >= 0 && !out_.empty()) write_all(route_.console_fd, out_.data(), out_.size());
-  out_.clear();
+  flush_console();
   partial_.append(data + whole, size - whole);
 }
 
@@ -56,8 +70,22 @@ void LineRouter::finish() {
   std::string line;
   line.swap(partial_);
   emit_lines(line.data(), line.size());
+  flush_console();
+}
+
+void LineRouter::flush_console() {
   if (route_.console_fd >= 0 && !out_.empty()) write_all(route_.console_fd, out_.data(), out_.size());
   out_.clear();
+  if (dup_.empty()) return;
+  DuplicateSink& sink = *route_.duplicate;
+  if (sink.fd >= 0 && !write_all(sink.fd, dup_.data(), dup_.size())) {
+    const std::string line = "crun: cannot write " + sink.path + ": " + std::strerror(errno) +
+                             "; the rest of this log is dropped\n";
+    write_all(2, line.data(), line.size());
+    ::close(sink.fd);
+    sink.fd = -1;
+  }
+  dup_.clear();
 }
 
 void LineRouter::emit_lines(const char* data, std::size_t size) {
@@ -69,6 +97,10 @@ void LineRouter::emit_lines(const char* data, std::size_t size) {
     if (route_.console_fd >= 0 && !route_.console_prefix.empty()) {
       out_.append(route_.console_prefix);
       out_.append(data + pos, end - pos);
+    }
+    if (route_.duplicate && route_.duplicate->matches(data + pos, end - pos - (nl ? 1 : 0))) {
+      dup_.append(route_.console_prefix);
+      dup_.append(data + pos, end - pos);
     }
     remember(data + pos, end - pos - (nl ? 1 : 0));
     pos = end;

@@ -11,6 +11,11 @@
 //     "crun: cannot write <file_path>: <reason>; the rest of this log is dropped", and the file is
 //     closed; the console and the tail go on.
 //   - Owns `file_fd` (closes it); never closes `console_fd`.
+//   - `duplicate` (torch's --duplicate-std{out,err}-filters): every console line that contains
+//     one of its filters is also written there, with the console prefix, in one write() per
+//     batch of lines; one sink is shared by every local rank's router of a group start, and the
+//     last router holding it closes it. A failed write costs one line on crun's stderr, as for
+//     the log file, and ends the duplication.
 //
 // Threading
 //   Not thread-safe; used on the agent's event-loop thread.
@@ -18,9 +23,23 @@
 
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace crun {
+
+// The file a group's filtered lines go to (attempt_<N>/filtered_std{out,err}.log).
+struct DuplicateSink {
+  DuplicateSink(int fd, std::vector<std::string> filters, std::string path);
+  ~DuplicateSink();  // closes fd
+  DuplicateSink(const DuplicateSink&) = delete;
+  DuplicateSink& operator=(const DuplicateSink&) = delete;
+  bool matches(const char* line, std::size_t size) const;
+  int fd;
+  std::vector<std::string> filters;  // a line containing any of them is duplicated
+  std::string path;
+};
 
 struct StreamRoute {
   int console_fd = -1;         // -1: not shown on the console
@@ -28,6 +47,7 @@ struct StreamRoute {
   int file_fd = -1;            // -1: no log file
   std::size_t tail_lines = 0;  // how many last lines to keep
   std::string file_path;       // the log file's name, for the one line about a failed write
+  std::shared_ptr<DuplicateSink> duplicate;  // console lines matching its filters also go there
 };
 
 class LineRouter {
@@ -47,7 +67,9 @@ class LineRouter {
   void drop_file(int error);
 
   StreamRoute route_;
+  void flush_console();  // writes out_ (console) and dup_ (the duplicate sink)
   std::string partial_;   // bytes after the last newline
+  std::string dup_;       // console lines of this batch that match the duplicate's filters
   std::string out_;       // console batch being assembled
   std::deque<std::string> tail_;
 };

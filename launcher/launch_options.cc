@@ -29,6 +29,8 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.hostname = plan.hostname;
   c.visible_devices = plan.visible_devices.value;
   c.log_line_prefix_template = plan.log_line_prefix_template;
+  c.duplicate_stdout_filters = plan.duplicate_stdout_filters.value;
+  c.duplicate_stderr_filters = plan.duplicate_stderr_filters.value;
   c.file_timer = plan.file_timer.value;
   c.heartbeat_timeout = plan.heartbeat_timeout.value;
   c.initial_heartbeat_timeout = plan.initial_heartbeat_timeout.value;

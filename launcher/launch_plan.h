@@ -76,6 +76,8 @@ struct LaunchPlan {
   // --virtual-local-rank: each local rank's CUDA_VISIBLE_DEVICES (LOCAL_RANK=0); empty: off.
   Sourced<std::vector<std::string>> visible_devices;
   std::string log_line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("": torch's default)
+  Sourced<std::vector<std::string>> duplicate_stdout_filters;  // --duplicate-stdout-filters, split
+  Sourced<std::vector<std::string>> duplicate_stderr_filters;
   std::string hostname;
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables

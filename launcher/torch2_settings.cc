@@ -33,10 +33,29 @@ std::string check_event_log_handler(const std::string& text) {
   return text;
 }
 
-std::string check_filters(const std::string& flag, const std::string& text) {
-  if (!text.empty()) usage(flag + ": crun does not implement duplicating filtered lines yet");
-  return text;
+}  // namespace
+
+// torch's comma-separated list: a comma separates, two commas are one literal comma; empty
+// items are dropped (an empty list duplicates nothing).
+std::vector<std::string> split_filters(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != ',') {
+      item.push_back(text[i]);
+    } else if (i + 1 < text.size() && text[i + 1] == ',') {
+      item.push_back(',');
+      ++i;
+    } else {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    }
+  }
+  if (!item.empty()) out.push_back(item);
+  return out;
 }
+
+namespace {
 
 std::string check_numa_binding(const std::string& text) {
   if (text.empty()) return text;
@@ -58,8 +77,10 @@ void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, LaunchP
   }
   plan.log_line_prefix_template = env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or("");
   parse_setting(s.at("event_log_handler"), check_event_log_handler);
-  parse_setting(s.at("duplicate_stdout_filters"), [](const std::string& t) { return check_filters("--duplicate-stdout-filters", t); });
-  parse_setting(s.at("duplicate_stderr_filters"), [](const std::string& t) { return check_filters("--duplicate-stderr-filters", t); });
+  const auto& out_filters = s.at("duplicate_stdout_filters");
+  const auto& err_filters = s.at("duplicate_stderr_filters");
+  plan.duplicate_stdout_filters = {split_filters(out_filters.value), out_filters.source};
+  plan.duplicate_stderr_filters = {split_filters(err_filters.value), err_filters.source};
   parse_setting(s.at("numa_binding"), check_numa_binding);
 }
 

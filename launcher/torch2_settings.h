@@ -10,13 +10,19 @@
 //   - TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE from `env`, as torch reads it (agent/log_line_prefix.h).
 //   - --event-log-handler: null, console or dynamic_rendezvous (the handlers torch's
 //     elastic/events/handlers.py registers); crun logs no events yet.
-//   - What crun does not implement yet is refused, never ignored: a non-empty
-//     --duplicate-std{out,err}-filters, and --numa-binding (checked first against torch's choices
-//     node, socket, exclusive, core-complex). Every error is one line naming the flag.
+//   - --duplicate-std{out,err}-filters: split as torch's comma-separated list (split_filters); the
+//     agent copies the tee'd console lines that contain one of them to the attempt's
+//     filtered_std{out,err}.log (agent/line_router.h).
+//   - What crun does not implement yet is refused, never ignored: --numa-binding (checked first
+//     against torch's choices node, socket, exclusive, core-complex). Every error is one line
+//     naming the flag.
 //
 // Threading
 //   Pure function.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "launcher/launch_inputs.h"
 #include "launcher/launch_plan.h"
@@ -25,5 +31,6 @@
 namespace crun {
 
 void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan);
+std::vector<std::string> split_filters(const std::string& text);
 
 }  // namespace crun

@@ -15,6 +15,7 @@
 
 #include "launcher/launch_options.h"
 #include "launcher/launch_plan.h"
+#include "launcher/torch2_settings.h"
 
 using namespace crun;
 
@@ -779,11 +780,15 @@ TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ign
   CHECK(usage_error({"--event-log-handler", "scuba", "/bin/true"}) ==
         "--event-log-handler: expected null, console or dynamic_rendezvous, got 'scuba'");
   CHECK(source_of(plan({"--event-log-handler", "dynamic_rendezvous", "/bin/true"}), "event_log_handler") == "--event-log-handler");
-  REQUIRE(plan({"--duplicate-stdout-filters=", "--duplicate_stderr_filters", "", "/bin/true"}).settings.size() > 0);
-  CHECK(usage_error({"--duplicate-stdout-filters", "apple,orange", "/bin/true"}) ==
-        "--duplicate-stdout-filters: crun does not implement duplicating filtered lines yet");
-  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_DUPLICATE_STDERR_FILTERS", "x"}}}) ==
-        "--duplicate-stderr-filters: crun does not implement duplicating filtered lines yet (from PET_DUPLICATE_STDERR_FILTERS)");
+  CHECK(plan({"--duplicate-stdout-filters=", "--duplicate_stderr_filters", "", "/bin/true"}).duplicate_stdout_filters.value.empty());
+  const auto filtered = plan({"--duplicate-stdout-filters", "apple,orange", "/bin/true"},
+                             EnvSnapshot{{{"PET_DUPLICATE_STDERR_FILTERS", "x,,y,"}}});
+  CHECK(filtered.duplicate_stdout_filters.value == std::vector<std::string>{"apple", "orange"});
+  CHECK(filtered.duplicate_stderr_filters.value == std::vector<std::string>{"x,y"});  // ",," is a comma
+  CHECK(filtered.duplicate_stderr_filters.source == "PET_DUPLICATE_STDERR_FILTERS");
+  CHECK(split_filters(",a,,,b,,") == std::vector<std::string>{"a,", "b,"});
+  CHECK(split_filters(",,,") == std::vector<std::string>{","});
+  CHECK(split_filters(",").empty());
   for (const char* mode : {"node", "socket", "exclusive", "core-complex"}) {
     CHECK(usage_error({"--numa-binding", mode, "/bin/true"}) == "--numa-binding: crun does not implement NUMA binding yet");
   }

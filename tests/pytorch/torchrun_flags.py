@@ -21,12 +21,13 @@ Known, intended differences (asserted, not hidden):
   - A usage error is exit 2 and one line under crun; torchrun raises from inside the launch
     (exit 1, a traceback) where its check is not argparse's.
   - A native binary: crun runs it directly; torchrun needs --no_python for it.
-  - Not implemented by crun, refused with exit 2 (never silently ignored): a non-empty
-    --duplicate-std{out,err}-filters and any --numa-binding mode.
+  - Not implemented by crun, refused with exit 2 (never silently ignored): any --numa-binding
+    mode.
   - --shutdown-timeout is crun's --stop-timeout under torch's name: it also takes fractional
     seconds (torch's is an int).
 """
 import argparse
+import glob
 import os
 import re
 import shutil
@@ -380,15 +381,28 @@ def case_event_log_handler(L):
 
 def case_duplicate_filters(L):
     """torch's run.py: --duplicate-std{out,err}-filters (and _ spellings), action=env, a
-    comma-separated list, default [] (an empty list duplicates nothing). crun accepts the empty
-    list and refuses a non-empty one (not implemented; exit 2, one line), never ignoring it."""
+    comma-separated list (",," a literal comma), default [] (an empty list duplicates nothing).
+    torch's multiprocessing api: the tee'd lines of every rank that contain any filter also go to
+    <log_dir>/<run id>_*/attempt_<N>/filtered_std{out,err}.log, with the tee prefix."""
     for flag in ("--duplicate-stdout-filters", "--duplicate-stderr-filters"):
         r = L.run("crun", [f"{flag}=", "--no_python", "sh", "-c", "echo RESULT ok"])
         check(r.rc == 0 and r.results() == ["RESULT ok"], f"{flag}= (empty)\n{r.describe()}")
-        one_line_usage_error(L.run("crun", ["--" + flag[2:].replace("-", "_"), "apple", "/bin/true"]),
-                             flag, f"{flag} apple")
-        pet = "PET_" + flag[2:].replace("-", "_").upper()
-        one_line_usage_error(L.run("crun", ["/bin/true"], {pet: "apple"}), flag, pet)
+    logs = os.path.join(L.scratch, "dup-logs")
+    script = ("echo apple $LOCAL_RANK; echo pear $LOCAL_RANK; echo 'a,b' $LOCAL_RANK; "
+              "echo orange $LOCAL_RANK >&2; echo plum >&2")
+    r = L.run("crun", ["--nproc_per_node", 2, "--tee", 3, "--log_dir", logs, "--rdzv_id", "dup",
+                       "--duplicate_stdout_filters", "apple,a,,b", "--no_python", "sh", "-c", script],
+              {"PET_DUPLICATE_STDERR_FILTERS": "orange"})
+    check(r.rc == 0, f"duplicate filters run failed\n{r.describe()}")
+    attempt = glob.glob(os.path.join(logs, "dup_*", "attempt_0"))
+    check(len(attempt) == 1, f"no attempt_0 under {logs}")
+    with open(os.path.join(attempt[0], "filtered_stdout.log")) as f:
+        out = sorted(f.read().splitlines())
+    with open(os.path.join(attempt[0], "filtered_stderr.log")) as f:
+        err = sorted(f.read().splitlines())
+    check(out == ["[default0]:a,b 0", "[default0]:apple 0", "[default1]:a,b 1", "[default1]:apple 1"],
+          f"filtered_stdout.log: {out}")
+    check(err == ["[default0]:orange 0", "[default1]:orange 1"], f"filtered_stderr.log: {err}")
 
 
 def case_numa_binding(L):
