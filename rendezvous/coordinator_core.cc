@@ -220,6 +220,7 @@ void CoordinatorCore::close_round() {
     participants_.push_back(order[i]->node_id);
     last_rank_[order[i]->node_id] = i;
   }
+  out_.push_back(fx::ClearWorkerKeys{});
   out_.push_back(std::move(answers));
   for (auto& id : participants_) waiting_.erase(id);
   in_round_ = std::set<std::string>(participants_.begin(), participants_.end());

@@ -24,7 +24,8 @@
 //     - Pruning (docs/rendezvous.md): a node's previous answer when it joins again; a lost node's
 //       answer, join and heartbeat keys; when round r forms, the stop key, reports and round/ keys
 //       of round r - 2; a report of a round already pruned. Prune effects may be deferred and
-//       batched by the caller; every other effect is applied in order, at once.
+//       batched by the caller; every other effect is applied in order, at once. When a round
+//       forms, ClearWorkerKeys comes before its Answer (the workers share this store).
 //     - Progress: while a round forms, at most one line a second ("round 3: 2/4 nodes, last call
 //       in 27 s"), only when it changed.
 //
@@ -79,6 +80,10 @@ struct Prune {
 struct PruneRound {
   int round = 0;
 };
+// Deletes the workers' keys (store/torch_keys.h) at once, before the round's answers go out: the
+// agents stopped their workers before joining, and a round that keeps the restart count (a
+// membership change) must not find the last group's keys under its attempt prefix.
+struct ClearWorkerKeys {};
 struct Log {
   std::string line;
 };
@@ -87,7 +92,7 @@ struct Log {
 using CoordinatorEffect =
     std::variant<coordinator_effect::Answer, coordinator_effect::Control, coordinator_effect::Closed,
                  coordinator_effect::Progress, coordinator_effect::EndAlive, coordinator_effect::Prune,
-                 coordinator_effect::PruneRound, coordinator_effect::Log>;
+                 coordinator_effect::PruneRound, coordinator_effect::ClearWorkerKeys, coordinator_effect::Log>;
 using CoordinatorEffects = std::vector<CoordinatorEffect>;
 
 class CoordinatorCore {

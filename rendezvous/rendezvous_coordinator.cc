@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "rendezvous/coordinator_core.h"
+#include "store/torch_keys.h"
 
 namespace crun {
 
@@ -152,6 +153,10 @@ struct RendezvousCoordinator::Impl {
         prunes.push_back(std::move(prune->key));
       } else if (auto* round = std::get_if<fx::PruneRound>(&effect)) {
         for (auto& key : store.list_keys(keys.round_prefix(round->round), 1u << 20)) prunes.push_back(std::move(key));
+      } else if (std::holds_alternative<fx::ClearWorkerKeys>(effect)) {
+        auto p = store.pipeline();
+        for (auto& key : store.list_keys(torch_workers_root(), 1u << 20)) p.remove(key);
+        p.flush();
       } else if (auto* line = std::get_if<fx::Log>(&effect)) {
         log(line->line);
       }

@@ -7,7 +7,8 @@
 //   - torchrun's agent store gives each start of the worker group the view
 //     PrefixStore("/worker/attempt_<restart count>"), so those workers' keys are
 //     "//worker/attempt_<N>/<key>" on the wire. torch_worker_prefix(N) is that prefix: a native
-//     worker that uses it shares its keys with PyTorch workers of the same start.
+//     worker that uses it shares its keys with PyTorch workers of the same start;
+//     torch_workers_root() holds every start's (the coordinator clears it as each round forms).
 //   - crun's own keys (the rendezvous' "crun/rdzv/<run id>/...") never start with "/" and are
 //     never "init/": torch's clients cannot reach them by name.
 //
@@ -18,6 +19,9 @@
 #include <string>
 
 namespace crun {
+
+// Every start's workers' keys are under this root.
+inline std::string torch_workers_root() { return "//worker/"; }
 
 inline std::string torch_worker_prefix(int restart_count) {
   return "//worker/attempt_" + std::to_string(restart_count) + "/";

@@ -1,4 +1,6 @@
 // CoordinatorCore with a fake clock: events in, effects out; no store, no thread.
+#include <algorithm>
+
 #include <catch2/catch.hpp>
 
 #include "base/exit_codes.h"
@@ -132,6 +134,11 @@ TEST_CASE("core: a fixed-size round forms once every node joined", "[coordinator
   CHECK(got["a"].restart_count == 0);
   CHECK(core.round() == 0);
   CHECK(logged(second, "round 0 formed with 2 node(s), restart count 0"));
+  // The workers' keys go before the answers do (the answers start the workers).
+  auto clear = std::find_if(second.begin(), second.end(), [](auto& e) { return std::holds_alternative<fx::ClearWorkerKeys>(e); });
+  auto answer = std::find_if(second.begin(), second.end(), [](auto& e) { return std::holds_alternative<fx::Answer>(e); });
+  CHECK(clear < answer);
+  CHECK(all<fx::ClearWorkerKeys>(first).empty());
 }
 
 TEST_CASE("core: rank hints come first, then the previous rank, then the node id", "[coordinator_core]") {

@@ -289,6 +289,32 @@ TEST_CASE("a late joiner scales the job up in a new round", "[rendezvous]") {
   CHECK(rc.node_rank == 2);
 }
 
+// The workers share this store (torchrun's agent store): a membership round keeps the restart
+// count, so the next group would find the last group's keys under the same //worker/attempt_0/.
+TEST_CASE("a new round clears the workers' keys before its answers; the rendezvous keys stay", "[rendezvous]") {
+  Job job(config(2, 3));
+  Node a(job, "a1", 0), b(job, "b2", 1);
+  auto fa = a.join_async(), fb = b.join_async();
+  REQUIRE(get(fa).restart_count == 0);
+  get(fb);
+  auto workers = job.fixture.client();  // what the first group's ranks wrote
+  workers->set("//worker/attempt_0/default_pg/0/0/rank_0", "10.9.0.1:4242");
+  workers->set("//worker/attempt_0/store_based_barrier_key:1", "4");
+  workers->set("init/", "4");
+  Node c(job, "c3", 2);
+  auto fc = c.join_async();
+  for (Node* n : {&a, &b}) REQUIRE(n->control.pop());
+  fa = a.join_async();
+  fb = b.join_async();
+  RoundAnswer ra = get(fa);
+  get(fb);
+  get(fc);
+  CHECK(ra.restart_count == 0);  // the same attempt prefix
+  CHECK(workers->list_keys("//worker/", 100).empty());
+  CHECK(workers->try_get("init/") == std::optional<std::string>("4"));  // not under the workers' root
+  CHECK_FALSE(workers->list_keys("crun/rdzv/", 1000).empty());
+}
+
 TEST_CASE("a node that stops heartbeating is dropped", "[rendezvous]") {
   auto cfg = config(1, 2);
   cfg.heartbeat_timeout = 500ms;
