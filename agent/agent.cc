@@ -308,6 +308,7 @@ void Agent::Impl::start_group(int restart_count) {
         launch.argv[i] = safe_substitute(launch.argv[i], {{"local_rank", std::to_string(lr)}});
       }
       launch.env = worker_environment(base_env, current_round, who);
+      if (!config.worker_cpus.empty()) launch.cpus = config.worker_cpus[static_cast<std::size_t>(lr)];
       const auto idx = static_cast<std::size_t>(lr);
       const unsigned redirect = idx < config.redirects.size() ? config.redirects[idx] : 0;
       const unsigned tee = idx < config.tee.size() ? config.tee[idx] : 0;

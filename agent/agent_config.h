@@ -2,7 +2,7 @@
 //
 // Contract
 //   The launcher builds it from its launch plan; the agent trusts it (nproc >= 1, worker_argv[0]
-//   an executable path, per-rank vectors of size nproc (visible_devices: or empty), MultiNodeConfig::is_host decided).
+//   an executable path, per-rank vectors of size nproc (visible_devices, worker_cpus: or empty), MultiNodeConfig::is_host decided).
 //   Stream bits: 1 = stdout, 2 = stderr (torchrun's Std: 0 none, 1 out, 2 err, 3 all).
 //
 // Threading
@@ -43,6 +43,8 @@ struct AgentConfig {
   // torch's --virtual-local-rank: per local rank, the worker's CUDA_VISIBLE_DEVICES (its
   // LOCAL_RANK is then 0); empty: off.
   std::vector<std::string> visible_devices;
+  // torch's --numa-binding: per local rank, the logical CPUs the worker runs on; empty: inherited.
+  std::vector<std::vector<int>> worker_cpus;
   // torch's --duplicate-std{out,err}-filters: tee'd console lines containing any of these also go
   // to attempt_<N>/filtered_std{out,err}.log (empty: none).
   std::vector<std::string> duplicate_stdout_filters;

@@ -185,6 +185,7 @@ void WorkerGroup::start(std::vector<WorkerLaunch> launches) {
     if (impl_->containment != nullptr) options.cgroup_procs_fd = impl_->containment->cgroup_procs_fd();
     for (auto& launch : launches) {
       options.program = launch.program;
+      options.cpus = launch.cpus;
       const SpawnedWorker s = spawn_worker(launch.argv, launch.env, options);
       if (impl_->containment != nullptr) impl_->containment->worker_started(s.pid);
       auto w = std::make_shared<Worker>(impl_->io, s, launch);

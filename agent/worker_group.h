@@ -48,6 +48,7 @@ struct WorkerLaunch {
   std::string program;            // the path execve runs ("": argv[0])
   std::vector<std::string> argv;  // argv[0]: the program's name as the worker sees it
   std::vector<std::string> env;   // complete environment
+  std::vector<int> cpus;          // the worker's CPU affinity (SpawnOptions::cpus); empty: inherited
   StreamRoute stdout_route;
   StreamRoute stderr_route;
 };

@@ -58,7 +58,7 @@ const char* decimal(int n, char (&buf)[16]) {
 }
 
 [[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int out_w, int err_w,
-                             pid_t agent_pid, int cgroup_procs_fd) {
+                             pid_t agent_pid, int cgroup_procs_fd, const std::vector<unsigned long>& cpu_mask) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != agent_pid) ::_exit(127);  // the agent died before prctl took effect
@@ -88,6 +88,14 @@ const char* decimal(int n, char (&buf)[16]) {
     write_str(2, "; CRUN_NO_CGROUP=1 runs without it)\n");
     ::_exit(127);
   }
+  if (!cpu_mask.empty() &&
+      ::syscall(SYS_sched_setaffinity, 0, cpu_mask.size() * sizeof(unsigned long), cpu_mask.data()) != 0) {
+    char num[16];
+    write_str(2, "crun: cannot bind the worker to its --numa-binding CPUs (errno ");
+    write_str(2, decimal(errno, num));
+    write_str(2, ")\n");
+    ::_exit(127);
+  }
   close_inherited_fds(3);
   ::execve(path, argv, envp);
   write_str(2, "crun: cannot execute ");
@@ -114,6 +122,15 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   for (const auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
   cenv.push_back(nullptr);
 
+  // The affinity mask, built here: the vforked child only hands it to the kernel.
+  std::vector<unsigned long> cpu_mask;
+  constexpr std::size_t kBits = 8 * sizeof(unsigned long);
+  for (int c : options.cpus) {
+    const auto bit = static_cast<std::size_t>(c);
+    if (cpu_mask.size() <= bit / kBits) cpu_mask.resize(bit / kBits + 1, 0);
+    cpu_mask[bit / kBits] |= 1ul << (bit % kBits);
+  }
+
   int out[2] = {-1, -1};
   int err[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) != 0) throw_errno("pipe2");
@@ -132,7 +149,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   ::pthread_sigmask(SIG_SETMASK, &all, &saved);
   const pid_t pid = ::vfork();
   const char* path = options.program.empty() ? cargv[0] : options.program.c_str();
-  if (pid == 0) exec_child(path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd);
+  if (pid == 0) exec_child(path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd, cpu_mask);
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {

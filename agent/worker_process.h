@@ -42,6 +42,10 @@ struct SpawnOptions {
   // The path execve runs ("": argv[0]). argv[0] is what the worker sees as its own name, as the
   // user wrote it (`sleep`, not `/usr/bin/sleep`), as under torchrun.
   std::string program;
+  // The logical CPUs the worker may run on: the child sets its affinity to them before exec (as
+  // numactl --physcpubind). A failure is reported on the worker's stderr and the child exits 127.
+  // Empty: the agent's affinity, inherited.
+  std::vector<int> cpus;
 };
 
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,

@@ -50,7 +50,7 @@ const std::vector<SettingSpec>& launch_settings() {
        "not implemented yet: only an empty list is accepted", ""},
       {"duplicate_stderr_filters", "--duplicate-stderr-filters,--duplicate_stderr_filters",
        "not implemented yet: only an empty list is accepted", ""},
-      {"numa_binding", "--numa-binding,--numa_binding", "node, socket, exclusive or core-complex: not implemented yet", "",
+      {"numa_binding", "--numa-binding,--numa_binding", "bind local rank i to CPUs near GPU i: node, socket, exclusive or core-complex", "",
        false, "", false},
       {"heartbeat_timeout", "--heartbeat-timeout,--heartbeat_timeout",
        "seconds a worker may go without a heartbeat before it counts as hung (0: off)", "0"},

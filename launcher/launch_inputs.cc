@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <netdb.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -76,6 +77,18 @@ std::vector<std::string> resolve_name(const std::string& name) {
   return out;
 }
 
+CpuTopology this_host_topology() {
+  CpuTopology t = read_cpu_topology("/sys");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) t.allowed.push_back(c);
+    }
+  }
+  return t;
+}
+
 // Slurm node names need not resolve: ask Slurm for the address it reaches the node at. The name
 // goes into a shell command, so only hostname characters are accepted.
 std::optional<std::string> scontrol_node_addr(const std::string& name) {
@@ -113,6 +126,7 @@ HostFacts HostFacts::of_this_host() {
   });
   host.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   host.gpus = Lazy<int>::read_by(count_gpus);
+  host.cpu_topology = Lazy<CpuTopology>::read_by(this_host_topology);
   host.resolve = resolve_name;
   host.slurm_node_addr = scontrol_node_addr;
   return host;

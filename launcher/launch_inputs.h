@@ -8,13 +8,16 @@
 //     included), its CPUs and NVIDIA GPUs, and two lookups: resolve(name), the numeric addresses a
 //     host name stands for (DNS, /etc/hosts; empty when it does not resolve), and
 //     slurm_node_addr(name), the NodeAddr `scontrol show node` reports (nullopt when none). An
-//     unset lookup answers "nothing".
+//     unset lookup answers "nothing". cpu_topology: the CPUs' NUMA nodes, sockets, cores and
+//     caches, the CPUs this process may run on and the GPUs' NUMA nodes (launcher/cpu_topology.h),
+//     for --numa-binding only.
 //   - EnvSnapshot::from_process() and HostFacts::of_this_host() are the only places in launcher/
-//     that read the process environment, gethostname, getifaddrs, DNS, /dev or scontrol; the rest
-//     of the launcher takes these values, so tests and the fuzz target inject them.
-//   - The addresses and the GPU count are Lazy: of_this_host() reads them the first time they are
-//     asked for (most launches need neither, and getifaddrs plus a /dev scan cost 0.15 ms); a test
-//     assigns plain values.
+//     that read the process environment, gethostname, getifaddrs, DNS, /dev, /sys, the process's
+//     CPU affinity or scontrol; the rest of the launcher takes these values, so tests and the fuzz
+//     target inject them.
+//   - The addresses, the GPU count and the CPU topology are Lazy: of_this_host() reads them the
+//     first time they are asked for (most launches need none, and getifaddrs plus a /dev scan cost
+//     0.15 ms); a test assigns plain values.
 //
 // Threading
 //   from_process() and of_this_host(): call from main before other threads exist. The lookups
@@ -26,6 +29,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "launcher/cpu_topology.h"
 
 namespace crun {
 
@@ -70,6 +75,7 @@ struct HostFacts {
   Lazy<std::vector<std::string>> addresses;
   int cpus = 1;
   Lazy<int> gpus;
+  Lazy<CpuTopology> cpu_topology;
   std::function<std::vector<std::string>(const std::string& name)> resolve;
   std::function<std::optional<std::string>(const std::string& node)> slurm_node_addr;
 

@@ -28,6 +28,7 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.log_dir = plan.log_dir.value;
   c.hostname = plan.hostname;
   c.visible_devices = plan.visible_devices.value;
+  c.worker_cpus = plan.worker_cpus.value;
   c.log_line_prefix_template = plan.log_line_prefix_template;
   c.duplicate_stdout_filters = plan.duplicate_stdout_filters.value;
   c.duplicate_stderr_filters = plan.duplicate_stderr_filters.value;

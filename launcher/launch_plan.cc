@@ -163,12 +163,12 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
 
   if (cl.slurm_tasks) {
     for (const char* key : {"nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "standalone", "max_restarts", "node_rank",
-                            "virtual_local_rank"}) {
+                            "virtual_local_rank", "numa_binding"}) {
       if (s.given(key)) usage("--slurm-tasks: " + s.at(key).source + " does not apply (srun starts every worker; there is no agent)");
     }
   }
   plan_workers(s, host, plan);
-  plan_torch2_settings(s, env, plan);
+  plan_torch2_settings(s, env, host, plan);
   plan_watchdogs(s, env, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);

@@ -1,5 +1,7 @@
 #include "launcher/print_config.h"
 
+#include "launcher/cpu_topology.h"
+
 namespace crun {
 
 namespace {
@@ -42,6 +44,13 @@ std::string print_plan(const LaunchPlan& plan) {
   }
   line("file_timer", plan.file_timer.value ? (plan.file_timer.value->empty() ? "on (a FIFO in the run dir)" : *plan.file_timer.value) : "off",
        plan.file_timer.source);
+  if (!plan.worker_cpus.value.empty()) {
+    std::string cpus;
+    for (std::size_t lr = 0; lr < plan.worker_cpus.value.size(); ++lr) {
+      cpus += (lr == 0 ? "" : " ") + std::to_string(lr) + ":" + format_cpu_list(plan.worker_cpus.value[lr]);
+    }
+    line("worker_cpus", cpus, plan.worker_cpus.source);
+  }
   line("run_id", plan.run_id.value, plan.run_id.source);
   line("program", join_words(plan.worker_argv.value), plan.worker_argv.source);
   for (const auto& [k, v] : plan.task_env) line("task " + k, v, "Slurm task");

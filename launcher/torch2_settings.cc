@@ -1,5 +1,6 @@
 #include "launcher/torch2_settings.h"
 
+#include "launcher/numa_binding.h"
 #include "launcher/option_values.h"
 
 namespace crun {
@@ -62,12 +63,12 @@ std::string check_numa_binding(const std::string& text) {
   if (text != "node" && text != "socket" && text != "exclusive" && text != "core-complex") {
     usage("--numa-binding: expected node, socket, exclusive or core-complex, got '" + text + "'");
   }
-  usage("--numa-binding: crun does not implement NUMA binding yet");
+  return text;
 }
 
 }  // namespace
 
-void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan) {
+void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, const HostFacts& host, LaunchPlan& plan) {
   const auto& virt = s.at("virtual_local_rank");
   if (virt.value == "1") {
     plan.visible_devices = {parse_setting(virt, [&](const std::string&) { return visible_devices(env, plan.nproc_per_node.value); }),
@@ -81,7 +82,16 @@ void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, LaunchP
   const auto& err_filters = s.at("duplicate_stderr_filters");
   plan.duplicate_stdout_filters = {split_filters(out_filters.value), out_filters.source};
   plan.duplicate_stderr_filters = {split_filters(err_filters.value), err_filters.source};
-  parse_setting(s.at("numa_binding"), check_numa_binding);
+  const auto& numa = s.at("numa_binding");
+  const auto mode = parse_setting(numa, check_numa_binding);
+  plan.worker_cpus = {{}, numa.source};
+  if (!mode.empty()) {
+    CpuTopology topology = host.cpu_topology.get();
+    const auto visible = env.vars.find("CUDA_VISIBLE_DEVICES");
+    topology.gpu_nodes = visible_gpu_nodes(
+        topology.gpu_nodes, visible == env.vars.end() ? std::nullopt : std::optional<std::string>(visible->second));
+    plan.worker_cpus.value = numa_cpus(mode, plan.nproc_per_node.value, topology);
+  }
 }
 
 }  // namespace crun

@@ -13,9 +13,11 @@
 //   - --duplicate-std{out,err}-filters: split as torch's comma-separated list (split_filters); the
 //     agent copies the tee'd console lines that contain one of them to the attempt's
 //     filtered_std{out,err}.log (agent/line_router.h).
-//   - What crun does not implement yet is refused, never ignored: --numa-binding (checked first
-//     against torch's choices node, socket, exclusive, core-complex). Every error is one line
-//     naming the flag.
+//   - --numa-binding: torch's choices node, socket, exclusive, core-complex; given, each local
+//     rank's CPUs (launcher/numa_binding.h) from `host`'s cpu_topology, its GPUs seen through
+//     `env`'s CUDA_VISIBLE_DEVICES. The topology is read only then. The agent sets each worker's
+//     CPU affinity to its list before exec (torch runs the worker under numactl --physcpubind).
+//   - Every error is one line naming the flag.
 //
 // Threading
 //   Pure function.
@@ -30,7 +32,7 @@
 
 namespace crun {
 
-void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan);
+void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, const HostFacts& host, LaunchPlan& plan);
 std::vector<std::string> split_filters(const std::string& text);
 
 }  // namespace crun

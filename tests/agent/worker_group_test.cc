@@ -1,5 +1,6 @@
 // WorkerGroup with real processes on a real io_context.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "agent/orphans.h"
@@ -182,4 +184,35 @@ TEST_CASE("--crun-keeper without an agent's pipe and marker never reaches main()
     CHECK(p.out().empty());
     CHECK(p.err().find("not started by a crun agent") != std::string::npos);
   }
+}
+
+TEST_CASE("a worker started with a CPU list runs on exactly those CPUs (--numa-binding)", "[worker_group]") {
+  boost::asio::io_context io;
+  std::vector<std::string> tail;
+  std::optional<WorkerExit> exit;
+  WorkerGroup* g = nullptr;
+  WorkerGroup group(io, 0, [&](const WorkerExit& e) {
+    exit = e;
+    const auto& t = g->stderr_tail(e.local_rank);
+    tail.assign(t.begin(), t.end());
+  });
+  g = &group;
+  WorkerLaunch l;
+  l.argv = {"/bin/sh", "-c", "grep Cpus_allowed_list: /proc/self/status >&2"};
+  l.env = current_environment();
+  cpu_set_t mine;  // the lowest CPU this test may use (CPU 0 on an unrestricted host)
+  REQUIRE(::sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &mine)) ++cpu;
+  l.cpus = {cpu};
+  l.stderr_route.tail_lines = 5;
+  std::vector<WorkerLaunch> ls;
+  ls.push_back(std::move(l));
+  group.start(std::move(ls));
+  io.run_for(20s);
+  REQUIRE(exit);
+  REQUIRE_FALSE(exit->failed());
+  REQUIRE(tail.size() == 1);
+  const auto& line = tail.front();
+  CHECK(line.substr(line.find_first_not_of(" \t", line.find(':') + 1)) == std::to_string(cpu));
 }

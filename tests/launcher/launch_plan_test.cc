@@ -15,6 +15,7 @@
 
 #include "launcher/launch_options.h"
 #include "launcher/launch_plan.h"
+#include "launcher/print_config.h"
 #include "launcher/torch2_settings.h"
 
 using namespace crun;
@@ -511,9 +512,15 @@ TEST_CASE("host facts a launch does not need are never read", "[launch_plan]") {
     ++gpu_reads;
     return 2;
   });
+  int topology_reads = 0;
+  h.cpu_topology = Lazy<CpuTopology>::read_by([&] {
+    ++topology_reads;
+    return CpuTopology{};
+  });
   plan({"--standalone", "--nproc-per-node", "4", "--no-python", "/bin/true"}, {}, h);
   CHECK(address_reads == 0);
   CHECK(gpu_reads == 0);
+  CHECK(topology_reads == 0);
   // A c10d endpoint asks whether it is ours, "auto" counts GPUs: each read once.
   auto p = plan({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.5:29400", "--nproc-per-node",
                  "auto", "--no-python", "/bin/true"},
@@ -790,12 +797,37 @@ TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ign
   CHECK(split_filters(",,,") == std::vector<std::string>{","});
   CHECK(split_filters(",").empty());
   for (const char* mode : {"node", "socket", "exclusive", "core-complex"}) {
-    CHECK(usage_error({"--numa-binding", mode, "/bin/true"}) == "--numa-binding: crun does not implement NUMA binding yet");
+    CHECK(usage_error({"--numa-binding", mode, "/bin/true"}) ==
+          "--numa-binding: no NVIDIA GPU found (each local rank is bound near the GPU of its index)");
   }
+  CHECK(usage_error({"--slurm-tasks", "--numa-binding", "node", "/bin/true"}) ==
+        "--slurm-tasks: --numa-binding does not apply (srun starts every worker; there is no agent)");
   CHECK(usage_error({"--numa_binding", "die", "/bin/true"}) ==
         "--numa-binding: expected node, socket, exclusive or core-complex, got 'die'");
   // torch's --numa-binding and --logs-specs have no action=env: their PET_ variables are not read.
   const auto no_pet = plan({"/bin/true"}, EnvSnapshot{{{"PET_NUMA_BINDING", "node"}, {"PET_LOGS_SPECS", "x"}}});
   CHECK(source_of(no_pet, "numa_binding") == "default");
   CHECK(source_of(no_pet, "logs_specs") == "default");
+}
+
+TEST_CASE("--numa-binding: each local rank's CPUs near the GPU of its index, shown by --print-config", "[launch_plan]") {
+  HostFacts h = test_host();
+  CpuTopology t;
+  for (int id = 0; id < 8; ++id) {
+    t.cpus.push_back({id, id / 4, id / 4, id, id - id % 2});
+    t.allowed.push_back(id);
+  }
+  t.gpu_nodes = {0, 1};
+  h.cpu_topology = t;
+  const auto p = plan({"--nproc-per-node", "2", "--numa-binding", "node", "/bin/true"}, {}, h);
+  CHECK(p.worker_cpus.value == std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(p.worker_cpus.source == "--numa-binding");
+  CHECK(print_plan(p).find("worker_cpus = 0:0-3 1:4-7  (--numa-binding)") != std::string::npos);
+  const auto swapped = plan({"--nproc-per-node", "2", "--numa-binding", "exclusive", "/bin/true"},
+                            EnvSnapshot{{{"CUDA_VISIBLE_DEVICES", "1,0"}}}, h);
+  CHECK(swapped.worker_cpus.value == std::vector<std::vector<int>>{{4, 5, 6, 7}, {0, 1, 2, 3}});
+  CHECK(plan({"/bin/true"}, {}, h).worker_cpus.value.empty());
+  CHECK(print_plan(plan({"/bin/true"}, {}, h)).find("worker_cpus") == std::string::npos);
+  CHECK(usage_error({"--nproc-per-node", "3", "--numa-binding", "socket", "/bin/true"}, {}, h) ==
+        "--numa-binding: local rank 2 has no GPU (2 visible)");
 }

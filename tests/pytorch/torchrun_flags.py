@@ -21,8 +21,8 @@ Known, intended differences (asserted, not hidden):
   - A usage error is exit 2 and one line under crun; torchrun raises from inside the launch
     (exit 1, a traceback) where its check is not argparse's.
   - A native binary: crun runs it directly; torchrun needs --no_python for it.
-  - Not implemented by crun, refused with exit 2 (never silently ignored): any --numa-binding
-    mode.
+  - --numa-binding: crun sets each worker's CPU affinity itself before exec (torch runs the worker
+    under `numactl --physcpubind`), so it needs no numactl.
   - --shutdown-timeout is crun's --stop-timeout under torch's name: it also takes fractional
     seconds (torch's is an int).
 """
@@ -408,11 +408,13 @@ def case_duplicate_filters(L):
 def case_numa_binding(L):
     """torch's run.py: --numa-binding/--numa_binding, choices node, socket, exclusive,
     core-complex, default None, and no action=env: PET_NUMA_BINDING is not read. Another value is
-    an argparse error (exit 2). crun: exit 2 for a bad value, and for a good one too (not
-    implemented; one line, never ignored); PET_NUMA_BINDING changes nothing."""
+    an argparse error (exit 2). torch binds local rank i near GPU i and fails without one. crun:
+    exit 2 for a bad value, and, one line naming the flag, when no GPU is visible
+    (CUDA_VISIBLE_DEVICES set but empty, on any host); PET_NUMA_BINDING changes nothing."""
     one_line_usage_error(L.run("crun", ["--numa-binding", "bogus", "/bin/true"]), "--numa-binding", "bad mode")
     for mode in ("node", "socket", "exclusive", "core-complex"):
-        one_line_usage_error(L.run("crun", ["--numa_binding", mode, "/bin/true"]), "--numa-binding", mode)
+        one_line_usage_error(L.run("crun", ["--numa_binding", mode, "/bin/true"], {"CUDA_VISIBLE_DEVICES": ""}),
+                             "--numa-binding", mode)
     r = L.run("crun", ["/bin/true"], {"PET_NUMA_BINDING": "node"})
     check(r.rc == 0, f"PET_NUMA_BINDING was read (torch does not read it)\n{r.describe()}")
 
