@@ -384,7 +384,6 @@ TEST_CASE("bad flags: one line naming the flag, exit 2, nothing started", "[e2e]
       {{"--rdzv-id=", "--standalone"}, "--rdzv-id: must not be empty"},
       {{"--numa-binding", "node"}, "--numa-binding: no NVIDIA GPU found"},  // none visible, below
       {{"--event-log-handler", "scuba"}, "--event-log-handler"},
-      {{"--duplicate-stdout-filters", "loss"}, "--duplicate-stdout-filters"},
       {{"--nproc_per_node", "0"}, "--nproc-per-node"},
       {{"--max-restarts", "-1"}, "--max-restarts"},
       {{"--max-restarts", "x"}, "--max-restarts"},
