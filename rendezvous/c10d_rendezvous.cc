@@ -81,8 +81,11 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         }
       }
       const bool agent_store = config.multi.workers_use_agent_store;
-      std::uint16_t port = agent_store ? 0 : config.master_port.value_or(0);
-      if (port == 0 && !agent_store) port = pick_free_port(participant->self().addr);
+      std::uint16_t port = 0;  // the workers' own store: none to pick when they share the agents'
+      if (!agent_store) {
+        port = config.master_port.value_or(0);
+        if (port == 0) port = pick_free_port(participant->self().addr);
+      }
       RoundAnswer a = participant->join(port);
       if (!a.error.empty()) {
         result.error = a.error;

@@ -146,7 +146,7 @@ def alongside_crun(host, port):
 
 
 def garbage(host, port, server):
-    def raw(data, read=False):
+    def raw(data):
         with socket.create_connection((host, port), timeout=5) as c:
             c.sendall(data)
             c.shutdown(socket.SHUT_WR)
