@@ -19,6 +19,8 @@
 #include "agent/file_timer_server.h"
 #include "agent/hang_watch.h"
 #include "agent/heartbeat_files.h"
+#include "agent/http_endpoint.h"
+#include "agent/operator_view.h"
 #include "agent/line_router.h"
 #include "agent/log_line_prefix.h"
 #include "agent/template_text.h"
@@ -84,7 +86,8 @@ struct Agent::Impl {
                                 ? config.max_no_progress_restarts
                                 : 0}),
         hang_timer(io),
-        hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout} {}
+        hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout},
+        share_timer(io) {}
 
   AgentConfig config;
   asio::io_context io;
@@ -112,6 +115,9 @@ struct Agent::Impl {
   std::unique_ptr<FileTimerServer> file_timer;  // torch's file timer, when enabled
   std::map<int, std::string> watchdog_notes;     // local rank -> what the watchdog did to it, this group
   std::uint64_t timer_generation = 0;  // a stale expiry (armed for an earlier stop) is ignored
+  std::unique_ptr<OperatorView> view;      // health, metrics, status, events (always; its outputs may be off)
+  std::unique_ptr<HttpEndpoint> endpoint;  // --health-check-port, when given
+  asio::steady_timer share_timer;          // multi-node with the endpoint: re-publishes this node's status
 
   int run();
   void wait_signal();
@@ -132,6 +138,8 @@ struct Agent::Impl {
   void check_heartbeats();
   void on_hang(const Hang& h);
   void abandon_workers();
+  bool start_operator_view();
+  void share_status_later();
   std::optional<std::int64_t> highest_step() const;
   fs::path attempt_dir(int restart_count, int local_rank) const {
     return run_dir / ("attempt_" + std::to_string(restart_count)) / std::to_string(local_rank);
@@ -148,6 +156,7 @@ int Agent::Impl::run() {
   for (int fd = 0; fd <= 2; ++fd) {
     if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
   }
+  if (!start_operator_view()) return kExitUsage;
   try {
     // First: it forks the keeper, which must not inherit threads' state (the rendezvous starts some).
     containment = std::make_unique<WorkerContainment>(io);
@@ -167,7 +176,19 @@ int Agent::Impl::run() {
       run_dir = make_unique_dir(fs::absolute(config.log_dir), config.run_id + "_");  // workers may chdir
     }
     if (config.file_timer) start_file_timer();
+    if (config.health_check_port) {
+      endpoint = std::make_unique<HttpEndpoint>(io, config.health_check_addr, *config.health_check_port,
+                                                [this](const std::string& path) { return view->serve(path); });
+      const bool v6 = config.health_check_addr.find(':') != std::string::npos;
+      say("crun: health check, metrics and status at http://" + (v6 ? "[" + config.health_check_addr + "]" : config.health_check_addr) +
+          ":" + std::to_string(endpoint->port()) + "/\n");
+    }
     start_rendezvous();
+    if (endpoint && config.multi_node) {
+      view->set_sharing([this](std::string json, bool gather) { rendezvous->publish_status(std::move(json), gather); },
+                        [this] { return rendezvous->job_status(); });
+      share_status_later();
+    }
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
     file_timer.reset();
@@ -175,6 +196,7 @@ int Agent::Impl::run() {
       std::error_code ignored;
       fs::remove_all(run_dir, ignored);
     }
+    endpoint.reset();
     containment.reset();  // ends the keeper, removes the job's cgroup
     return kExitAgentError;
   }
@@ -183,6 +205,7 @@ int Agent::Impl::run() {
   wait_signal();
   perform(machine.start(AgentClock::now()));
   if (!exit_code) io.run();
+  endpoint.reset();  // nothing answers once the loop has stopped: refuse rather than hang
   group.reset();  // SIGKILLs what is left of the workers' trees
   file_timer.reset();  // removes its FIFO
   containment->release();  // the keeper removes the job's cgroup and exits meanwhile
@@ -207,6 +230,7 @@ void Agent::Impl::wait_signal() {
     } else {
       say("crun: received " + signal_name(signo) + ", forwarding it to the workers and stopping\n");
     }
+    view->signal(signo, is_preemption_notice(signo));
     perform(machine.on_signal(signo, AgentClock::now()));
     if (!exit_code) wait_signal();
   });
@@ -258,6 +282,8 @@ void Agent::Impl::perform(const AgentActions& actions) {
 
 void Agent::Impl::finish(int code) {
   exit_code = code;
+  view->stopped(code);
+  share_timer.cancel();
   boost::system::error_code ignored;
   signals.cancel(ignored);
   stop_timer.cancel();
@@ -340,6 +366,7 @@ void Agent::Impl::start_group(int restart_count) {
         [this](const WorkerExit& e) {
           // Decide outside the group's own handler: a restart destroys the group.
           if (file_timer) file_timer->forget(e.pid);
+          view->worker_exited(e.local_rank, e.pid, e.status, machine.state() == AgentStateMachine::State::kStopping);
           if (hang_watch) hang_watch->exited(e.local_rank);
           if (heartbeats) {  // the worker's last step, for the no-progress rule
             if (auto beat = heartbeats->read(e.local_rank); beat && beat->monotonic_ns != 0) machine.record_step(beat->step);
@@ -350,6 +377,9 @@ void Agent::Impl::start_group(int restart_count) {
         },
         containment.get());
     group->start(std::move(launches));
+    std::vector<int> pids;
+    for (int lr = 0; lr < group->size(); ++lr) pids.push_back(group->pid(lr));
+    view->group_started(restart_count, pids);
     if (hang_limits.enabled()) {
       hang_watch.emplace(hang_limits, config.nproc_per_node, AgentClock::now());
       watch_heartbeats();
@@ -366,6 +396,7 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
   report.restarting = r.restarting;
   report.no_progress = r.no_progress;
   say(report.format_text());
+  view->failure(report, r.restarting, "");
   if (!r.restarting && !parent_error_file.empty()) {
     // Like torchrun under a scheduler that set TORCHELASTIC_ERROR_FILE for the launcher: the
     // final root cause's error file (if the worker wrote one) becomes the launcher's.
@@ -459,6 +490,7 @@ void Agent::Impl::on_timer_expired(const FileTimerExpiry& e) {
   }
   say("crun: " + what + "\n");
   watchdog_notes[*lr] = what;
+  view->watchdog(*lr, r.pid, FailureReason::kTimer, what);
 }
 
 // Workers still there a grace period after SIGKILL (in uninterruptible sleep, or held by a
@@ -469,7 +501,10 @@ void Agent::Impl::abandon_workers() {
   for (int lr = 0; lr < group->size(); ++lr) {
     if (group->is_running(lr)) stuck.emplace_back(lr, process_state(group->pid(lr)));
   }
+  std::vector<int> abandoned;
+  for (const auto& [lr, state] : stuck) abandoned.push_back(lr);
   group->abandon();
+  view->workers_abandoned(abandoned);
   for (const auto& [lr, state] : stuck) {
     say("crun: local rank " + std::to_string(lr) + " (pid " + std::to_string(group->pid(lr)) + ") is still there " +
         seconds_text(config.stop_timeout) + " after SIGKILL" + (state.empty() ? "" : ": " + state) + "; left behind, crun goes on without it\n");
@@ -522,6 +557,7 @@ void Agent::Impl::on_hang(const Hang& h) {
   what += "; sent SIGKILL";
   say("crun: " + what + "\n");
   watchdog_notes[h.local_rank] = what;
+  view->watchdog(h.local_rank, pid, FailureReason::kHang, what);
   hang_watch.reset();
   ++hang_generation;
   // The root cause is decided (and, multi-node, published) before the kill, so that no peer
@@ -546,6 +582,7 @@ void Agent::Impl::start_rendezvous() {
   l.on_store_lost = [this](const std::string& why) {
     if (exit_code) return;
     say("crun: lost the rendezvous store: " + why + "; stopping\n");
+    view->store_lost(why);
     perform(machine.on_job_closed(kExitStoreLost, AgentClock::now()));
   };
   PostToLoop post = [this](std::function<void()> f) { asio::post(io, std::move(f)); };
@@ -595,6 +632,7 @@ void Agent::Impl::on_round(const RoundResult& r) {
         " of " + std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.restart_count) +
         ", master " + r.info.master_addr + ":" + std::to_string(r.info.master_port) + "\n");
   }
+  view->round(r.rendezvous_round, r.info, rendezvous->node_id(), rendezvous->node_address());
   perform(machine.on_round(r.info.restart_count));
 }
 
@@ -611,6 +649,7 @@ void Agent::Impl::on_control(const ControlEvent& e) {
   if (e.round != rendezvous_round) return;  // an older round's, or one we have not joined yet
   print_remote_report(e);
   say("crun: round " + std::to_string(e.round) + " ended: " + e.detail + "\n");
+  view->round_ended(e.round, e.detail);
   perform(machine.on_round_ended(now));
 }
 
@@ -626,7 +665,36 @@ void Agent::Impl::print_remote_report(const ControlEvent& e) {
   report->restarting = e.kind == ControlEvent::Kind::kStop;
   report->no_progress = e.kind == ControlEvent::Kind::kClosed && e.exit_code == kExitNoProgress;
   say("crun: root cause reported by node " + e.origin_node + ":\n" + report->format_text());
+  view->failure(*report, report->restarting, e.origin_node);
   write_report_file(*report);
+}
+
+// The events' handler first: a path that cannot be written is a usage error, before anything starts.
+bool Agent::Impl::start_operator_view() {
+  std::unique_ptr<EventLog> events;
+  try {
+    events = EventLog::open(config.event_log_handler);
+  } catch (const std::exception& e) {
+    say(std::string("crun: ") + e.what() + "\n");
+    return false;
+  }
+  view = std::make_unique<OperatorView>(
+      OperatorIdentity{config.run_id, config.role, config.hostname, config.nproc_per_node, config.max_restarts}, std::move(events));
+  view->set_heartbeats([this](int local_rank) -> std::optional<Heartbeat> {
+    if (!heartbeats || !group) return std::nullopt;
+    return heartbeats->read(local_rank);
+  });
+  return true;
+}
+
+// Heartbeat ages move while nothing else changes: node rank 0's view of this node is refreshed.
+void Agent::Impl::share_status_later() {
+  share_timer.expires_after(OperatorView::share_interval);
+  share_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || exit_code) return;
+    view->share();
+    share_status_later();
+  });
 }
 
 }  // namespace crun

@@ -64,6 +64,13 @@ struct AgentConfig {
   // (MultiNodeConfig::rendezvous.no_progress_limit).
   int max_no_progress_restarts = 3;
 
+  // Operators' view (agent/operator_view.h): the HTTP endpoint for /healthz, /metrics, /status and
+  // the page (nullopt: off; 0: a port the kernel picks, printed), and the events' handler
+  // (agent/event_log.h: null, console, dynamic_rendezvous or jsonl:PATH).
+  std::optional<std::uint16_t> health_check_port;
+  std::string health_check_addr = "127.0.0.1";
+  std::string event_log_handler = "null";
+
   std::optional<MultiNodeConfig> multi_node;  // unset: single node (standalone store)
 };
 

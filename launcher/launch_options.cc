@@ -33,6 +33,9 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.duplicate_stdout_filters = plan.duplicate_stdout_filters.value;
   c.duplicate_stderr_filters = plan.duplicate_stderr_filters.value;
   c.file_timer = plan.file_timer.value;
+  c.health_check_port = plan.health_check_port.value;
+  c.health_check_addr = plan.health_check_addr.value;
+  c.event_log_handler = plan.event_log_handler.value;
   c.heartbeat_timeout = plan.heartbeat_timeout.value;
   c.initial_heartbeat_timeout = plan.initial_heartbeat_timeout.value;
   c.max_no_progress_restarts = plan.max_no_progress_restarts.value;

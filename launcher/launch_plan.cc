@@ -6,6 +6,7 @@
 #include "launcher/job_environment.h"
 #include "launcher/option_values.h"
 #include "launcher/setting_sources.h"
+#include "launcher/operator_settings.h"
 #include "launcher/slurm_tasks.h"
 #include "launcher/torch2_settings.h"
 #include "launcher/worker_settings.h"
@@ -169,6 +170,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   }
   plan_workers(s, host, plan);
   plan_torch2_settings(s, env, host, plan);
+  plan_operator_settings(s, plan);
   plan_watchdogs(s, env, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);

@@ -78,7 +78,10 @@ struct LaunchPlan {
   std::string log_line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("": torch's default)
   Sourced<std::vector<std::string>> duplicate_stdout_filters;  // --duplicate-stdout-filters, split
   Sourced<std::vector<std::string>> duplicate_stderr_filters;
-  Sourced<std::vector<std::vector<int>>> worker_cpus;  // --numa-binding: each local rank's CPUs; empty: off
+  Sourced<std::vector<std::vector<int>>> worker_cpus;
+  Sourced<std::optional<std::uint16_t>> health_check_port;  // nullopt: no endpoint
+  Sourced<std::string> health_check_addr;
+  Sourced<std::string> event_log_handler;  // --numa-binding: each local rank's CPUs; empty: off
   std::string hostname;
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables

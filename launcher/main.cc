@@ -1,4 +1,4 @@
-// crun's entry point: dispatches the store subcommands and --expand-hostlist; everything else is
+// crun's entry point: dispatches the store subcommands, `status` and --expand-hostlist; everything else is
 // a launch. Here, and only here, the launcher reads the world: the environment and this host's
 // facts (launcher/launch_inputs.h) are taken once and handed down.
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include "launcher/hostlist.h"
 #include "launcher/launch_inputs.h"
 #include "launcher/launch_command.h"
+#include "launcher/status_command.h"
 #include "launcher/store_commands.h"
 
 namespace {
@@ -38,6 +39,9 @@ int main(int argc, char** argv) {
   }
   if (argc >= 2 && std::strcmp(argv[1], "store") == 0) {
     return crun::run_store_client_command(argc - 1, argv + 1, crun::EnvSnapshot::from_process());
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "status") == 0) {
+    return crun::run_status_command(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (argc >= 2 && std::strcmp(argv[1], "--expand-hostlist") == 0) return expand_hostlist_command(argc, argv);
   return crun::run_launch(std::vector<std::string>(argv, argv + argc), crun::EnvSnapshot::from_process(),

@@ -51,6 +51,10 @@ std::string print_plan(const LaunchPlan& plan) {
     }
     line("worker_cpus", cpus, plan.worker_cpus.source);
   }
+  if (plan.health_check_port.value) {
+    line("health_check", "http://" + plan.health_check_addr.value + ":" + std::to_string(*plan.health_check_port.value) + "/",
+         plan.health_check_port.source);
+  }
   line("run_id", plan.run_id.value, plan.run_id.source);
   line("program", join_words(plan.worker_argv.value), plan.worker_argv.source);
   for (const auto& [k, v] : plan.task_env) line("task " + k, v, "Slurm task");

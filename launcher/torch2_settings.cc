@@ -27,13 +27,6 @@ std::vector<std::string> visible_devices(const EnvSnapshot& env, int nproc) {
   return out;
 }
 
-std::string check_event_log_handler(const std::string& text) {
-  if (text != "null" && text != "console" && text != "dynamic_rendezvous") {
-    usage("--event-log-handler: expected null, console or dynamic_rendezvous, got '" + text + "'");
-  }
-  return text;
-}
-
 }  // namespace
 
 // torch's comma-separated list: a comma separates, two commas are one literal comma; empty
@@ -77,7 +70,6 @@ void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, const H
     plan.visible_devices = {{}, virt.source};
   }
   plan.log_line_prefix_template = env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or("");
-  parse_setting(s.at("event_log_handler"), check_event_log_handler);
   const auto& out_filters = s.at("duplicate_stdout_filters");
   const auto& err_filters = s.at("duplicate_stderr_filters");
   plan.duplicate_stdout_filters = {split_filters(out_filters.value), out_filters.source};

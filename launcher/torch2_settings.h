@@ -1,4 +1,4 @@
-// torchrun 2.x's worker settings beyond 1.13's: --virtual-local-rank, --event-log-handler,
+// torchrun 2.x's worker settings beyond 1.13's: --virtual-local-rank,
 // --duplicate-stdout-filters / --duplicate-stderr-filters and --numa-binding.
 //
 // Contract
@@ -8,8 +8,7 @@
 //     empty is one empty entry), else its local rank's number; a local rank without an entry
 //     throws LaunchUsageError. The workers then see LOCAL_RANK=0 (agent/worker_env.h).
 //   - TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE from `env`, as torch reads it (agent/log_line_prefix.h).
-//   - --event-log-handler: null, console or dynamic_rendezvous (the handlers torch's
-//     elastic/events/handlers.py registers); crun logs no events yet.
+//   - (--event-log-handler is an operators' setting: launcher/operator_settings.h.)
 //   - --duplicate-std{out,err}-filters: split as torch's comma-separated list (split_filters); the
 //     agent copies the tee'd console lines that contain one of them to the attempt's
 //     filtered_std{out,err}.log (agent/line_router.h).

@@ -140,6 +140,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     node = participant->self().node_id;
     address = participant->self().addr;
     if (cancel->cancelled()) participant->abort();  // stop_joining() ran while we were connecting
+    if (pending_status) participant->publish_status(std::move(pending_status->first), pending_status->second);
+    pending_status.reset();
   }
 
   // An outcome that cannot be delivered leaves nobody to decide the job: the store is lost.
@@ -174,6 +176,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::unique_ptr<RendezvousParticipant> participant;
   std::string node;
   std::string address;
+  std::optional<std::pair<std::string, bool>> pending_status;  // guarded by mu: before connect()
   std::thread joiner;
 };
 
@@ -227,6 +230,21 @@ std::string C10dRendezvous::node_address() const {
   std::lock_guard lock(impl_->mu);
   return impl_->address;
 }
+void C10dRendezvous::publish_status(std::string status_json, bool gather) {
+  std::lock_guard lock(impl_->mu);
+  if (impl_->stopped) return;
+  if (impl_->participant) {
+    impl_->participant->publish_status(std::move(status_json), gather);
+  } else {
+    impl_->pending_status.emplace(std::move(status_json), gather);
+  }
+}
+
+std::vector<std::string> C10dRendezvous::job_status() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->participant ? impl_->participant->job_status() : std::vector<std::string>{};
+}
+
 std::string C10dRendezvous::store_endpoint() const {
   return impl_->config.multi.endpoint.str();
 }

@@ -52,6 +52,8 @@ class C10dRendezvous final : public Rendezvous {
   // The address the other nodes reach this node at (--local-addr, else the local address of the
   // store connection); "" until connected.
   std::string node_address() const override;
+  void publish_status(std::string status_json, bool gather) override;
+  std::vector<std::string> job_status() const override;
 
   bool is_host() const;
   std::string store_endpoint() const;

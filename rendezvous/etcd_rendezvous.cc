@@ -77,6 +77,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (!st.ok()) return lose(st);
       lease = l.id;
       keep_alive_later();
+      write_status();  // one handed over before the lease was granted
       // The watches first, from now (a watch from a past revision waits for etcd's catch-up
       // loop, up to 100 ms), then the read: what changes in between comes twice, and the
       // core keeps the newest.
@@ -188,7 +189,31 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
                        "its lease_ttl?)"});
         }
         keep_alive_later();
+        if (gather_status) read_job_status();
       });
+    });
+  }
+
+  // Operators' view: this node's status under its lease, and (gathering) everyone's read back.
+  void write_status() {
+    if (gone || lease == 0 || !status_json) return;
+    EtcdTxn t;
+    t.success = {EtcdOp::put(keys.status(self.node_id), *status_json, lease)};
+    status_json.reset();
+    client->txn(std::move(t), [this](const EtcdStatus&, EtcdTxnResult) {
+      if (gather_status) read_job_status();
+    });
+  }
+
+  void read_job_status() {
+    if (gone) return;
+    const std::string prefix = keys.status_prefix();
+    client->range(prefix, etcd_prefix_end(prefix), [this](const EtcdStatus& st, EtcdRangeResult r) {
+      if (!st.ok()) return;  // best effort: the next tick reads again
+      std::vector<std::string> records;
+      for (auto& kv : r.kvs) records.push_back(std::move(kv.value));
+      std::lock_guard lock(mu);
+      job_status = std::move(records);
     });
   }
 
@@ -321,6 +346,9 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::atomic<bool> stopped{false};
   mutable std::mutex mu;
   std::string address;  // guarded by mu
+  std::vector<std::string> job_status;  // guarded by mu: every node's status, newest read
+  std::optional<std::string> status_json;  // I/O thread: this node's status not yet written
+  bool gather_status = false;              // I/O thread
 
   // The I/O thread's. The io_context comes first so that it goes last: what it runs refers to
   // what follows only while the thread runs, and the thread is joined before anything goes.
@@ -393,6 +421,21 @@ void EtcdRendezvous::shutdown(std::chrono::milliseconds) {
   m.round_watch.reset();
   m.client.reset();
   m.core.reset();
+}
+
+void EtcdRendezvous::publish_status(std::string status_json, bool gather) {
+  Impl* m = impl_.get();
+  if (m->stopped) return;
+  asio::post(m->io, [m, status_json = std::move(status_json), gather]() mutable {
+    m->status_json = std::move(status_json);
+    m->gather_status = gather;
+    m->write_status();
+  });
+}
+
+std::vector<std::string> EtcdRendezvous::job_status() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->job_status;
 }
 
 std::string EtcdRendezvous::node_id() const { return impl_->self.node_id; }

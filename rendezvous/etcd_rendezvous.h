@@ -24,6 +24,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rendezvous/multi_node_config.h"
 #include "rendezvous/rendezvous_backend.h"
@@ -43,6 +44,8 @@ class EtcdRendezvous final : public Rendezvous {
   void shutdown(std::chrono::milliseconds linger) override;
   std::string node_id() const override;
   std::string node_address() const override;
+  void publish_status(std::string status_json, bool gather) override;
+  std::vector<std::string> job_status() const override;
 
   // The cluster's members, as "host:port, host:port".
   std::string endpoints() const;

@@ -10,6 +10,8 @@
 //       the job closed: ControlEvent), progress lines and the loss of their store.
 //     - publish_failure()/publish_success() report this node's outcome of a round; the backend's
 //       coordinator alone decides restart or stop (single node: nobody listens).
+//     - publish_status()/job_status() share each node's status for operators; best effort (a
+//       backend that cannot deliver it drops it quietly: it is never worth stopping a job for).
 //     - shutdown(linger) leaves the rendezvous; no callback runs after it. A backend that hosts
 //       shared state keeps it up for the others (multi-node: up to close_timeout once the job
 //       closed, or `linger` when it leaves unclosed).
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "rendezvous/rendezvous_records.h"
 
@@ -74,6 +77,12 @@ class Rendezvous {
   // there are no others (or before the first round was requested and connected).
   virtual std::string node_id() const = 0;
   virtual std::string node_address() const = 0;
+
+  // Operators' view (agent/operator_view.h): hands over this node's status (JSON) for the other
+  // nodes; with `gather` (node rank 0) the backend also reads every node's back. job_status():
+  // the newest records read (empty where nobody shares: one node, or before the first read).
+  virtual void publish_status(std::string status_json, bool gather) = 0;
+  virtual std::vector<std::string> job_status() const = 0;
 };
 
 }  // namespace crun

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -18,6 +19,9 @@ std::string make_node_id(const std::string& hostname) {
 }
 
 namespace {
+// The most node statuses node rank 0 reads back (one list_keys answer).
+constexpr std::size_t kMaxStatusRecords = 4096;
+
 StoreClientOptions with_connect_timeout(StoreClientOptions o, Millis t) {
   o.connect_timeout = t;
   return o;
@@ -76,19 +80,50 @@ struct RendezvousParticipant::Impl {
     if (events.on_store_lost) events.on_store_lost(why);
   }
 
+  // Heartbeats every keep_alive_interval; between them, as soon as the agent hands one over,
+  // this node's status for operators (and, when gathering, every node's status read back).
   void beat() {
     std::uint64_t n = 0;
+    auto next_beat = std::chrono::steady_clock::now() + cfg.keep_alive_interval;
     std::unique_lock lock(beat_mu);
-    while (!beat_cv.wait_for(lock, cfg.keep_alive_interval, [&] { return stopping.load(); })) {
+    while (true) {
+      beat_cv.wait_until(lock, next_beat, [&] { return stopping.load() || status_dirty; });
+      if (stopping) return;
+      const bool due = std::chrono::steady_clock::now() >= next_beat;
+      std::optional<std::string> status;
+      if (status_dirty) status = status_json;
+      status_dirty = false;
+      const bool gather = gather_status;
       lock.unlock();
       try {
-        beat_store.set(keys.heartbeat(self.node_id), std::to_string(++n));
+        if (due) {
+          beat_store.set(keys.heartbeat(self.node_id), std::to_string(++n));
+          next_beat = std::chrono::steady_clock::now() + cfg.keep_alive_interval;
+        }
+        if (status) beat_store.set_ephemeral(keys.status(self.node_id), *status);
+        if (gather && (due || status)) read_job_status();
+      } catch (const StoreTimeout& e) {
+        lost(std::string("heartbeat failed: ") + e.what());
+        return;
+      } catch (const StoreRejected& e) {
+        // A record the store refuses (too large) is left out; heartbeats go on.
       } catch (const StoreError& e) {
         lost(std::string("heartbeat failed: ") + e.what());
         return;
       }
       lock.lock();
     }
+  }
+
+  // Every node's published status, bounded by what the store lists in one answer.
+  void read_job_status() {
+    auto names = beat_store.list_keys(keys.status_prefix(), kMaxStatusRecords);
+    std::vector<std::string> records;
+    for (const auto& key : names) {
+      if (auto value = beat_store.try_get(key)) records.push_back(std::move(*value));
+    }
+    std::lock_guard guard(job_mu);
+    job_status = std::move(records);
   }
 
   RendezvousKeys keys;
@@ -103,6 +138,11 @@ struct RendezvousParticipant::Impl {
   std::mutex beat_mu;
   std::condition_variable beat_cv;
   std::atomic<bool> stopping{false};
+  std::string status_json;     // guarded by beat_mu: the newest status handed over
+  bool status_dirty = false;   // guarded by beat_mu: not yet written
+  bool gather_status = false;  // guarded by beat_mu
+  std::mutex job_mu;
+  std::vector<std::string> job_status;  // guarded by job_mu
   std::atomic<bool> lost_reported{false};
 };
 
@@ -141,6 +181,20 @@ void RendezvousParticipant::report(int round, const RoundOutcome& outcome) {
   Impl& m = *impl_;
   std::lock_guard lock(m.store_mu);
   m.store.set(m.keys.report(round, m.self.node_id), outcome.to_json());
+}
+
+void RendezvousParticipant::publish_status(std::string status_json, bool gather) {
+  Impl& m = *impl_;
+  std::lock_guard lock(m.beat_mu);
+  m.status_json = std::move(status_json);
+  m.status_dirty = true;
+  m.gather_status = gather;
+  m.beat_cv.notify_all();
+}
+
+std::vector<std::string> RendezvousParticipant::job_status() const {
+  std::lock_guard lock(impl_->job_mu);
+  return impl_->job_status;
 }
 
 void RendezvousParticipant::abort() { impl_->store.interrupt(); }

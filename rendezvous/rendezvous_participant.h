@@ -9,6 +9,10 @@
 //     rendezvous closed). It throws RendezvousTimeout after join_timeout and StoreError when the
 //     store is unreachable.
 //   - report() publishes this node's outcome of a round (success, or the failure report).
+//   - publish_status() hands over this node's status for operators (agent/node_status.h's JSON):
+//     the heartbeat thread writes it as soon as it can, as an ephemeral key (gone with this
+//     agent). With `gather` (node rank 0) that thread also reads every node's status back, at
+//     each heartbeat and each new status of its own; job_status() returns the newest it read.
 //   - Events arrive through ParticipantEvents callbacks: a control event (stop a round, or the job
 //     closed), progress lines while a round forms, and the loss of the store (the watch
 //     connection broke, or a heartbeat could not be delivered within heartbeat_timeout). Each
@@ -24,6 +28,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "rendezvous/rendezvous_records.h"
 #include "store/store_client.h"
@@ -55,6 +60,8 @@ class RendezvousParticipant {
   // `free_port`: a port free on this node now (MASTER_PORT if this node becomes rank 0).
   RoundAnswer join(std::uint16_t free_port);
   void report(int round, const RoundOutcome& outcome);
+  void publish_status(std::string status_json, bool gather);
+  std::vector<std::string> job_status() const;
   // From another thread: a join() blocked on the coordinator's answer fails at once.
   void abort();
 

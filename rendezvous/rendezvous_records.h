@@ -115,6 +115,8 @@ struct RendezvousKeys {
   std::string heartbeat(const std::string& node) const { return heartbeat_prefix() + node; }
   std::string report_prefix() const { return base + "report/"; }
   std::string report(int round, const std::string& node) const { return report_prefix() + std::to_string(round) + "/" + node; }
+  std::string status_prefix() const { return base + "status/"; }
+  std::string status(const std::string& node) const { return status_prefix() + node; }
   std::string control_prefix() const { return base + "ctl/"; }
   std::string stop(int round) const { return control_prefix() + "stop/" + std::to_string(round); }
   std::string closed() const { return control_prefix() + "closed"; }
@@ -169,6 +171,9 @@ struct EtcdKeys {
   std::string join(int round, const std::string& node) const { return join_prefix(round) + node; }
   std::string report_prefix(int round) const { return base + "report/" + std::to_string(round) + "/"; }
   std::string report(int round, const std::string& node) const { return report_prefix(round) + node; }
+  // Operators' view: each node's status, under its lease (nobody watches these).
+  std::string status_prefix() const { return base + "status/"; }
+  std::string status(const std::string& node) const { return status_prefix() + node; }
 };
 
 }  // namespace crun

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "rendezvous/rendezvous_backend.h"
 
@@ -31,6 +32,9 @@ class StandaloneRendezvous final : public Rendezvous {
   void shutdown(std::chrono::milliseconds) override { *stopped_ = true; }
   std::string node_id() const override { return {}; }
   std::string node_address() const override { return {}; }
+  // One node: nobody to share a status with.
+  void publish_status(std::string, bool) override {}
+  std::vector<std::string> job_status() const override { return {}; }
 
  private:
   int nproc_;

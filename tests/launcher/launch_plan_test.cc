@@ -781,12 +781,44 @@ TEST_CASE("--virtual-local-rank: each worker's CUDA_VISIBLE_DEVICES as torch's a
              Catch::StartsWith("--virtual-local-rank: local rank 1"));
 }
 
-TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ignored", "[launch_plan]") {
+TEST_CASE("--event-log-handler: torch's handlers and jsonl:PATH; anything else is refused, never ignored", "[launch_plan]") {
   REQUIRE(source_of(plan({"--event-log-handler", "console", "/bin/true"}), "event_log_handler") == "--event-log-handler");
   REQUIRE(source_of(plan({"--event_log_handler=null", "/bin/true"}), "event_log_handler") == "--event-log-handler");
   CHECK(usage_error({"--event-log-handler", "scuba", "/bin/true"}) ==
-        "--event-log-handler: expected null, console or dynamic_rendezvous, got 'scuba'");
+        "--event-log-handler: expected null, console, dynamic_rendezvous or jsonl:PATH, got 'scuba'");
+  CHECK(usage_error({"--event-log-handler", "jsonl:", "/bin/true"}) ==
+        "--event-log-handler: jsonl: needs a path (jsonl:/path/events.jsonl)");
   CHECK(source_of(plan({"--event-log-handler", "dynamic_rendezvous", "/bin/true"}), "event_log_handler") == "--event-log-handler");
+  CHECK(parse({"--event-log-handler", "jsonl:/tmp/e.jsonl", "/bin/true"}).agent.event_log_handler == "jsonl:/tmp/e.jsonl");
+  CHECK(parse({"/bin/true"}, EnvSnapshot{{{"PET_EVENT_LOG_HANDLER", "console"}}}).agent.event_log_handler == "console");
+  CHECK(parse({"/bin/true"}).agent.event_log_handler == "null");
+}
+
+TEST_CASE("--health-check-port: off by default; flag, PET_*, then torch's TORCHELASTIC_HEALTH_CHECK_PORT", "[launch_plan]") {
+  CHECK_FALSE(parse({"/bin/true"}).agent.health_check_port.has_value());
+  CHECK(parse({"/bin/true"}).agent.health_check_addr == "127.0.0.1");
+  const auto flag = plan({"--health-check-port", "8080", "--health_check_addr", "0.0.0.0", "/bin/true"});
+  CHECK(flag.health_check_port.value == std::optional<std::uint16_t>(8080));
+  CHECK(flag.health_check_addr.value == "0.0.0.0");
+  CHECK(source_of(flag, "health_check_port") == "--health-check-port");
+  const auto torch = plan({"/bin/true"}, EnvSnapshot{{{"TORCHELASTIC_HEALTH_CHECK_PORT", "9000"}}});
+  CHECK(torch.health_check_port.value == std::optional<std::uint16_t>(9000));
+  CHECK(torch.health_check_port.source == "TORCHELASTIC_HEALTH_CHECK_PORT");
+  const auto pet = plan({"/bin/true"}, EnvSnapshot{{{"TORCHELASTIC_HEALTH_CHECK_PORT", "9000"}, {"PET_HEALTH_CHECK_PORT", "9100"}}});
+  CHECK(pet.health_check_port.value == std::optional<std::uint16_t>(9100));
+  CHECK(parse({"--health-check-port", "0", "/bin/true"}).agent.health_check_port == std::optional<std::uint16_t>(0));
+  CHECK(parse({"--health-check-addr", "::1", "--health-check-port", "1", "/bin/true"}).agent.health_check_addr == "::1");
+  CHECK(usage_error({"--health-check-port", "http", "/bin/true"}) == "--health-check-port: expected a port 0-65535, got 'http'");
+  CHECK(usage_error({"--health-check-port", "65536", "/bin/true"}) == "--health-check-port: expected a port 0-65535, got '65536'");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"TORCHELASTIC_HEALTH_CHECK_PORT", "-1"}}}) ==
+        "--health-check-port: expected a port 0-65535, got '-1' (from TORCHELASTIC_HEALTH_CHECK_PORT)");
+  CHECK(usage_error({"--health-check-addr", "localhost", "/bin/true"}) ==
+        "--health-check-addr: expected an IP address (127.0.0.1, 0.0.0.0, ::), got 'localhost'");
+  CHECK_THAT(parse({"--health-check-port", "8080", "--print-config", "/bin/true"}).exit_now.value_or(""),
+             Catch::Contains("http://127.0.0.1:8080/"));
+}
+
+TEST_CASE("torchrun 2.x flags crun does not implement yet are refused, never ignored", "[launch_plan]") {
   CHECK(plan({"--duplicate-stdout-filters=", "--duplicate_stderr_filters", "", "/bin/true"}).duplicate_stdout_filters.value.empty());
   const auto filtered = plan({"--duplicate-stdout-filters", "apple,orange", "/bin/true"},
                              EnvSnapshot{{{"PET_DUPLICATE_STDERR_FILTERS", "x,,y,"}}});

@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
 #include <csignal>
 #include <cstdio>
 #include <map>
@@ -349,4 +352,75 @@ TEST_CASE("a node that joins after a restart gets the job's restart count", "[sc
   CHECK(count(read_file(stamps.path), "start restart=0 rank=2 ") == 0);
   for (auto* p : {&a, &b, &c}) p->signal(SIGTERM);
   for (auto* p : {&a, &b, &c}) CHECK(p->wait_exit() == 128 + SIGTERM);
+}
+
+TEST_CASE("node rank 0's endpoint shows the whole job after a restart; crun status reads it from the other host",
+          "[ops]") {
+  Cluster cl(2);
+  auto flags = c10d("2", 2, "", 1);
+  flags.insert(flags.end(), {"--health-check-port", "8080", "--health-check-addr", "0.0.0.0"});
+  // Local rank 1 of each node exits 3 in the first start; the restart runs until stopped. Each
+  // worker stamps "start restart=<n> rank=<r> pid=<p>" as it starts.
+  TempFile stamps;
+  const std::vector<std::string> worker{"--only-rank", "1", "--fail-before-restart", "1", "--exit", "3", "--hang",
+                                        "--stamp", stamps.path};
+  auto& a = cl.crun(1, flags, worker);
+  auto& b = cl.crun(2, flags, worker);
+  auto restart_pids = [&] {
+    std::map<int, int> pids;
+    for (const auto& line : lines(read_file(stamps.path))) {
+      int restart = -1, rank = -1, pid = -1;
+      if (std::sscanf(line.c_str(), "start restart=%d rank=%d pid=%d", &restart, &rank, &pid) == 3 && restart == 1) pids[rank] = pid;
+    }
+    return pids;
+  };
+  // A file has no event to wait on: poll it, bounded.
+  const auto started_by = std::chrono::steady_clock::now() + 60s;
+  while (restart_pids().size() < 4 && std::chrono::steady_clock::now() < started_by) std::this_thread::sleep_for(100ms);
+  REQUIRE(restart_pids().size() == 4);
+  const std::map<int, int> pids = restart_pids();
+  const int host0 = a.err().find("node rank 0 of 2, restart 1") != std::string::npos ? 1 : 2;
+  const int other = 3 - host0;
+  const std::string url = "http://" + Cluster::addr(host0) + ":8080";
+  // Node rank 0 reads the other node's status at its heartbeats: wait (bounded) until it shows
+  // every rank of the restart running, with the pids its workers printed.
+  nlohmann::json doc;
+  const auto deadline = std::chrono::steady_clock::now() + 40s;
+  bool whole = false;
+  while (!whole && std::chrono::steady_clock::now() < deadline) {
+    doc = nlohmann::json::parse(cl.run(other, {CRUN_BIN, "status", url, "--json"}), nullptr, false);
+    if (doc.is_discarded()) break;
+    std::map<int, int> seen;
+    for (const auto& n : doc["job"]["nodes"]) {
+      for (const auto& w : n["workers"]) {
+        if (w["state"] == "running" && n["restart_count"] == 1) seen[w["rank"].get<int>()] = w["pid"].get<int>();
+      }
+    }
+    whole = seen == pids;
+    if (!whole) std::this_thread::sleep_for(200ms);  // the poll's interval, bounded by the deadline
+  }
+  INFO(doc.dump(2));
+  REQUIRE(whole);
+  CHECK(doc["job"]["nodes_seen"] == 2);
+  CHECK(doc["node"]["node_rank"] == 0);
+  std::set<std::string> addrs;
+  for (const auto& n : doc["job"]["nodes"]) {
+    addrs.insert(n["addr"].get<std::string>());
+    CHECK(n["state"] == "running");
+    CHECK(n["last_failure"]["exit_code"] == 3);
+  }
+  CHECK(addrs == std::set<std::string>{Cluster::addr(1), Cluster::addr(2)});
+  const std::string table = cl.run(other, {CRUN_BIN, "status", url});
+  CHECK_THAT(table, Catch::Contains("2 of 2 node(s), 4 of 4 worker(s) running, restart 1 of 1"));
+  for (const auto& [rank, pid] : pids) CHECK_THAT(table, Catch::Contains(" " + std::to_string(pid) + " "));
+  const std::string metrics = cl.run(other, {"curl", "-sf", url + "/metrics"});
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_restarts_total 1\n") && Catch::Contains("\ncrun_nodes 2\n"));
+  // Node 1's endpoint answers for itself only.
+  const auto self_only = nlohmann::json::parse(
+      cl.run(host0, {CRUN_BIN, "status", "http://" + Cluster::addr(other) + ":8080", "--json"}), nullptr, false);
+  CHECK(self_only["job"]["nodes"].size() == 1);
+  a.signal(SIGTERM);
+  b.signal(SIGTERM);
+  CHECK(a.wait_exit(60s).has_value());
+  CHECK(b.wait_exit(60s).has_value());
 }

@@ -1,0 +1,130 @@
+#include "agent/node_status.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace crun {
+
+namespace {
+
+using nlohmann::json;
+
+json worker_json(const WorkerStatus& w) {
+  json j = {{"local_rank", w.local_rank}, {"rank", w.rank}, {"pid", w.pid}, {"state", w.state},
+            {"exit", w.exit},             {"restarts", w.restarts}};
+  j["heartbeat_age_s"] = w.heartbeat_age_s ? json(std::round(*w.heartbeat_age_s * 1000) / 1000) : json(nullptr);
+  j["step"] = w.step ? json(*w.step) : json(nullptr);
+  return j;
+}
+
+json node_json(const NodeStatus& s) {
+  json workers = json::array();
+  for (const auto& w : s.workers) workers.push_back(worker_json(w));
+  json failure = nullptr;
+  if (!s.last_failure.empty()) failure = json::parse(s.last_failure, nullptr, false);
+  if (failure.is_discarded()) failure = nullptr;
+  return {{"run_id", s.run_id},
+          {"role", s.role},
+          {"hostname", s.hostname},
+          {"node_id", s.node_id},
+          {"addr", s.addr},
+          {"node_rank", s.node_rank},
+          {"nodes", s.nodes},
+          {"world_size", s.world_size},
+          {"rendezvous_round", s.rendezvous_round},
+          {"restart_count", s.restart_count},
+          {"max_restarts", s.max_restarts},
+          {"state", s.state},
+          {"health", s.health},
+          {"workers", std::move(workers)},
+          {"last_failure", std::move(failure)},
+          {"updated_unix", std::round(s.updated_unix * 1000) / 1000}};
+}
+
+template <typename T>
+T field(const json& j, const char* name) {
+  return j.at(name).get<T>();
+}
+
+std::optional<NodeStatus> parse_node(const json& j) {
+  try {
+    NodeStatus s;
+    s.run_id = field<std::string>(j, "run_id");
+    s.role = field<std::string>(j, "role");
+    s.hostname = field<std::string>(j, "hostname");
+    s.node_id = field<std::string>(j, "node_id");
+    s.addr = field<std::string>(j, "addr");
+    s.node_rank = field<int>(j, "node_rank");
+    s.nodes = field<int>(j, "nodes");
+    s.world_size = field<int>(j, "world_size");
+    s.rendezvous_round = field<int>(j, "rendezvous_round");
+    s.restart_count = field<int>(j, "restart_count");
+    s.max_restarts = field<int>(j, "max_restarts");
+    s.state = field<std::string>(j, "state");
+    s.health = field<std::string>(j, "health");
+    for (const auto& wj : j.at("workers")) {
+      WorkerStatus w;
+      w.local_rank = field<int>(wj, "local_rank");
+      w.rank = field<int>(wj, "rank");
+      w.pid = field<int>(wj, "pid");
+      w.state = field<std::string>(wj, "state");
+      w.exit = field<std::string>(wj, "exit");
+      w.restarts = field<int>(wj, "restarts");
+      if (!wj.at("heartbeat_age_s").is_null()) w.heartbeat_age_s = field<double>(wj, "heartbeat_age_s");
+      if (!wj.at("step").is_null()) w.step = field<std::int64_t>(wj, "step");
+      s.workers.push_back(std::move(w));
+    }
+    if (const auto& f = j.at("last_failure"); !f.is_null()) {
+      if (!f.is_object()) return std::nullopt;
+      s.last_failure = f.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    s.updated_unix = field<double>(j, "updated_unix");
+    return s;
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string NodeStatus::to_json() const { return node_json(*this).dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::optional<NodeStatus> NodeStatus::from_json(std::string_view text) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return parse_node(j);
+}
+
+std::string job_json(const NodeStatus& self, const std::vector<std::string>& published) {
+  // By node rank; the newest record of a rank wins (a node that left and one that took its rank).
+  std::map<int, NodeStatus> nodes;
+  for (const auto& text : published) {
+    auto s = NodeStatus::from_json(text);
+    if (!s || s->node_id == self.node_id || s->run_id != self.run_id) continue;
+    auto [it, fresh] = nodes.emplace(s->node_rank, *s);
+    if (!fresh && it->second.updated_unix < s->updated_unix) it->second = std::move(*s);
+  }
+  nodes[self.node_rank] = self;
+  json list = json::array();
+  int workers = 0;
+  int running = 0;
+  for (const auto& [rank, s] : nodes) {
+    list.push_back(node_json(s));
+    workers += static_cast<int>(s.workers.size());
+    running += static_cast<int>(std::count_if(s.workers.begin(), s.workers.end(),
+                                              [](const WorkerStatus& w) { return w.state == "running"; }));
+  }
+  json job = {{"run_id", self.run_id},
+              {"nodes_expected", self.nodes},
+              {"nodes_seen", static_cast<int>(nodes.size())},
+              {"workers", workers},
+              {"workers_running", running},
+              {"restart_count", self.restart_count},
+              {"max_restarts", self.max_restarts},
+              {"nodes", std::move(list)}};
+  return json{{"node", node_json(self)}, {"job", std::move(job)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace crun

@@ -1,0 +1,64 @@
+// NodeStatus: what an operator sees of one agent and its workers (the /status JSON, the page,
+// `crun status`, what each node publishes for node rank 0's view of the whole job).
+//
+// Contract
+//   - Plain values, filled by OperatorView (agent/operator_view.h) on the agent's loop.
+//   - to_json()/from_json() are the wire form (docs/operations.md, "/status"): from_json returns
+//     nullopt for text that is not such a record (a node's published status is untrusted input),
+//     and from_json(to_json(s)) == s to the millisecond.
+//   - job_json(): the document GET /status answers: {"node": <this node>, "job": {"nodes": [...]}}
+//     where the job holds every node's record the agent has (node rank 0: every node's; others:
+//     their own), sorted by node rank.
+//
+// Threading
+//   Value types and pure functions; any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace crun {
+
+struct WorkerStatus {
+  int local_rank = 0;
+  int rank = 0;
+  int pid = 0;
+  std::string state;  // "running", "succeeded", "failed", "stopped" (ended by crun), "abandoned"
+  std::string exit;   // when ended: "exit code 1", "killed by SIGKILL"; "" while running
+  int restarts = 0;   // starts of this worker before the current one (the group's restart count)
+  std::optional<double> heartbeat_age_s;  // with heartbeats on, after its first beat
+  std::optional<std::int64_t> step;       // its last heartbeat's step
+  bool operator==(const WorkerStatus&) const = default;
+};
+
+struct NodeStatus {
+  std::string run_id;
+  std::string role;
+  std::string hostname;
+  std::string node_id;  // the rendezvous' id of this agent ("" on one node)
+  std::string addr;     // the address the other nodes reach it at ("" on one node)
+  int node_rank = 0;
+  int nodes = 1;
+  int world_size = 0;
+  int rendezvous_round = -1;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string state;   // "rendezvous", "running", "stopping", "succeeded", "failed"
+  std::string health;  // "" healthy, else why not (what /healthz answers with 503)
+  std::vector<WorkerStatus> workers;
+  std::string last_failure;  // the newest root cause's FailureReport JSON (agent/failure_report.h); "": none
+  double updated_unix = 0;   // when this record was made (seconds since the epoch)
+  bool operator==(const NodeStatus&) const = default;
+
+  std::string to_json() const;
+  static std::optional<NodeStatus> from_json(std::string_view text);
+};
+
+// `self` and the others' published records (node rank 0: every node's) as /status's document;
+// records that do not parse are left out, `self` replaces its own older record.
+std::string job_json(const NodeStatus& self, const std::vector<std::string>& published);
+
+}  // namespace crun

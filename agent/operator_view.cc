@@ -1,0 +1,399 @@
+#include "agent/operator_view.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <dirent.h>
+#include <nlohmann/json.hpp>
+
+#include "agent/failure_report.h"
+#include "agent/signal_names.h"
+#include "agent/status_page.h"
+#include "rendezvous/rendezvous_backend.h"
+
+namespace crun {
+
+namespace {
+
+using nlohmann::json;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+const char* reason_label(FailureReason r) {
+  switch (r) {
+    case FailureReason::kExit: return "exit";
+    case FailureReason::kSignal: return "signal";
+    case FailureReason::kHang: return "hang";
+    case FailureReason::kTimer: return "timer";
+  }
+  return "exit";
+}
+
+// A label value in the exposition format: backslash, double quote and newline escaped.
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+// A JSON object's members without its braces (EventLog's `fields`).
+std::string members(const json& j) {
+  const std::string text = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() > 2 ? text.substr(1, text.size() - 2) : "";
+}
+
+struct ProcessStats {
+  double cpu_seconds = 0;
+  double resident_bytes = 0;
+  double open_fds = 0;
+  double max_fds = 0;
+};
+
+ProcessStats self_stats() {
+  ProcessStats s;
+  rusage ru{};
+  if (::getrusage(RUSAGE_SELF, &ru) == 0) {
+    s.cpu_seconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                    static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  }
+  if (FILE* f = std::fopen("/proc/self/statm", "re")) {
+    long size = 0, resident = 0;
+    if (std::fscanf(f, "%ld %ld", &size, &resident) == 2) s.resident_bytes = static_cast<double>(resident) * ::sysconf(_SC_PAGESIZE);
+    std::fclose(f);
+  }
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    int n = 0;
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+    s.open_fds = n - 1;  // the directory's own descriptor
+  }
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) s.max_fds = static_cast<double>(rl.rlim_cur);
+  return s;
+}
+
+}  // namespace
+
+OperatorView::OperatorView(OperatorIdentity id, std::unique_ptr<EventLog> events)
+    : id_(std::move(id)), events_(std::move(events)), started_unix_(unix_now()) {
+  node_.run_id = id_.run_id;
+  node_.role = id_.role;
+  node_.hostname = id_.hostname;
+  node_.max_restarts = id_.max_restarts;
+  node_.state = "rendezvous";
+  for (auto r : {FailureReason::kExit, FailureReason::kSignal, FailureReason::kHang, FailureReason::kTimer}) failures_[r] = 0;
+}
+
+void OperatorView::set_sharing(Publish publish, JobSource job) {
+  publish_ = std::move(publish);
+  job_ = std::move(job);
+  changed();
+}
+
+std::string OperatorView::who(int local_rank, int pid) const {
+  return members({{"run_id", id_.run_id},
+                  {"hostname", id_.hostname},
+                  {"node_rank", node_.node_rank},
+                  {"restart_count", node_.restart_count},
+                  {"local_rank", local_rank},
+                  {"rank", local_rank >= 0 && static_cast<std::size_t>(local_rank) < node_.workers.size()
+                               ? json(node_.workers[static_cast<std::size_t>(local_rank)].rank)
+                               : json(nullptr)},
+                  {"pid", pid}});
+}
+
+void OperatorView::round(int rendezvous_round, const RoundInfo& info, const std::string& node_id, const std::string& addr) {
+  const bool restart = info.restart_count > node_.restart_count;
+  node_.node_id = node_id;
+  node_.addr = addr;
+  node_.node_rank = info.group_rank;
+  node_.nodes = info.group_world_size;
+  node_.world_size = info.world_size;
+  node_.rendezvous_round = rendezvous_round;
+  node_.restart_count = info.restart_count;
+  node_.state = "starting";
+  node_.health.clear();
+  node_.workers.clear();
+  for (int lr = 0; lr < id_.nproc_per_node; ++lr) {
+    WorkerStatus w;
+    w.local_rank = lr;
+    w.rank = info.rank_offset + lr;
+    w.state = "starting";
+    w.restarts = info.restart_count;
+    node_.workers.push_back(w);
+  }
+  const json common = {{"run_id", id_.run_id}, {"hostname", id_.hostname}, {"node_rank", info.group_rank},
+                       {"restart_count", info.restart_count}};
+  if (restart) {
+    json j = common;
+    j["max_restarts"] = id_.max_restarts;
+    events_->emit("restart", members(j));
+  }
+  json j = common;
+  j["round"] = rendezvous_round;
+  j["nodes"] = info.group_world_size;
+  j["world_size"] = info.world_size;
+  j["master_addr"] = info.master_addr;
+  j["master_port"] = info.master_port;
+  j["node_id"] = node_id;
+  events_->emit("rendezvous_round", members(j));
+  changed();
+}
+
+void OperatorView::group_started(int restart_count, const std::vector<int>& pids) {
+  node_.state = "running";
+  node_.restart_count = restart_count;
+  watchdog_reasons_.clear();
+  for (std::size_t i = 0; i < pids.size() && i < node_.workers.size(); ++i) {
+    auto& w = node_.workers[i];
+    w.pid = pids[i];
+    w.state = "running";
+    w.exit.clear();
+    w.heartbeat_age_s.reset();
+    w.step.reset();
+    ++worker_starts_;
+    events_->emit("worker_start", who(w.local_rank, w.pid));
+  }
+  changed();
+}
+
+void OperatorView::worker_exited(int local_rank, int pid, const ExitStatus& status, bool stopping) {
+  if (local_rank < 0 || static_cast<std::size_t>(local_rank) >= node_.workers.size()) return;
+  auto& w = node_.workers[static_cast<std::size_t>(local_rank)];
+  w.state = !status.failed() ? "succeeded" : (stopping && !watchdog_reasons_.count(local_rank) ? "stopped" : "failed");
+  w.exit = status.describe();
+  json j = json::parse("{" + who(local_rank, pid) + "}");
+  j["state"] = w.state;
+  j["exit_code"] = status.signaled() ? json(nullptr) : json(status.exit_code());
+  j["signal"] = status.signaled() ? json(signal_name(status.signal())) : json(nullptr);
+  events_->emit("worker_exit", members(j));
+  if (w.state == "failed" && node_.state == "running") node_.state = "stopping";
+  changed();
+}
+
+void OperatorView::watchdog(int local_rank, int pid, FailureReason reason, const std::string& what) {
+  watchdog_reasons_[local_rank] = reason;
+  json j = json::parse("{" + who(local_rank, pid) + "}");
+  j["reason"] = reason == FailureReason::kTimer ? "file_timer" : "heartbeat";
+  j["detail"] = what;
+  events_->emit("hang", members(j));
+}
+
+void OperatorView::workers_abandoned(const std::vector<int>& local_ranks) {
+  for (int lr : local_ranks) {
+    if (lr >= 0 && static_cast<std::size_t>(lr) < node_.workers.size()) node_.workers[static_cast<std::size_t>(lr)].state = "abandoned";
+  }
+  changed();
+}
+
+void OperatorView::failure(const FailureReport& report, bool restarting, const std::string& origin_node) {
+  const double when = std::chrono::duration<double>(report.time.time_since_epoch()).count();
+  // The same root cause comes once from this node; another node's only on node rank 0.
+  if (origin_node.empty()) {
+    FailureReason reason = report.status.signaled() ? FailureReason::kSignal : FailureReason::kExit;
+    if (auto it = watchdog_reasons_.find(report.local_rank); it != watchdog_reasons_.end()) reason = it->second;
+    ++failures_[reason];
+  }
+  if (!last_failure_unix_ || when >= *last_failure_unix_) {
+    last_failure_unix_ = when;
+    node_.last_failure = report.to_json();
+  }
+  if (!restarting) {
+    node_.health = "failed: rank " + std::to_string(report.rank) + " on " + report.host + " " + report.status.describe() +
+                   (report.no_progress ? ", and restarts made no progress" : ", no restart left (--max-restarts " +
+                                                                               std::to_string(id_.max_restarts) + ")");
+  }
+  json j = {{"run_id", id_.run_id},
+            {"hostname", id_.hostname},
+            {"node_rank", node_.node_rank},
+            {"restart_count", report.restart_count},
+            {"restarting", restarting},
+            {"origin_node", origin_node.empty() ? node_.node_id : origin_node},
+            {"root_cause", json::parse(report.to_json(), nullptr, false)}};
+  events_->emit("failure", members(j));
+  changed();
+}
+
+void OperatorView::round_ended(int rendezvous_round, const std::string& detail) {
+  if (node_.state == "running") node_.state = "stopping";
+  events_->emit("round_ended", members({{"run_id", id_.run_id},
+                                        {"hostname", id_.hostname},
+                                        {"node_rank", node_.node_rank},
+                                        {"round", rendezvous_round},
+                                        {"detail", detail}}));
+  changed();
+}
+
+void OperatorView::signal(int signo, bool preemption) {
+  node_.state = "stopping";
+  if (!preemption) node_.health = "stopping: received " + signal_name(signo);
+  events_->emit(preemption ? "preemption" : "signal", members({{"run_id", id_.run_id},
+                                                               {"hostname", id_.hostname},
+                                                               {"node_rank", node_.node_rank},
+                                                               {"signal", signal_name(signo)}}));
+  changed();
+}
+
+void OperatorView::store_lost(const std::string& why) {
+  node_.health = "lost the rendezvous store: " + why;
+  events_->emit("store_lost", members({{"run_id", id_.run_id},
+                                       {"hostname", id_.hostname},
+                                       {"node_rank", node_.node_rank},
+                                       {"detail", why}}));
+  changed();
+}
+
+void OperatorView::stopped(int exit_code) {
+  node_.state = exit_code == 0 ? "succeeded" : "failed";
+  if (exit_code != 0 && node_.health.empty()) node_.health = "the job ended with exit code " + std::to_string(exit_code);
+  events_->emit("stop", members({{"run_id", id_.run_id},
+                                 {"hostname", id_.hostname},
+                                 {"node_rank", node_.node_rank},
+                                 {"restart_count", node_.restart_count},
+                                 {"exit_code", exit_code}}));
+  changed();
+}
+
+NodeStatus OperatorView::status() const {
+  NodeStatus s = node_;
+  s.updated_unix = unix_now();
+  if (heartbeats_) {
+    const std::int64_t now = monotonic_ns();
+    for (auto& w : s.workers) {
+      if (w.state != "running") continue;
+      if (auto beat = heartbeats_(w.local_rank); beat && beat->monotonic_ns != 0) {
+        w.heartbeat_age_s = static_cast<double>(now - beat->monotonic_ns) / 1e9;
+        w.step = beat->step;
+      }
+    }
+  }
+  return s;
+}
+
+void OperatorView::changed() const {
+  if (publish_) publish_(status().to_json(), node_.node_rank == 0);
+}
+
+void OperatorView::share() const {
+  if (publish_ && node_.state == "running") changed();
+}
+
+std::string OperatorView::metrics_text() const {
+  const NodeStatus s = status();
+  std::string out;
+  auto family = [&](const char* name, const char* type, const char* help) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  };
+  auto sample = [&](const std::string& name, double v) { out += name + " " + number(v) + "\n"; };
+  family("crun_info", "gauge", "The job this agent runs, in its labels; always 1.");
+  sample("crun_info{run_id=\"" + label(s.run_id) + "\",role=\"" + label(s.role) + "\",hostname=\"" + label(s.hostname) +
+             "\",node_rank=\"" + std::to_string(s.node_rank) + "\"}",
+         1);
+  family("crun_healthy", "gauge", "1 while the agent is healthy (GET /healthz answers 200), else 0.");
+  sample("crun_healthy", s.health.empty() ? 1 : 0);
+  family("crun_restarts_total", "counter", "Restarts of the worker group so far (TORCHELASTIC_RESTART_COUNT).");
+  sample("crun_restarts_total", s.restart_count);
+  family("crun_max_restarts", "gauge", "Restarts allowed (--max-restarts).");
+  sample("crun_max_restarts", s.max_restarts);
+  family("crun_worker_failures_total", "counter",
+         "Root-cause worker failures on this node, by reason: exit (non-zero code), signal, hang (no heartbeat), timer (torch's file timer).");
+  for (const auto& [reason, n] : failures_) {
+    sample(std::string("crun_worker_failures_total{reason=\"") + reason_label(reason) + "\"}", static_cast<double>(n));
+  }
+  family("crun_worker_starts_total", "counter", "Worker processes this agent has started.");
+  sample("crun_worker_starts_total", static_cast<double>(worker_starts_));
+  int running = 0;
+  for (const auto& w : s.workers) running += w.state == "running";
+  family("crun_workers_running", "gauge", "Workers of this node running now.");
+  sample("crun_workers_running", running);
+  family("crun_workers", "gauge", "Workers per node (--nproc-per-node).");
+  sample("crun_workers", id_.nproc_per_node);
+  family("crun_rendezvous_round", "gauge", "The rendezvous round the workers belong to (-1 before the first).");
+  sample("crun_rendezvous_round", s.rendezvous_round);
+  family("crun_nodes", "gauge", "Nodes in the current round.");
+  sample("crun_nodes", s.nodes);
+  family("crun_node_rank", "gauge", "This node's rank in the current round (GROUP_RANK).");
+  sample("crun_node_rank", s.node_rank);
+  family("crun_world_size", "gauge", "Workers in the whole job (WORLD_SIZE).");
+  sample("crun_world_size", s.world_size);
+  family("crun_last_failure_timestamp_seconds", "gauge",
+         "When the newest root cause this agent knows of failed, in seconds since the epoch (0: none yet).");
+  sample("crun_last_failure_timestamp_seconds", last_failure_unix_.value_or(0));
+  bool any_beat = false;
+  for (const auto& w : s.workers) any_beat = any_beat || w.heartbeat_age_s.has_value();
+  if (any_beat) {
+    family("crun_worker_heartbeat_age_seconds", "gauge", "Seconds since each running worker's last heartbeat.");
+    for (const auto& w : s.workers) {
+      if (w.heartbeat_age_s) {
+        sample("crun_worker_heartbeat_age_seconds{local_rank=\"" + std::to_string(w.local_rank) + "\",rank=\"" +
+                   std::to_string(w.rank) + "\"}",
+               *w.heartbeat_age_s);
+      }
+    }
+    family("crun_worker_step", "gauge", "The step of each running worker's last heartbeat.");
+    for (const auto& w : s.workers) {
+      if (w.step) {
+        sample("crun_worker_step{local_rank=\"" + std::to_string(w.local_rank) + "\",rank=\"" + std::to_string(w.rank) + "\"}",
+               static_cast<double>(*w.step));
+      }
+    }
+  }
+  const ProcessStats p = self_stats();
+  family("process_cpu_seconds_total", "counter", "CPU time the agent itself has used (user and system), in seconds.");
+  sample("process_cpu_seconds_total", p.cpu_seconds);
+  family("process_resident_memory_bytes", "gauge", "The agent's resident memory, in bytes.");
+  sample("process_resident_memory_bytes", p.resident_bytes);
+  family("process_open_fds", "gauge", "Descriptors the agent has open.");
+  sample("process_open_fds", p.open_fds);
+  family("process_max_fds", "gauge", "The agent's open-files limit.");
+  sample("process_max_fds", p.max_fds);
+  family("process_start_time_seconds", "gauge", "When the agent started, in seconds since the epoch.");
+  sample("process_start_time_seconds", started_unix_);
+  return out;
+}
+
+HttpReply OperatorView::serve(const std::string& path) const {
+  HttpReply r;
+  if (path == "/healthz") {
+    r.status = node_.health.empty() ? 200 : 503;
+    r.body = (node_.health.empty() ? "ok: " + node_.state : node_.health) + "\n";
+  } else if (path == "/metrics") {
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = metrics_text();
+  } else if (path == "/status") {
+    r.content_type = "application/json";
+    r.body = job_json(status(), job_ && node_.node_rank == 0 ? job_() : std::vector<std::string>{}) + "\n";
+  } else if (path == "/" || path == "/index.html") {
+    r.content_type = "text/html; charset=utf-8";
+    r.body = status_page_html();
+  } else {
+    r.status = 404;
+    r.body = "not found: " + path + " (try /healthz, /metrics, /status or /)\n";
+  }
+  return r;
+}
+
+}  // namespace crun

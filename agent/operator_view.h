@@ -1,0 +1,102 @@
+// OperatorView: what the people running a job see of this agent from outside: its health, its
+// Prometheus metrics, its status (and, on node rank 0, the whole job's), the status page, and
+// its events (docs/operations.md).
+//
+// Contract
+//   - The agent tells it what happens, as it happens (round, group started, worker exit, the
+//     watchdog's verdicts, a root cause, a signal, the store lost, the end); each call updates
+//     the node's status and emits the matching event (agent/event_log.h): rendezvous_round,
+//     restart, worker_start, worker_exit, hang, failure, round_ended, preemption, signal,
+//     store_lost, stop.
+//   - serve(path) answers the HTTP endpoint (agent/http_endpoint.h): "/healthz" (200 "ok ..."
+//     while healthy, 503 with the reason once the agent cannot go on: restarts exhausted, the
+//     store lost, a stop signal), "/metrics" (Prometheus text format 0.0.4), "/status" (JSON:
+//     node_status.h's job_json), "/" (the page, agent/status_page.h); else 404.
+//   - Sharing (multi-node): every change of this node's status, and every `share_interval` while
+//     workers run (heartbeat ages move), goes to `publish`; node rank 0 asks it to gather and
+//     reads the others' from `job`.
+//   - Heartbeat ages come from `heartbeats` (the running group's files, read only when asked).
+//
+// Threading
+//   One thread, the agent's event loop: every call, serve() included (the endpoint runs there).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/event_log.h"
+#include "agent/exit_status.h"
+#include "agent/http_endpoint.h"
+#include "agent/node_status.h"
+#include "base/heartbeat_file.h"
+
+namespace crun {
+
+struct FailureReport;
+struct RoundInfo;
+
+struct OperatorIdentity {
+  std::string run_id;
+  std::string role;
+  std::string hostname;
+  int nproc_per_node = 1;
+  int max_restarts = 0;
+};
+
+// Why a worker was a root cause: the labels of crun_worker_failures_total.
+enum class FailureReason { kExit, kSignal, kHang, kTimer };
+
+class OperatorView {
+ public:
+  OperatorView(OperatorIdentity id, std::unique_ptr<EventLog> events);
+
+  void round(int rendezvous_round, const RoundInfo& info, const std::string& node_id, const std::string& addr);
+  void group_started(int restart_count, const std::vector<int>& pids);
+  // `stopping`: crun was already stopping the group when this worker ended.
+  void worker_exited(int local_rank, int pid, const ExitStatus& status, bool stopping);
+  void watchdog(int local_rank, int pid, FailureReason reason, const std::string& what);
+  void workers_abandoned(const std::vector<int>& local_ranks);
+  // A root cause: this node's (origin "") or, on node rank 0, another node's.
+  void failure(const FailureReport& report, bool restarting, const std::string& origin_node);
+  void round_ended(int rendezvous_round, const std::string& detail);
+  void signal(int signo, bool preemption);
+  void store_lost(const std::string& why);
+  void stopped(int exit_code);
+
+  using HeartbeatReader = std::function<std::optional<Heartbeat>(int local_rank)>;
+  void set_heartbeats(HeartbeatReader read) { heartbeats_ = std::move(read); }
+  using Publish = std::function<void(std::string status_json, bool gather)>;
+  using JobSource = std::function<std::vector<std::string>()>;
+  void set_sharing(Publish publish, JobSource job);
+
+  HttpReply serve(const std::string& path) const;
+  NodeStatus status() const;
+  // Re-publishes the status (heartbeat ages); the agent calls it every share_interval.
+  void share() const;
+  static constexpr std::chrono::seconds share_interval{2};
+
+ private:
+  std::string metrics_text() const;
+  void changed() const;
+  std::string who(int local_rank, int pid) const;
+
+  OperatorIdentity id_;
+  std::unique_ptr<EventLog> events_;
+  NodeStatus node_;
+  HeartbeatReader heartbeats_;
+  Publish publish_;
+  JobSource job_;
+  std::map<int, FailureReason> watchdog_reasons_;  // local rank -> why the watchdog ended it, this group
+  std::map<FailureReason, std::uint64_t> failures_;
+  std::optional<double> last_failure_unix_;
+  std::uint64_t worker_starts_ = 0;
+  double started_unix_ = 0;
+};
+
+}  // namespace crun

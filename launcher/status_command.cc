@@ -1,0 +1,243 @@
+#include "launcher/status_command.h"
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "base/exit_codes.h"
+
+namespace crun {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+constexpr std::size_t kMaxAnswer = 16u << 20;
+
+struct Target {
+  std::string host;
+  std::string port;
+};
+
+// http://HOST:PORT[/...] or HOST:PORT; [v6]:PORT. Throws std::invalid_argument.
+Target parse_url(std::string url) {
+  const std::string original = url;
+  if (url.rfind("http://", 0) == 0) url = url.substr(7);
+  else if (url.find("://") != std::string::npos) throw std::invalid_argument("'" + original + "': only http:// URLs");
+  if (auto slash = url.find('/'); slash != std::string::npos) url.resize(slash);
+  Target t;
+  std::size_t colon;
+  if (!url.empty() && url[0] == '[') {
+    const auto close = url.find(']');
+    if (close == std::string::npos) throw std::invalid_argument("'" + original + "': unclosed [ in the address");
+    t.host = url.substr(1, close - 1);
+    colon = close + 1 < url.size() && url[close + 1] == ':' ? close + 1 : std::string::npos;
+  } else {
+    colon = url.rfind(':');
+    t.host = url.substr(0, colon);
+  }
+  if (colon == std::string::npos || colon + 1 >= url.size()) throw std::invalid_argument("'" + original + "': expected HOST:PORT");
+  t.port = url.substr(colon + 1);
+  if (t.host.empty() || t.port.find_first_not_of("0123456789") != std::string::npos || t.port.size() > 5 ||
+      std::stoi(t.port) > 65535 || std::stoi(t.port) == 0) {
+    throw std::invalid_argument("'" + original + "': expected HOST:PORT with a port 1-65535");
+  }
+  return t;
+}
+
+// GET /status within `timeout`; throws std::runtime_error saying why not.
+std::string fetch_status(const Target& t, std::chrono::milliseconds timeout) {
+  asio::io_context io;
+  tcp::resolver resolver(io);
+  beast::tcp_stream stream(io);
+  beast::flat_buffer buffer;
+  http::request<http::empty_body> req(http::verb::get, "/status", 11);
+  req.set(http::field::host, t.host);
+  req.set(http::field::user_agent, "crun-status");
+  req.set(http::field::accept, "application/json");
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(kMaxAnswer);
+  std::string error;
+  stream.expires_after(timeout);
+  resolver.async_resolve(t.host, t.port, [&](beast::error_code ec, tcp::resolver::results_type results) {
+    if (ec) return void(error = "cannot resolve " + t.host + ": " + ec.message());
+    stream.async_connect(results, [&](beast::error_code ec2, const tcp::endpoint&) {
+      if (ec2) return void(error = ec2.message());
+      http::async_write(stream, req, [&](beast::error_code ec3, std::size_t) {
+        if (ec3) return void(error = ec3.message());
+        http::async_read(stream, buffer, parser, [&](beast::error_code ec4, std::size_t) {
+          if (ec4) error = ec4 == beast::error::timeout ? "no answer" : ec4.message();
+        });
+      });
+    });
+  });
+  io.run_for(timeout + std::chrono::seconds(1));
+  if (error == "Operation canceled" || (!parser.is_done() && error.empty())) error = "no answer";
+  if (error == "no answer") error += " within " + std::to_string(timeout.count() / 1000.0).substr(0, 4) + " s";
+  if (!error.empty()) throw std::runtime_error(error);
+  const auto& res = parser.get();
+  if (res.result() != http::status::ok) {
+    throw std::runtime_error("answered " + std::to_string(res.result_int()) + " " + std::string(res.reason()));
+  }
+  return res.body();
+}
+
+std::string text_of(const json& j) {
+  if (j.is_null()) return "-";
+  if (j.is_string()) return j.get<std::string>();
+  return j.dump();
+}
+
+// Rows of cells as aligned columns (two blanks apart).
+std::string columns(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& r : rows) {
+    if (width.size() < r.size()) width.resize(r.size(), 0);
+    for (std::size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_job_status(const std::string& status_json) {
+  const json doc = json::parse(status_json, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("job") || !doc.contains("node")) {
+    throw std::runtime_error("the answer is not a crun /status document");
+  }
+  try {
+    const json& job = doc.at("job");
+    const json& self = doc.at("node");
+    std::string out = "job " + text_of(job.at("run_id")) + ": " + std::to_string(job.at("nodes_seen").get<int>()) + " of " +
+                      std::to_string(job.at("nodes_expected").get<int>()) + " node(s), " +
+                      std::to_string(job.at("workers_running").get<int>()) + " of " +
+                      std::to_string(job.at("workers").get<int>()) + " worker(s) running, restart " +
+                      std::to_string(job.at("restart_count").get<int>()) + " of " +
+                      std::to_string(job.at("max_restarts").get<int>()) + ", " +
+                      (self.at("health").get<std::string>().empty() ? "healthy" : self.at("health").get<std::string>()) +
+                      "\n\n";
+    std::vector<std::vector<std::string>> nodes{{"NODE", "HOST", "ADDRESS", "STATE", "WORKERS", "RESTARTS", "ROUND", "HEALTH"}};
+    std::vector<std::pair<int, std::vector<std::string>>> ranks;
+    const json* failure = nullptr;
+    for (const auto& n : job.at("nodes")) {
+      int running = 0;
+      for (const auto& w : n.at("workers")) running += w.at("state") == "running";
+      const std::string health = n.at("health").get<std::string>();
+      nodes.push_back({std::to_string(n.at("node_rank").get<int>()), text_of(n.at("hostname")),
+                       n.at("addr").get<std::string>().empty() ? "-" : text_of(n.at("addr")), text_of(n.at("state")),
+                       std::to_string(running) + "/" + std::to_string(n.at("workers").size()),
+                       std::to_string(n.at("restart_count").get<int>()), std::to_string(n.at("rendezvous_round").get<int>()),
+                       health.empty() ? "ok" : health});
+      for (const auto& w : n.at("workers")) {
+        const auto& age = w.at("heartbeat_age_s");
+        char beat[32] = "-";
+        if (!age.is_null()) std::snprintf(beat, sizeof beat, "%.1f s ago", age.get<double>());
+        ranks.push_back({w.at("rank").get<int>(),
+                         {std::to_string(w.at("rank").get<int>()), std::to_string(n.at("node_rank").get<int>()),
+                          std::to_string(w.at("local_rank").get<int>()), std::to_string(w.at("pid").get<int>()),
+                          text_of(w.at("state")), std::to_string(w.at("restarts").get<int>()), beat, text_of(w.at("step")),
+                          w.at("exit").get<std::string>().empty() ? "-" : text_of(w.at("exit"))}});
+      }
+      const json& f = n.at("last_failure");
+      if (f.is_object() && (failure == nullptr || f.at("time").get<std::string>() > failure->at("time").get<std::string>())) failure = &f;
+    }
+    std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::vector<std::string>> rank_rows{{"RANK", "NODE", "LOCAL", "PID", "STATE", "RESTARTS", "HEARTBEAT", "STEP", "EXIT"}};
+    for (auto& [rank, row] : ranks) rank_rows.push_back(std::move(row));
+    out += columns(nodes) + "\n" + columns(rank_rows);
+    if (failure != nullptr) {
+      const json& f = *failure;
+      const std::string why = f.at("signal").is_null() ? "exit code " + text_of(f.at("exit_code")) : "killed by " + text_of(f.at("signal"));
+      out += "\nlast failure: rank " + text_of(f.at("rank")) + " (local rank " + text_of(f.at("local_rank")) + " on " +
+             text_of(f.at("host")) + (f.at("addr").is_null() ? "" : " " + text_of(f.at("addr"))) + ", pid " +
+             text_of(f.at("pid")) + ", restart " + text_of(f.at("attempt")) + "): " + why + " at " + text_of(f.at("time"));
+      if (!f.at("error_message").get<std::string>().empty()) out += ": " + text_of(f.at("error_message"));
+      out += "\n";
+      if (!f.at("watchdog").is_null()) out += "  watchdog: " + text_of(f.at("watchdog")) + "\n";
+      for (const auto& line : f.at("stderr_tail")) out += "  | " + text_of(line) + "\n";
+    }
+    return out;
+  } catch (const json::exception& e) {
+    throw std::runtime_error(std::string("the answer is not a crun /status document: ") + e.what());
+  }
+}
+
+int run_status_command(const std::vector<std::string>& args) {
+  auto usage = [](const std::string& why) {
+    std::fprintf(stderr, "crun status: %s (usage: crun status http://HOST:PORT [--json] [--timeout SECONDS])\n", why.c_str());
+    return kExitUsage;
+  };
+  std::string url;
+  bool as_json = false;
+  double timeout_s = 5;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--json") {
+      as_json = true;
+    } else if (a == "--timeout" || a.rfind("--timeout=", 0) == 0) {
+      std::string v = a == "--timeout" ? (i + 1 < args.size() ? args[++i] : "") : a.substr(10);
+      try {
+        std::size_t used = 0;
+        timeout_s = std::stod(v, &used);
+        if (used != v.size() || !(timeout_s > 0 && timeout_s <= 3600)) throw std::invalid_argument(v);
+      } catch (const std::exception&) {
+        return usage("--timeout: expected seconds (0-3600], got '" + v + "'");
+      }
+    } else if (a == "-h" || a == "--help") {
+      std::printf("usage: crun status http://HOST:PORT [--json] [--timeout SECONDS]\n"
+                  "Prints the job an agent's --health-check-port serves (node rank 0's: the whole job).\n");
+      return 0;
+    } else if (!a.empty() && a[0] == '-') {
+      return usage("unknown option '" + a + "'");
+    } else if (url.empty()) {
+      url = a;
+    } else {
+      return usage("one URL only, got '" + url + "' and '" + a + "'");
+    }
+  }
+  if (url.empty()) return usage("which agent? give its URL");
+  Target t;
+  try {
+    t = parse_url(url);
+  } catch (const std::invalid_argument& e) {
+    return usage(e.what());
+  }
+  try {
+    const std::string body =
+        fetch_status(t, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
+    if (as_json) {
+      if (json::parse(body, nullptr, false).is_discarded()) throw std::runtime_error("the answer is not JSON");
+      std::fwrite(body.data(), 1, body.size(), stdout);
+      if (body.empty() || body.back() != '\n') std::fputc('\n', stdout);
+    } else {
+      const std::string text = format_job_status(body);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "crun status: cannot read %s: %s\n", url.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace crun

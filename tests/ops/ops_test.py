@@ -1,0 +1,406 @@
+#!/usr/bin/python3
+"""The operators' view of a running job, end to end: a real crun with --health-check-port and
+--event-log-handler jsonl:PATH, real worker processes, real HTTP clients (Python's, crun status,
+promtool, headless Chromium).
+
+  ops_test.py --crun CRUN --worker TEST_WORKER --case NAME [--artifacts DIR]
+
+Cases: endpoint (health, metrics through promtool, status, crun status, events of a failing and
+restarting job), page (the status page in headless Chromium: its DOM, and a screenshot kept as an
+artifact), bad_http (garbage, a 10 MB header, 1,000 idle connections, slowloris: the workers go on
+and the endpoint answers again), errors (an events path that cannot be written, a port taken,
+bad flags: one line, nothing started). Each wait is bounded; nothing sleeps to wait.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+FAILURES = []
+
+
+def check(ok, what):
+    if not ok:
+        FAILURES.append(what)
+        print("FAIL:", what, flush=True)
+    return ok
+
+
+def wait_for(predicate, what, bound=30.0, every=0.05):
+    """Polls `predicate` until it returns a true value, at most `bound` seconds."""
+    deadline = time.monotonic() + bound
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {bound} s waiting for {what}")
+        time.sleep(every)
+
+
+class Job:
+    """One crun process with the endpoint on a kernel-picked port, its output in files."""
+
+    def __init__(self, args, crun, worker, worker_args, extra=(), tmp=None):
+        self.dir = tmp or tempfile.mkdtemp(prefix="crun-ops-")
+        self.out_path = os.path.join(self.dir, "stdout")
+        self.err_path = os.path.join(self.dir, "stderr")
+        self.events = os.path.join(self.dir, "events.jsonl")
+        cmd = [crun, "--standalone", *args, "--health-check-port", "0", "--event-log-handler", "jsonl:" + self.events,
+               *extra, worker, *worker_args]
+        self.proc = subprocess.Popen(cmd, stdout=open(self.out_path, "w"), stderr=open(self.err_path, "w"),
+                                     stdin=subprocess.DEVNULL)
+        m = wait_for(lambda: re.search(r"at http://127\.0\.0\.1:(\d+)/", self.err()), "the endpoint's address line")
+        self.port = int(m.group(1))
+
+    def out(self):
+        with open(self.out_path) as f:
+            return f.read()
+
+    def err(self):
+        with open(self.err_path) as f:
+            return f.read()
+
+    def ready_pids(self):
+        """rank -> pid of the newest 'ready rank=R pid=P' line of each rank."""
+        pids = {}
+        for r, p in re.findall(r"ready rank=(\d+) pid=(\d+)", self.out()):
+            pids[int(r)] = int(p)
+        return pids
+
+    def get(self, path, method="GET"):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            c.request(method, path)
+            r = c.getresponse()
+            return r.status, r.read().decode(), dict(r.getheaders())
+        finally:
+            c.close()
+
+    def status(self):
+        code, body, _ = self.get("/status")
+        assert code == 200, f"/status answered {code}"
+        return json.loads(body)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def read_events(self):
+        with open(self.events) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+
+def metric(text, name):
+    """The value of the sample `name` (with its labels, as written) in exposition text."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return None
+
+
+def failing_job(a, restarts=2):
+    """Two workers; rank 1 exits 3 in the first start, then both run until stopped."""
+    job = Job(["--nproc-per-node", "2", "--max-restarts", str(restarts)], a.crun, a.worker,
+              ["--only-rank", "1", "--fail-before-restart", "1", "--exit", "3", "--hang", "--stderr-lines", "2"])
+    # Restart 1 is running when both ranks said ready after the failure.
+    wait_for(lambda: "restarting the group" in job.err() and len(job.ready_pids()) == 2 and
+             job.status()["node"]["state"] == "running" and job.status()["node"]["restart_count"] == 1,
+             "restart 1 running")
+    return job
+
+
+def case_endpoint(a):
+    job = failing_job(a)
+    try:
+        pids = job.ready_pids()
+        code, body, headers = job.get("/healthz")
+        check(code == 200 and body.startswith("ok"), f"/healthz: {code} {body!r}")
+        code, _, headers = job.get("/healthz", "HEAD")
+        check(code == 200 and headers.get("Content-Length") == str(len("ok: running\n")), f"HEAD /healthz: {code} {headers}")
+        code, body, headers = job.get("/metrics")
+        check(code == 200 and headers.get("Content-Type", "").startswith("text/plain; version=0.0.4"), f"/metrics {code} {headers}")
+        prom = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True, text=True)
+        check(prom.returncode == 0, f"promtool check metrics: rc {prom.returncode}: {prom.stdout}{prom.stderr}")
+        check(metric(body, "crun_restarts_total") == 1, "crun_restarts_total 1")
+        check(metric(body, 'crun_worker_failures_total{reason="exit"}') == 1, "one failure by exit")
+        check(metric(body, 'crun_worker_failures_total{reason="signal"}') == 0, "no failure by signal")
+        check(metric(body, "crun_workers_running") == 2, "two workers running")
+        check(metric(body, "crun_rendezvous_round") == 1, "round 1")
+        check(metric(body, "crun_nodes") == 1, "one node")
+        check((metric(body, "crun_last_failure_timestamp_seconds") or 0) > time.time() - 120, "the failure's time")
+        check((metric(body, "process_resident_memory_bytes") or 0) > 0, "the agent's RSS")
+        check(metric(body, "process_cpu_seconds_total") is not None, "the agent's CPU")
+
+        s = job.status()
+        node = s["node"]
+        check([(w["rank"], w["pid"], w["state"], w["restarts"]) for w in node["workers"]] ==
+              [(0, pids[0], "running", 1), (1, pids[1], "running", 1)], f"/status workers: {node['workers']}")
+        f = node["last_failure"]
+        check(f is not None and f["rank"] == 1 and f["exit_code"] == 3 and f["stderr_tail"] == ["err r=1 i=0", "err r=1 i=1"],
+              f"/status last failure: {f}")
+        check(s["job"]["nodes_seen"] == 1 and len(s["job"]["nodes"]) == 1, "the whole job is this node")
+
+        code, body, _ = job.get("/nosuch")
+        check(code == 404, f"/nosuch answered {code}")
+        code, body, headers = job.get("/healthz", "POST")
+        check(code == 405 and headers.get("Allow") == "GET, HEAD", f"POST answered {code} {headers}")
+
+        # crun status, from "another machine": only the URL.
+        r = subprocess.run([a.crun, "status", f"http://127.0.0.1:{job.port}"], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, f"crun status rc {r.returncode}: {r.stderr}")
+        rows = [line.split() for line in r.stdout.splitlines()]
+        for rank in (0, 1):
+            check([str(rank), "0", str(rank), str(pids[rank]), "running", "1", "-", "-", "-"] in rows,
+                  f"crun status shows rank {rank} with pid {pids[rank]}:\n{r.stdout}")
+        check("last failure: rank 1" in r.stdout and "exit code 3" in r.stdout and "  | err r=1 i=1" in r.stdout,
+              f"crun status' last failure:\n{r.stdout}")
+        r = subprocess.run([a.crun, "status", f"127.0.0.1:{job.port}", "--json"], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0 and json.loads(r.stdout)["node"]["workers"][1]["pid"] == pids[1], "crun status --json")
+    finally:
+        rc = job.stop()
+    check(rc == 128 + signal.SIGTERM, f"crun exit {rc} after SIGTERM")
+
+    # The events: the expected sequence, each a JSON object with its time, node and rank.
+    events = job.read_events()
+    kinds = [e["event"] for e in events]
+    expected = ["rendezvous_round", "worker_start", "worker_start", "worker_exit", "worker_exit", "failure", "restart",
+                "rendezvous_round", "worker_start", "worker_start", "signal", "worker_exit", "worker_exit", "stop"]
+    check(kinds == expected, f"events: {kinds}")
+    if kinds == expected:
+        check(events[3]["rank"] == 1 and events[3]["state"] == "failed" and events[3]["exit_code"] == 3, f"{events[3]}")
+        check(events[4]["rank"] == 0 and events[4]["state"] == "stopped" and events[4]["signal"] == "SIGTERM", f"{events[4]}")
+        check(events[5]["restarting"] is True and events[5]["root_cause"]["rank"] == 1, f"{events[5]}")
+        check(events[6]["restart_count"] == 1 and events[7]["round"] == 1, f"{events[6]} {events[7]}")
+        check({events[8]["pid"], events[9]["pid"]} == set(pids.values()), "the restart's worker_start pids")
+        check(events[-1]["exit_code"] == 143, f"{events[-1]}")
+    for e in events:
+        check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", e.get("time", "")) and e.get("hostname") and
+              e.get("node_rank") == 0 and "run_id" in e, f"event fields: {e}")
+    times = [e["time"] for e in events]
+    check(times == sorted(times), "events in time order")
+    # The agent is gone: so is its port.
+    try:
+        socket.create_connection(("127.0.0.1", job.port), timeout=2).close()
+        check(False, "the endpoint still accepts after crun exited")
+    except OSError:
+        pass
+
+
+def case_page(a):
+    chromium = shutil.which("chromium")
+    if not check(chromium is not None, "chromium is not installed (scripts/install-deps.sh installs it)"):
+        return
+    job = failing_job(a)
+    try:
+        pids = job.ready_pids()
+        profile = tempfile.mkdtemp(prefix="crun-chromium-")
+        base = [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
+                f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--window-size=1200,700"]
+        url = f"http://127.0.0.1:{job.port}/"
+        dom = subprocess.run(base + ["--dump-dom", url], capture_output=True, text=True, timeout=120)
+        check(dom.returncode == 0, f"chromium --dump-dom rc {dom.returncode}: {dom.stderr[-2000:]}")
+        html = dom.stdout
+        for rank in (0, 1):
+            row = re.search(rf'<tr data-rank="{rank}">(.*?)</tr>', html)
+            check(row is not None and f'<td class="num pid">{pids[rank]}</td>' in row.group(1) and "running" in row.group(1),
+                  f"the page's row of rank {rank} (pid {pids[rank]})")
+        check(re.search(r'<tr data-node="0">.*?<td class="state-running">running</td>.*?2/2', html) is not None,
+              "the page's row of node 0 (running, 2/2)")
+        check(re.search(r'id="failure-head">rank 1 .*?exit code 3', html) is not None, "the page's last failure")
+        check(re.search(r'id="failure-tail">err r=1 i=0\nerr r=1 i=1</pre>', html) is not None, "the failure's stderr tail")
+        os.makedirs(a.artifacts, exist_ok=True)
+        shot = os.path.join(a.artifacts, "status_page.png")
+        if os.path.exists(shot):
+            os.remove(shot)
+        r = subprocess.run(base + [f"--screenshot={shot}", url], capture_output=True, text=True, timeout=120)
+        ok = r.returncode == 0 and os.path.exists(shot)
+        if ok:
+            with open(shot, "rb") as f:
+                ok = f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(shot) > 10000
+        check(ok, f"a screenshot at {shot}: rc {r.returncode} {r.stderr[-1000:]}")
+        print("screenshot:", shot)
+        shutil.rmtree(profile, ignore_errors=True)
+    finally:
+        job.stop()
+
+
+def case_bad_http(a):
+    job = Job(["--nproc-per-node", "2"], a.crun, a.worker, ["--hang"])
+    try:
+        pids = wait_for(lambda: len(job.ready_pids()) == 2 and job.ready_pids(), "both workers ready")
+        baseline = job.get("/metrics")[1]
+        fds0 = metric(baseline, "process_open_fds")
+        rss0 = metric(baseline, "process_resident_memory_bytes")
+
+        def exchange(payload, bound=15):
+            s = socket.create_connection(("127.0.0.1", job.port), timeout=bound)
+            try:
+                try:
+                    s.sendall(payload)
+                except OSError:
+                    pass  # the agent may answer and close before taking it all
+                data = b""
+                while True:
+                    try:
+                        chunk = s.recv(65536)
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    data += chunk
+                return data
+            finally:
+                s.close()
+
+        answer = exchange(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage that is not HTTP\r\n\r\n")
+        check(answer.startswith(b"HTTP/1.1 400"), f"garbage: {answer[:80]!r}")
+        answer = exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (10 << 20) + b"\r\n\r\n")
+        check(answer.startswith(b"HTTP/1.1 431") or answer == b"", f"10 MB header: {answer[:80]!r}")
+        answer = exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+        check(answer.startswith(b"HTTP/1.1 413"), f"a body: {answer[:80]!r}")
+
+        # 1,000 idle connections: the agent keeps a bounded number, refuses the rest.
+        idle = []
+        try:
+            for _ in range(1000):
+                idle.append(socket.create_connection(("127.0.0.1", job.port), timeout=10))
+            check(job.proc.poll() is None, "crun still running under 1,000 idle connections")
+            check(job.ready_pids() == pids and all(os.path.exists(f"/proc/{p}") for p in pids.values()),
+                  "the workers untouched by 1,000 idle connections")
+        finally:
+            for s in idle:
+                s.close()
+        # Answers again once they are gone (the refused ones were closed at once; the kept ones
+        # end with the clients' close).
+        wait_for(lambda: _healthy(job), "/healthz 200 after the idle connections", bound=30)
+
+        # Slowloris: one header byte every 0.2 s; the agent closes the connection at its request
+        # timeout (10 s), long before the header could end.
+        s = socket.create_connection(("127.0.0.1", job.port), timeout=30)
+        started = time.monotonic()
+        closed_after = None
+        s.settimeout(0.2)
+        try:
+            for i in range(200):
+                try:
+                    s.sendall(b"GET /healthz HTTP/1.1\r\nX-Slow: "[i:i + 1] if i < 28 else b"a")
+                except OSError:
+                    closed_after = time.monotonic() - started
+                    break
+                try:
+                    if s.recv(1) == b"":
+                        closed_after = time.monotonic() - started
+                        break
+                except socket.timeout:
+                    pass
+                except OSError:
+                    closed_after = time.monotonic() - started
+                    break
+        finally:
+            s.close()
+        check(closed_after is not None and closed_after < 20, f"slowloris closed after {closed_after} s (bound 20 s)")
+
+        # Afterwards: the same workers, no restart, healthy, bounded descriptors and memory.
+        check(job.ready_pids() == pids and all(os.path.exists(f"/proc/{p}") for p in pids.values()), "the workers after the abuse")
+        after = job.get("/metrics")[1]
+        check(metric(after, "crun_restarts_total") == 0 and metric(after, "crun_workers_running") == 2, "no restart, both running")
+        fds = wait_for(lambda: (metric(job.get("/metrics")[1], "process_open_fds") or 1e9) <= fds0 + 2 and True,
+                       "the agent's descriptors back to where they were", bound=30)
+        check(fds, "descriptors")
+        rss = metric(after, "process_resident_memory_bytes")
+        check(rss < rss0 + (32 << 20), f"the agent's RSS {rss0:.0f} -> {rss:.0f} bytes (10 MB header, 1,000 connections)")
+        code, _, _ = job.get("/healthz")
+        check(code == 200, "/healthz 200 at the end")
+    finally:
+        rc = job.stop()
+    check(rc == 143, f"crun exit {rc} after SIGTERM")
+
+
+def _healthy(job):
+    try:
+        return job.get("/healthz")[0] == 200
+    except OSError:
+        return False
+
+
+def case_errors(a):
+    tmp = tempfile.mkdtemp(prefix="crun-ops-errors-")
+    stamp = os.path.join(tmp, "stamp")
+
+    def run(args, env=None):
+        e = dict(os.environ, TMPDIR=tmp)
+        e.update(env or {})
+        return subprocess.run([a.crun, *args], capture_output=True, text=True, timeout=60, env=e)
+
+    def one_line(r, rc, needle, what):
+        lines = r.stderr.strip().splitlines()
+        check(r.returncode == rc and len(lines) == 1 and needle in lines[0],
+              f"{what}: expected exit {rc} with one line containing {needle!r}; got {r.returncode}: {r.stderr!r}")
+
+    def nothing_started(what):
+        check(not os.path.exists(stamp), f"{what}: a worker ran")
+        left = [n for n in os.listdir(tmp) if n.startswith("crun-")]
+        check(not left, f"{what}: left behind {left}")
+
+    worker = [a.worker, "--stamp", stamp]
+    for path in ("/nonexistent-dir/events.jsonl", tmp):  # no such directory; a directory
+        r = run(["--standalone", "--event-log-handler", "jsonl:" + path, *worker])
+        one_line(r, 2, path, f"events to {path}")
+        nothing_started(f"events to {path}")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    r = run(["--standalone", "--health-check-port", str(port), *worker])
+    one_line(r, 3, f"127.0.0.1:{port}", "a port taken")
+    nothing_started("a port taken")
+    taken.close()
+    for args, needle in ((["--health-check-port", "x"], "--health-check-port"),
+                         (["--health-check-addr", "host.example"], "--health-check-addr"),
+                         (["--event-log-handler", "syslog"], "--event-log-handler")):
+        r = run(["--standalone", *args, *worker])
+        one_line(r, 2, needle, " ".join(args))
+        nothing_started(" ".join(args))
+    r = run(["--standalone", *worker], env={"TORCHELASTIC_HEALTH_CHECK_PORT": "99999"})
+    one_line(r, 2, "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_HEALTH_CHECK_PORT=99999")
+    for args, rc in ((["status"], 2), (["status", "nonsense"], 2), (["status", "http://127.0.0.1:1", "--bogus"], 2),
+                     (["status", f"http://127.0.0.1:{port}"], 1), (["status", "https://127.0.0.1:1"], 2)):
+        r = run(args)
+        one_line(r, rc, "crun status", " ".join(args))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--crun", required=True)
+    p.add_argument("--worker", required=True)
+    p.add_argument("--case", required=True, choices=["endpoint", "page", "bad_http", "errors"])
+    p.add_argument("--artifacts", default=os.path.join(tempfile.gettempdir(), "crun-test-artifacts"))
+    a = p.parse_args()
+    if a.case in ("endpoint",) and shutil.which("promtool") is None:
+        print("FAIL: promtool is not installed (scripts/install-deps.sh installs prometheus)")
+        return 1
+    globals()["case_" + a.case](a)
+    if FAILURES:
+        print(f"{len(FAILURES)} check(s) failed")
+        return 1
+    print(f"ops {a.case}: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
