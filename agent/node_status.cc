@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 namespace crun {
@@ -45,7 +47,19 @@ json node_json(const NodeStatus& s) {
 
 template <typename T>
 T field(const json& j, const char* name) {
-  return j.at(name).get<T>();
+  const json& v = j.at(name);
+  if constexpr (std::is_integral_v<T>) {
+    // Integers only, in range: get<int>() of 1e300 would be undefined behaviour.
+    if (!v.is_number_integer()) throw json::type_error::create(302, std::string(name) + " is not an integer", &v);
+    if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<T>::max())
+                               : (v.get<std::int64_t>() < std::numeric_limits<T>::min() ||
+                                  v.get<std::int64_t>() > std::numeric_limits<T>::max())) {
+      throw json::type_error::create(302, std::string(name) + " is out of range", &v);
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) throw json::type_error::create(302, std::string(name) + " is not a number", &v);
+  }
+  return v.get<T>();
 }
 
 std::optional<NodeStatus> parse_node(const json& j) {

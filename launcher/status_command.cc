@@ -9,8 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 
+#include "agent/failure_report.h"
+#include "agent/node_status.h"
 #include "base/exit_codes.h"
 
 namespace crun {
@@ -93,12 +96,6 @@ std::string fetch_status(const Target& t, std::chrono::milliseconds timeout) {
   return res.body();
 }
 
-std::string text_of(const json& j) {
-  if (j.is_null()) return "-";
-  if (j.is_string()) return j.get<std::string>();
-  return j.dump();
-}
-
 // Rows of cells as aligned columns (two blanks apart).
 std::string columns(const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> width;
@@ -121,65 +118,71 @@ std::string columns(const std::vector<std::vector<std::string>>& rows) {
 }  // namespace
 
 std::string format_job_status(const std::string& status_json) {
+  // Every record is checked as a node's published status is (agent/node_status.h): the answer
+  // comes from the network.
   const json doc = json::parse(status_json, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("job") || !doc.contains("node")) {
+  if (doc.is_discarded() || !doc.is_object() || !doc.contains("job") || !doc.contains("node") || !doc["job"].is_object() ||
+      !doc["job"].contains("nodes") || !doc["job"]["nodes"].is_array()) {
     throw std::runtime_error("the answer is not a crun /status document");
   }
-  try {
-    const json& job = doc.at("job");
-    const json& self = doc.at("node");
-    std::string out = "job " + text_of(job.at("run_id")) + ": " + std::to_string(job.at("nodes_seen").get<int>()) + " of " +
-                      std::to_string(job.at("nodes_expected").get<int>()) + " node(s), " +
-                      std::to_string(job.at("workers_running").get<int>()) + " of " +
-                      std::to_string(job.at("workers").get<int>()) + " worker(s) running, restart " +
-                      std::to_string(job.at("restart_count").get<int>()) + " of " +
-                      std::to_string(job.at("max_restarts").get<int>()) + ", " +
-                      (self.at("health").get<std::string>().empty() ? "healthy" : self.at("health").get<std::string>()) +
-                      "\n\n";
-    std::vector<std::vector<std::string>> nodes{{"NODE", "HOST", "ADDRESS", "STATE", "WORKERS", "RESTARTS", "ROUND", "HEALTH"}};
-    std::vector<std::pair<int, std::vector<std::string>>> ranks;
-    const json* failure = nullptr;
-    for (const auto& n : job.at("nodes")) {
-      int running = 0;
-      for (const auto& w : n.at("workers")) running += w.at("state") == "running";
-      const std::string health = n.at("health").get<std::string>();
-      nodes.push_back({std::to_string(n.at("node_rank").get<int>()), text_of(n.at("hostname")),
-                       n.at("addr").get<std::string>().empty() ? "-" : text_of(n.at("addr")), text_of(n.at("state")),
-                       std::to_string(running) + "/" + std::to_string(n.at("workers").size()),
-                       std::to_string(n.at("restart_count").get<int>()), std::to_string(n.at("rendezvous_round").get<int>()),
-                       health.empty() ? "ok" : health});
-      for (const auto& w : n.at("workers")) {
-        const auto& age = w.at("heartbeat_age_s");
-        char beat[32] = "-";
-        if (!age.is_null()) std::snprintf(beat, sizeof beat, "%.1f s ago", age.get<double>());
-        ranks.push_back({w.at("rank").get<int>(),
-                         {std::to_string(w.at("rank").get<int>()), std::to_string(n.at("node_rank").get<int>()),
-                          std::to_string(w.at("local_rank").get<int>()), std::to_string(w.at("pid").get<int>()),
-                          text_of(w.at("state")), std::to_string(w.at("restarts").get<int>()), beat, text_of(w.at("step")),
-                          w.at("exit").get<std::string>().empty() ? "-" : text_of(w.at("exit"))}});
-      }
-      const json& f = n.at("last_failure");
-      if (f.is_object() && (failure == nullptr || f.at("time").get<std::string>() > failure->at("time").get<std::string>())) failure = &f;
-    }
-    std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<std::vector<std::string>> rank_rows{{"RANK", "NODE", "LOCAL", "PID", "STATE", "RESTARTS", "HEARTBEAT", "STEP", "EXIT"}};
-    for (auto& [rank, row] : ranks) rank_rows.push_back(std::move(row));
-    out += columns(nodes) + "\n" + columns(rank_rows);
-    if (failure != nullptr) {
-      const json& f = *failure;
-      const std::string why = f.at("signal").is_null() ? "exit code " + text_of(f.at("exit_code")) : "killed by " + text_of(f.at("signal"));
-      out += "\nlast failure: rank " + text_of(f.at("rank")) + " (local rank " + text_of(f.at("local_rank")) + " on " +
-             text_of(f.at("host")) + (f.at("addr").is_null() ? "" : " " + text_of(f.at("addr"))) + ", pid " +
-             text_of(f.at("pid")) + ", restart " + text_of(f.at("attempt")) + "): " + why + " at " + text_of(f.at("time"));
-      if (!f.at("error_message").get<std::string>().empty()) out += ": " + text_of(f.at("error_message"));
-      out += "\n";
-      if (!f.at("watchdog").is_null()) out += "  watchdog: " + text_of(f.at("watchdog")) + "\n";
-      for (const auto& line : f.at("stderr_tail")) out += "  | " + text_of(line) + "\n";
-    }
-    return out;
-  } catch (const json::exception& e) {
-    throw std::runtime_error(std::string("the answer is not a crun /status document: ") + e.what());
+  const auto self = NodeStatus::from_json(doc["node"].dump());
+  if (!self) throw std::runtime_error("the answer is not a crun /status document (its node record)");
+  std::vector<NodeStatus> nodes;
+  for (const auto& n : doc["job"]["nodes"]) {
+    auto s = NodeStatus::from_json(n.dump());
+    if (!s) throw std::runtime_error("the answer is not a crun /status document (a node record)");
+    nodes.push_back(std::move(*s));
   }
+  std::size_t workers = 0;
+  std::size_t running = 0;
+  for (const auto& n : nodes) {
+    workers += n.workers.size();
+    for (const auto& w : n.workers) running += w.state == "running";
+  }
+  std::string out = "job " + self->run_id + ": " + std::to_string(nodes.size()) + " of " + std::to_string(self->nodes) +
+                    " node(s), " + std::to_string(running) + " of " + std::to_string(workers) + " worker(s) running, restart " +
+                    std::to_string(self->restart_count) + " of " + std::to_string(self->max_restarts) + ", " +
+                    (self->health.empty() ? "healthy" : self->health) + "\n\n";
+  std::vector<std::vector<std::string>> node_rows{{"NODE", "HOST", "ADDRESS", "STATE", "WORKERS", "RESTARTS", "ROUND", "HEALTH"}};
+  std::vector<std::pair<int, std::vector<std::string>>> ranks;
+  std::optional<FailureReport> failure;
+  for (const auto& n : nodes) {
+    int up = 0;
+    for (const auto& w : n.workers) up += w.state == "running";
+    node_rows.push_back({std::to_string(n.node_rank), n.hostname, n.addr.empty() ? "-" : n.addr, n.state,
+                         std::to_string(up) + "/" + std::to_string(n.workers.size()), std::to_string(n.restart_count),
+                         std::to_string(n.rendezvous_round), n.health.empty() ? "ok" : n.health});
+    for (const auto& w : n.workers) {
+      char beat[32] = "-";
+      if (w.heartbeat_age_s) std::snprintf(beat, sizeof beat, "%.1f s ago", *w.heartbeat_age_s);
+      ranks.push_back({w.rank,
+                       {std::to_string(w.rank), std::to_string(n.node_rank), std::to_string(w.local_rank), std::to_string(w.pid),
+                        w.state, std::to_string(w.restarts), beat, w.step ? std::to_string(*w.step) : "-",
+                        w.exit.empty() ? "-" : w.exit}});
+    }
+    if (!n.last_failure.empty()) {
+      auto f = FailureReport::from_json(n.last_failure);
+      if (f && (!failure || f->time > failure->time)) failure = std::move(f);
+    }
+  }
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<std::string>> rank_rows{{"RANK", "NODE", "LOCAL", "PID", "STATE", "RESTARTS", "HEARTBEAT", "STEP", "EXIT"}};
+  for (auto& [rank, row] : ranks) rank_rows.push_back(std::move(row));
+  out += columns(node_rows) + "\n" + columns(rank_rows);
+  if (failure) {  // the agent's own words for it, without its "crun: " prefixes
+    out += "\nlast failure:\n";
+    std::size_t at = 0;
+    const std::string text = failure->format_text();
+    while (at < text.size()) {
+      std::size_t end = text.find('\n', at);
+      if (end == std::string::npos) end = text.size();
+      std::string line = text.substr(at, end - at);
+      if (line.rfind("crun: ", 0) == 0) line = line.substr(6);
+      out += "  " + line + "\n";
+      at = end + 1;
+    }
+  }
+  return out;
 }
 
 int run_status_command(const std::vector<std::string>& args) {

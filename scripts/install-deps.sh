@@ -14,6 +14,7 @@ pkgs=(
   slurmctld slurmd slurm-client munge   # a real Slurm on loopback for the Slurm tests
   libssl-dev                            # TLS to etcd (the etcd-v3 rendezvous)
   etcd-server etcd-client openssl curl  # a real etcd cluster (its certificates; curl checks its gateway) for the etcd-v3 tests
+  prometheus chromium                   # promtool checks /metrics; headless Chromium renders the status page (tests/ops)
 )
 
 missing=()

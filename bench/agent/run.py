@@ -14,6 +14,11 @@ Std.from_str with its default --redirects/--tee; the shim only fixes that).
 With --variant LABEL=CRUN[,KEY=VALUE...] (repeatable) it compares crun builds or settings with
 each other instead (the first is the anchor): launch and recovery, the variants' runs interleaved
 (one run of each in turn, rotating who goes first), medians of 3 x --runs each.
+
+With --scrape-port P a scraper (Prometheus' way: GET /metrics, a fresh connection each time) hits
+http://127.0.0.1:P/metrics every --scrape-interval seconds for the whole comparison; a variant
+with PET_HEALTH_CHECK_PORT=P is then scraped whenever its agent is up:
+  run.py ... --variant off=CRUN --variant on=CRUN,PET_HEALTH_CHECK_PORT=9464 --scrape-port 9464
 """
 import argparse
 import os
@@ -21,7 +26,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -84,6 +91,32 @@ def parse_variant(text):
     return label, [crun], env
 
 
+class Scraper:
+    """GET /metrics every `interval` s on its own thread; counts answers and refusals."""
+
+    def __init__(self, port, interval):
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.interval = interval
+        self.answered = self.refused = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.wait(self.interval):
+            try:
+                with urllib.request.urlopen(self.url, timeout=1) as r:
+                    r.read()
+                self.answered += 1
+            except OSError:
+                self.refused += 1
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        return f"# scraper: {self.answered} scrapes answered, {self.refused} refused (no agent up at that moment)"
+
+
 def compare_variants(variants, worker, runs):
     """Each metric: one run of every variant in turn (rotating the order), `runs` rounds."""
     print(f"# crun variants side by side, median of {runs} interleaved runs each, {os.cpu_count()} cores,"
@@ -117,10 +150,17 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="runs per torchrun figure (crun: 3x as many)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=CRUN[,KEY=VALUE...]",
                     help="compare crun builds or settings with each other instead of with torchrun")
+    ap.add_argument("--scrape-port", type=int, help="with --variant: scrape http://127.0.0.1:PORT/metrics meanwhile")
+    ap.add_argument("--scrape-interval", type=float, default=0.1, help="seconds between scrapes (default 0.1)")
     a = ap.parse_args()
     crun_runs = 3 * a.runs  # crun's runs are short; more of them steady the median on a busy box
     if a.variant:
+        scraper = Scraper(a.scrape_port, a.scrape_interval) if a.scrape_port else None
+        if scraper:
+            print(f"# scraping {scraper.url} every {a.scrape_interval * 1e3:.0f} ms meanwhile")
         compare_variants([parse_variant(v) for v in a.variant], a.worker, crun_runs)
+        if scraper:
+            print(scraper.close())
         return
 
     crun = [a.crun]

@@ -166,7 +166,8 @@ def case_endpoint(a):
         for rank in (0, 1):
             check([str(rank), "0", str(rank), str(pids[rank]), "running", "1", "-", "-", "-"] in rows,
                   f"crun status shows rank {rank} with pid {pids[rank]}:\n{r.stdout}")
-        check("last failure: rank 1" in r.stdout and "exit code 3" in r.stdout and "  | err r=1 i=1" in r.stdout,
+        check("\nlast failure:\n  worker failed (root cause): rank 1 (local rank 1" in r.stdout and "exit code 3" in r.stdout and
+              "  | err r=1 i=1" in r.stdout,
               f"crun status' last failure:\n{r.stdout}")
         r = subprocess.run([a.crun, "status", f"127.0.0.1:{job.port}", "--json"], capture_output=True, text=True, timeout=30)
         check(r.returncode == 0 and json.loads(r.stdout)["node"]["workers"][1]["pid"] == pids[1], "crun status --json")

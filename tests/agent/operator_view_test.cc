@@ -1,0 +1,212 @@
+// agent/node_status, agent/operator_view, agent/event_log: the operators' records, metrics text
+// and events, without an agent.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "agent/event_log.h"
+#include "agent/failure_report.h"
+#include "agent/node_status.h"
+#include "agent/operator_view.h"
+#include "rendezvous/rendezvous_backend.h"
+
+using namespace crun;
+using nlohmann::json;
+
+namespace {
+
+NodeStatus sample_node(int node_rank, const std::string& id) {
+  NodeStatus s;
+  s.run_id = "job";
+  s.role = "trainer";
+  s.hostname = "h" + std::to_string(node_rank);
+  s.node_id = id;
+  s.addr = "10.0.0." + std::to_string(node_rank + 1);
+  s.node_rank = node_rank;
+  s.nodes = 2;
+  s.world_size = 4;
+  s.rendezvous_round = 3;
+  s.restart_count = 1;
+  s.max_restarts = 2;
+  s.state = "running";
+  for (int lr = 0; lr < 2; ++lr) {
+    WorkerStatus w;
+    w.local_rank = lr;
+    w.rank = node_rank * 2 + lr;
+    w.pid = 100 + w.rank;
+    w.state = "running";
+    w.restarts = 1;
+    if (lr == 0) {
+      w.heartbeat_age_s = 0.25;
+      w.step = 42;
+    }
+    s.workers.push_back(w);
+  }
+  s.updated_unix = 1795659216.5;
+  return s;
+}
+
+std::string temp_path(const char* name) {
+  char dir[] = "/tmp/crun-opview-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  return std::string(dir) + "/" + name;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("node status: JSON round trip; anything else is refused", "[operator_view]") {
+  NodeStatus s = sample_node(1, "h1:7:abc");
+  FailureReport r;
+  r.rank = 3;
+  r.host = "h1";
+  r.status = ExitStatus::exited(3);
+  r.stderr_tail = {"boom", "\xff not utf-8"};
+  s.last_failure = FailureReport::from_json(r.to_json())->to_json();
+  const auto back = NodeStatus::from_json(s.to_json());
+  REQUIRE(back.has_value());
+  CHECK(back->workers == s.workers);
+  CHECK(back->node_rank == 1);
+  CHECK(json::parse(back->last_failure)["rank"] == 3);
+  for (const char* bad : {"", "[]", "{}", "null", "{\"run_id\":1}", "not json"}) CHECK_FALSE(NodeStatus::from_json(bad));
+  auto j = json::parse(s.to_json());
+  j["workers"][0]["pid"] = "one";
+  CHECK_FALSE(NodeStatus::from_json(j.dump()));
+  j = json::parse(s.to_json());
+  j["last_failure"] = "text";
+  CHECK_FALSE(NodeStatus::from_json(j.dump()));
+}
+
+TEST_CASE("job_json: this node and the others' newest records, by node rank", "[operator_view]") {
+  NodeStatus self = sample_node(0, "a");
+  NodeStatus other = sample_node(1, "b");
+  NodeStatus older = other;
+  older.updated_unix -= 10;
+  older.state = "starting";
+  NodeStatus stale_self = self;  // our own record read back from the store: ours wins
+  stale_self.state = "rendezvous";
+  NodeStatus foreign = sample_node(1, "c");
+  foreign.run_id = "another-job";
+  const auto doc = json::parse(job_json(self, {older.to_json(), "garbage", other.to_json(), stale_self.to_json(), foreign.to_json()}));
+  REQUIRE(doc["job"]["nodes"].size() == 2);
+  CHECK(doc["job"]["nodes"][0]["node_id"] == "a");
+  CHECK(doc["job"]["nodes"][0]["state"] == "running");
+  CHECK(doc["job"]["nodes"][1]["node_id"] == "b");
+  CHECK(doc["job"]["nodes"][1]["state"] == "running");
+  CHECK(doc["job"]["workers"] == 4);
+  CHECK(doc["job"]["workers_running"] == 4);
+  CHECK(doc["job"]["nodes_seen"] == 2);
+  CHECK(doc["job"]["nodes_expected"] == 2);
+  CHECK(doc["node"]["node_id"] == "a");
+}
+
+TEST_CASE("operator view: health, metrics and status follow what the agent tells it", "[operator_view]") {
+  const std::string events_path = temp_path("events.jsonl");
+  OperatorView view({"job \"q\"\n", "trainer", "h\\0", 2, 3}, EventLog::open("jsonl:" + events_path));
+  RoundInfo info;
+  info.world_size = 2;
+  info.master_addr = "127.0.0.1";
+  info.master_port = 29500;
+  view.round(0, info, "", "");
+  view.group_started(0, {11, 12});
+  CHECK(view.serve("/healthz").status == 200);
+  view.worker_exited(1, 12, ExitStatus::killed(9), false);
+  view.watchdog(0, 11, FailureReason::kHang, "no heartbeat");
+  view.worker_exited(0, 11, ExitStatus::killed(9), true);
+  FailureReport report;
+  report.rank = 0;
+  report.local_rank = 0;
+  report.host = "h";
+  report.status = ExitStatus::killed(9);
+  report.time = std::chrono::system_clock::time_point(std::chrono::seconds(1795659216));
+  view.failure(report, true, "");
+  info.restart_count = 1;
+  view.round(1, info, "", "");
+  view.group_started(1, {13, 14});
+  const std::string metrics = view.serve("/metrics").body;
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_restarts_total 1\n"));
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_worker_failures_total{reason=\"hang\"} 1\n"));
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_worker_failures_total{reason=\"signal\"} 0\n"));
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_workers_running 2\n"));
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_last_failure_timestamp_seconds 1795659216\n"));
+  // Label values escaped as the exposition format says.
+  CHECK_THAT(metrics, Catch::Contains(R"(crun_info{run_id="job \"q\"\n",role="trainer",hostname="h\\0",node_rank="0"} 1)"));
+  // Every family has HELP and TYPE before its samples.
+  std::istringstream in(metrics);
+  std::string line, family;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) family = line.substr(7, line.find(' ', 7) - 7);
+    if (line.empty() || line[0] == '#') continue;
+    CHECK(line.rfind(family, 0) == 0);
+  }
+  const auto status = json::parse(view.serve("/status").body);
+  CHECK(status["node"]["workers"][0]["pid"] == 13);
+  CHECK(status["node"]["workers"][1]["state"] == "running");
+  CHECK(status["node"]["last_failure"]["rank"] == 0);
+  CHECK(view.serve("/").content_type.rfind("text/html", 0) == 0);
+  CHECK(view.serve("/other").status == 404);
+  report.restarting = false;
+  view.failure(report, false, "node-b");
+  const HttpReply health = view.serve("/healthz");
+  CHECK(health.status == 503);
+  CHECK_THAT(health.body, Catch::StartsWith("failed: rank 0 on h killed by SIGKILL, no restart left (--max-restarts 3)"));
+  CHECK_THAT(view.serve("/metrics").body, Catch::Contains("\ncrun_healthy 0\n") &&
+                                              Catch::Contains("\ncrun_worker_failures_total{reason=\"hang\"} 1\n"));  // another node's: not counted here
+  view.stopped(137);
+  std::vector<std::string> kinds;
+  std::istringstream events(slurp(events_path));
+  while (std::getline(events, line)) kinds.push_back(json::parse(line)["event"]);
+  CHECK(kinds == std::vector<std::string>{"rendezvous_round", "worker_start", "worker_start", "worker_exit", "hang", "worker_exit",
+                                          "failure", "restart", "rendezvous_round", "worker_start", "worker_start", "failure",
+                                          "stop"});
+}
+
+TEST_CASE("operator view: a heartbeat reader gives each running worker's age and step", "[operator_view]") {
+  OperatorView view({"job", "default", "h", 1, 0}, EventLog::open("null"));
+  RoundInfo info;
+  view.round(0, info, "", "");
+  view.group_started(0, {21});
+  CHECK_THAT(view.serve("/metrics").body, !Catch::Contains("crun_worker_heartbeat_age_seconds"));
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  const std::int64_t ns = static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec - 1500000000;
+  view.set_heartbeats([ns](int) { return std::optional<Heartbeat>(Heartbeat{7, ns}); });
+  const auto w = json::parse(view.serve("/status").body)["node"]["workers"][0];
+  CHECK(w["step"] == 7);
+  CHECK(w["heartbeat_age_s"].get<double>() >= 1.5);
+  CHECK(w["heartbeat_age_s"].get<double>() < 60);
+  CHECK_THAT(view.serve("/metrics").body, Catch::Contains("crun_worker_heartbeat_age_seconds{local_rank=\"0\",rank=\"0\"} ") &&
+                                              Catch::Contains("crun_worker_step{local_rank=\"0\",rank=\"0\"} 7\n"));
+}
+
+TEST_CASE("event log: the handlers, and a path that cannot be written", "[operator_view]") {
+  CHECK(EventLog::open("null")->is_null());
+  CHECK_FALSE(EventLog::open("console")->is_null());
+  CHECK_THROWS_WITH(EventLog::open("jsonl:/nonexistent-dir/e.jsonl"),
+                    "--event-log-handler: cannot write /nonexistent-dir/e.jsonl: No such file or directory");
+  CHECK_THROWS_WITH(EventLog::open("jsonl:/tmp"), "--event-log-handler: cannot write /tmp: Is a directory");
+  CHECK_THROWS_WITH(EventLog::open("syslog"), Catch::Contains("expected null, console, dynamic_rendezvous or jsonl:PATH"));
+  // Appends: two agents (or two runs) share one file.
+  const std::string path = temp_path("e.jsonl");
+  EventLog::open("jsonl:" + path)->emit("stop", R"("exit_code":0)");
+  EventLog::open("jsonl:" + path)->emit("stop", "");
+  std::istringstream in(slurp(path));
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  CHECK(json::parse(first)["exit_code"] == 0);
+  CHECK(json::parse(second)["event"] == "stop");
+}
