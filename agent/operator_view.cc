@@ -3,13 +3,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <dirent.h>
 #include <nlohmann/json.hpp>
 
 #include "agent/failure_report.h"
+#include "agent/metrics_text.h"
 #include "agent/signal_names.h"
 #include "agent/status_page.h"
 #include "rendezvous/rendezvous_backend.h"
@@ -38,25 +38,6 @@ const char* reason_label(FailureReason r) {
     case FailureReason::kTimer: return "timer";
   }
   return "exit";
-}
-
-// A label value in the exposition format: backslash, double quote and newline escaped.
-std::string label(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
-
-std::string number(double v) {
-  if (std::isnan(v)) return "NaN";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
 }
 
 // A JSON object's members without its braces (EventLog's `fields`).
@@ -303,76 +284,47 @@ void OperatorView::share() const {
 
 std::string OperatorView::metrics_text() const {
   const NodeStatus s = status();
-  std::string out;
-  auto family = [&](const char* name, const char* type, const char* help) {
-    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  };
-  auto sample = [&](const std::string& name, double v) { out += name + " " + number(v) + "\n"; };
-  family("crun_info", "gauge", "The job this agent runs, in its labels; always 1.");
-  sample("crun_info{run_id=\"" + label(s.run_id) + "\",role=\"" + label(s.role) + "\",hostname=\"" + label(s.hostname) +
-             "\",node_rank=\"" + std::to_string(s.node_rank) + "\"}",
-         1);
-  family("crun_healthy", "gauge", "1 while the agent is healthy (GET /healthz answers 200), else 0.");
-  sample("crun_healthy", s.health.empty() ? 1 : 0);
-  family("crun_restarts_total", "counter", "Restarts of the worker group so far (TORCHELASTIC_RESTART_COUNT).");
-  sample("crun_restarts_total", s.restart_count);
-  family("crun_max_restarts", "gauge", "Restarts allowed (--max-restarts).");
-  sample("crun_max_restarts", s.max_restarts);
-  family("crun_worker_failures_total", "counter",
-         "Root-cause worker failures on this node, by reason: exit (non-zero code), signal, hang (no heartbeat), timer (torch's file timer).");
-  for (const auto& [reason, n] : failures_) {
-    sample(std::string("crun_worker_failures_total{reason=\"") + reason_label(reason) + "\"}", static_cast<double>(n));
-  }
-  family("crun_worker_starts_total", "counter", "Worker processes this agent has started.");
-  sample("crun_worker_starts_total", static_cast<double>(worker_starts_));
-  int running = 0;
+  double running = 0;
   for (const auto& w : s.workers) running += w.state == "running";
-  family("crun_workers_running", "gauge", "Workers of this node running now.");
-  sample("crun_workers_running", running);
-  family("crun_workers", "gauge", "Workers per node (--nproc-per-node).");
-  sample("crun_workers", id_.nproc_per_node);
-  family("crun_rendezvous_round", "gauge", "The rendezvous round the workers belong to (-1 before the first).");
-  sample("crun_rendezvous_round", s.rendezvous_round);
-  family("crun_nodes", "gauge", "Nodes in the current round.");
-  sample("crun_nodes", s.nodes);
-  family("crun_node_rank", "gauge", "This node's rank in the current round (GROUP_RANK).");
-  sample("crun_node_rank", s.node_rank);
-  family("crun_world_size", "gauge", "Workers in the whole job (WORLD_SIZE).");
-  sample("crun_world_size", s.world_size);
-  family("crun_last_failure_timestamp_seconds", "gauge",
-         "When the newest root cause this agent knows of failed, in seconds since the epoch (0: none yet).");
-  sample("crun_last_failure_timestamp_seconds", last_failure_unix_.value_or(0));
-  bool any_beat = false;
-  for (const auto& w : s.workers) any_beat = any_beat || w.heartbeat_age_s.has_value();
-  if (any_beat) {
-    family("crun_worker_heartbeat_age_seconds", "gauge", "Seconds since each running worker's last heartbeat.");
-    for (const auto& w : s.workers) {
-      if (w.heartbeat_age_s) {
-        sample("crun_worker_heartbeat_age_seconds{local_rank=\"" + std::to_string(w.local_rank) + "\",rank=\"" +
-                   std::to_string(w.rank) + "\"}",
-               *w.heartbeat_age_s);
-      }
-    }
-    family("crun_worker_step", "gauge", "The step of each running worker's last heartbeat.");
-    for (const auto& w : s.workers) {
-      if (w.step) {
-        sample("crun_worker_step{local_rank=\"" + std::to_string(w.local_rank) + "\",rank=\"" + std::to_string(w.rank) + "\"}",
-               static_cast<double>(*w.step));
-      }
-    }
+  MetricFamily failures{"crun_worker_failures_total", "counter",
+                        "Root-cause worker failures on this node, by reason: exit (non-zero code), signal, hang (no "
+                        "heartbeat), timer (torch's file timer).",
+                        {}};
+  for (const auto& [reason, n] : failures_) failures.samples.emplace_back(labels({{"reason", reason_label(reason)}}), static_cast<double>(n));
+  MetricFamily beat_age{"crun_worker_heartbeat_age_seconds", "gauge", "Seconds since each running worker's last heartbeat.", {}};
+  MetricFamily step{"crun_worker_step", "gauge", "The step of each running worker's last heartbeat.", {}};
+  for (const auto& w : s.workers) {
+    const std::string l = labels({{"local_rank", std::to_string(w.local_rank)}, {"rank", std::to_string(w.rank)}});
+    if (w.heartbeat_age_s) beat_age.samples.emplace_back(l, *w.heartbeat_age_s);
+    if (w.step) step.samples.emplace_back(l, static_cast<double>(*w.step));
   }
   const ProcessStats p = self_stats();
-  family("process_cpu_seconds_total", "counter", "CPU time the agent itself has used (user and system), in seconds.");
-  sample("process_cpu_seconds_total", p.cpu_seconds);
-  family("process_resident_memory_bytes", "gauge", "The agent's resident memory, in bytes.");
-  sample("process_resident_memory_bytes", p.resident_bytes);
-  family("process_open_fds", "gauge", "Descriptors the agent has open.");
-  sample("process_open_fds", p.open_fds);
-  family("process_max_fds", "gauge", "The agent's open-files limit.");
-  sample("process_max_fds", p.max_fds);
-  family("process_start_time_seconds", "gauge", "When the agent started, in seconds since the epoch.");
-  sample("process_start_time_seconds", started_unix_);
-  return out;
+  auto one = [](double v) { return std::vector<std::pair<std::string, double>>{{"", v}}; };
+  return exposition_text({
+      {"crun_info", "gauge", "The job this agent runs, in its labels; always 1.",
+       {{labels({{"run_id", s.run_id}, {"role", s.role}, {"hostname", s.hostname}, {"node_rank", std::to_string(s.node_rank)}}), 1}}},
+      {"crun_healthy", "gauge", "1 while the agent is healthy (GET /healthz answers 200), else 0.", one(s.health.empty() ? 1 : 0)},
+      {"crun_restarts_total", "counter", "Restarts of the worker group so far (TORCHELASTIC_RESTART_COUNT).", one(s.restart_count)},
+      {"crun_max_restarts", "gauge", "Restarts allowed (--max-restarts).", one(s.max_restarts)},
+      failures,
+      {"crun_worker_starts_total", "counter", "Worker processes this agent has started.", one(static_cast<double>(worker_starts_))},
+      {"crun_workers_running", "gauge", "Workers of this node running now.", one(running)},
+      {"crun_workers", "gauge", "Workers per node (--nproc-per-node).", one(id_.nproc_per_node)},
+      {"crun_rendezvous_round", "gauge", "The rendezvous round the workers belong to (-1 before the first).", one(s.rendezvous_round)},
+      {"crun_nodes", "gauge", "Nodes in the current round.", one(s.nodes)},
+      {"crun_node_rank", "gauge", "This node's rank in the current round (GROUP_RANK).", one(s.node_rank)},
+      {"crun_world_size", "gauge", "Workers in the whole job (WORLD_SIZE).", one(s.world_size)},
+      {"crun_last_failure_timestamp_seconds", "gauge",
+       "When the newest root cause this agent knows of failed, in seconds since the epoch (0: none yet).",
+       one(last_failure_unix_.value_or(0))},
+      beat_age,
+      step,
+      {"process_cpu_seconds_total", "counter", "CPU time the agent itself has used (user and system), in seconds.", one(p.cpu_seconds)},
+      {"process_resident_memory_bytes", "gauge", "The agent's resident memory, in bytes.", one(p.resident_bytes)},
+      {"process_open_fds", "gauge", "Descriptors the agent has open.", one(p.open_fds)},
+      {"process_max_fds", "gauge", "The agent's open-files limit.", one(p.max_fds)},
+      {"process_start_time_seconds", "gauge", "When the agent started, in seconds since the epoch.", one(started_unix_)},
+  });
 }
 
 HttpReply OperatorView::serve(const std::string& path) const {

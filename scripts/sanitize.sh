@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/sanitize.sh address|thread [CTEST ARGS...]
 #
-# Builds crun under sanitizers and runs the base, store, rendezvous, agent, launcher, runtime and
-# multinode tests with them (address also runs every fuzz target once over its seed corpus):
+# Builds crun under sanitizers and runs the base, store, rendezvous, agent, launcher, runtime,
+# multinode and ops tests with them (address also runs every fuzz target once over its seed corpus):
 #   address  ASan + UBSan (+ LeakSanitizer), into build-asan/; the same build holds the libFuzzer
 #            targets (scripts/fuzz.sh reuses it)
 #   thread   TSan, into build-tsan/
@@ -30,7 +30,7 @@ cxx="${CRUN_SANITIZE_CXX:-clang++}"
 supp="$root/scripts/sanitizers"
 
 fuzz=OFF
-labels='base|store|rendezvous|agent|launcher|runtime|multinode'
+labels='base|store|rendezvous|agent|launcher|runtime|multinode|ops'
 if [ "$kind" = address ] && "$cxx" --version | grep -q clang; then
   fuzz=ON
   labels="$labels|fuzz"
