@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -439,4 +442,34 @@ TEST_CASE("train_mlp resumes bit-identically across two hosts on an etcd-v3 rend
   CHECK_THAT(err, Catch::Contains("root cause reported by node"));  // rank 1 failed on node rank 1
   CHECK_THAT(out, Catch::Contains("resumed from checkpoint"));
   CHECK(sha(out) == reference);
+}
+
+TEST_CASE("node rank 0's endpoint shows every node of an etcd-v3 job, read from etcd", "[ops]") {
+  Cluster cl(2);
+  EtcdCluster etcd(cl, {1, 2});
+  auto flags = etcd_v3(etcd, "2", 2);
+  flags.insert(flags.end(), {"--health-check-port", "8080", "--health-check-addr", "0.0.0.0"});
+  auto agents = agents_on(cl, {1, 2}, flags, {"--hang"});
+  const auto ranks = formed(agents);
+  const int host0 = host_of_rank(ranks, 0);
+  const int other = 3 - host0;
+  const std::string url = "http://" + Cluster::addr(host0) + ":8080";
+  // Node rank 0 reads the others' records at its lease's keep-alives: poll it, bounded.
+  nlohmann::json doc;
+  const auto deadline = std::chrono::steady_clock::now() + 40s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    doc = nlohmann::json::parse(cl.run(other, {CRUN_BIN, "status", url, "--json"}), nullptr, false);
+    if (!doc.is_discarded() && doc["job"]["workers_running"] == 4) break;
+    std::this_thread::sleep_for(200ms);  // the poll's interval, bounded by the deadline
+  }
+  INFO(doc.dump(2));
+  REQUIRE(doc["job"]["workers_running"] == 4);
+  CHECK(doc["job"]["nodes_seen"] == 2);
+  std::set<std::string> addrs;
+  for (const auto& n : doc["job"]["nodes"]) addrs.insert(n["addr"].get<std::string>());
+  CHECK(addrs == std::set<std::string>{Cluster::addr(1), Cluster::addr(2)});
+  // The records live under the nodes' leases, beside the run's keys.
+  CHECK_THAT(etcd.etcdctl(host0, {"get", "--prefix", "--keys-only", "/crun/job/status/"}), Catch::Contains("/status/"));
+  for (auto& [h, p] : agents) p->signal(SIGTERM);
+  for (auto& [h, p] : agents) CHECK(p->wait_exit(60s).has_value());
 }
