@@ -9,6 +9,7 @@
 //     0            every worker of a round exited 0
 //     N            the root-cause worker's exit code when restarts are exhausted
 //     128 + S      the root-cause worker was killed by signal S, or crun itself got signal S
+//     2            the events' file cannot be written (--event-log-handler jsonl:PATH)
 //     3            the agent could not start (then the run dir it made is removed again) or
 //                  could not start workers (spawn failed, no free port)
 //     4-7          multi-node: the rendezvous timed out, was closed, refused this node, or its
@@ -19,6 +20,10 @@
 //   --tee with "[<role><local_rank>]:" prefixes or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE's
 //   (agent/log_line_prefix.h), --local-ranks-filter). Each worker's arguments after the program go
 //   through safe_substitute with its local_rank, as torch's agent does (agent/template_text.h).
+//   What operators see (agent/operator_view.h): the events, per --event-log-handler (a path that
+//   cannot be written: exit 2 before anything starts), and with --health-check-port the HTTP
+//   endpoint on the agent's own loop (a port that cannot be bound: exit 3 before any worker);
+//   multi-node, each node's status goes through the Rendezvous so that node rank 0 shows the job.
 //   No process of a worker's tree outlives the agent, even a SIGKILLed one (worker_containment.h:
 //   child subreaper, the job's cgroup v2 or process groups and CRUN_AGENT_ID, the keeper process).
 //

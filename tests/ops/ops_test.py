@@ -154,6 +154,25 @@ def case_endpoint(a):
               f"/status last failure: {f}")
         check(s["job"]["nodes_seen"] == 1 and len(s["job"]["nodes"]) == 1, "the whole job is this node")
 
+        # Every descriptor of the agent (the listener, an accepted connection held open) is
+        # close-on-exec: no worker it starts can inherit one.
+        held = http.client.HTTPConnection("127.0.0.1", job.port, timeout=10)
+        held.request("GET", "/healthz")
+        held.getresponse().read()
+        leaked = []
+        for fd in os.listdir(f"/proc/{job.proc.pid}/fd"):
+            if int(fd) <= 2:
+                continue
+            try:
+                with open(f"/proc/{job.proc.pid}/fdinfo/{fd}") as f:
+                    flags = int(re.search(r"flags:\s+([0-7]+)", f.read()).group(1), 8)
+            except FileNotFoundError:
+                continue
+            if not flags & 0o2000000:
+                leaked.append((fd, os.readlink(f"/proc/{job.proc.pid}/fd/{fd}")))
+        held.close()
+        check(not leaked, f"descriptors of crun without close-on-exec: {leaked}")
+
         code, body, _ = job.get("/nosuch")
         check(code == 404, f"/nosuch answered {code}")
         code, body, headers = job.get("/healthz", "POST")
