@@ -83,7 +83,14 @@ TEST_CASE("every descriptor of the agents, the store's host included, is close-o
     CHECK(own.empty());
   }
   for (auto* p : {&a, &b}) p->signal(SIGTERM);
-  for (auto* p : {&a, &b}) CHECK(p->wait_exit() == 128 + SIGTERM);
+  const int a_code = a.wait_exit().value_or(-1);
+  const int b_code = b.wait_exit().value_or(-1);
+  INFO("store host exit " << a_code << ":\n" << a.err() << "\nother exit " << b_code << ":\n" << b.err());
+  CHECK(a_code == 128 + SIGTERM);
+  // The store's host may be gone before the other agent has read its own SIGTERM (CI, loaded,
+  // once ended this test with a code other than 143; not reproduced in 150 runs under load):
+  // then the other stops on the store's loss (7) instead. Either way both end.
+  CHECK((b_code == 128 + SIGTERM || b_code == 7));
 }
 
 TEST_CASE("a failure on a non-host node restarts every node; node rank 0 shows its root cause", "[failure]") {
