@@ -15,6 +15,10 @@ With --variant LABEL=CRUN[,KEY=VALUE...] (repeatable) it compares crun builds or
 each other instead (the first is the anchor): launch and recovery, the variants' runs interleaved
 (one run of each in turn, rotating who goes first), medians of 3 x --runs each.
 
+With --startup it measures only what issue 16 asks of an agent's start: `crun --standalone
+--nproc-per-node 2 /bin/true` against its floor, `/bin/true` three times in a row (the agent and
+its two workers as bare processes), interleaved, with the ratio (goal: at most 2x).
+
 With --scrape-port P a scraper (Prometheus' way: GET /metrics, a fresh connection each time) hits
 http://127.0.0.1:P/metrics every --scrape-interval seconds for the whole comparison; a variant
 with PET_HEALTH_CHECK_PORT=P is then scraped whenever its agent is up:
@@ -117,6 +121,29 @@ class Scraper:
         return f"# scraper: {self.answered} scrapes answered, {self.refused} refused (no agent up at that moment)"
 
 
+def startup(crun, runs):
+    """crun --standalone --nproc-per-node 2 /bin/true against /bin/true three times, interleaved."""
+    job = [crun, "--standalone", "--nproc-per-node", "2", "/bin/true"]
+
+    def floor():
+        t0 = time.perf_counter()
+        for _ in range(3):
+            subprocess.run(["/bin/true"], check=True)
+        return time.perf_counter() - t0
+
+    wall(job)
+    floor()
+    ours, theirs = [], []
+    for _ in range(runs):
+        ours.append(wall(job))
+        theirs.append(floor())
+    a, b = statistics.median(ours), statistics.median(theirs)
+    print(f"# agent start-up, median of {runs} interleaved runs, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    print(f"{'crun --standalone --nproc-per-node 2 /bin/true':48} {fmt_s(a)}")
+    print(f"{'floor: /bin/true three times in a row':48} {fmt_s(b)}")
+    print(f"{'ratio (goal <= 2x)':48} {a / b:9.2f}x")
+
+
 def compare_variants(variants, worker, runs):
     """Each metric: one run of every variant in turn (rotating the order), `runs` rounds."""
     print(f"# crun variants side by side, median of {runs} interleaved runs each, {os.cpu_count()} cores,"
@@ -150,10 +177,14 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="runs per torchrun figure (crun: 3x as many)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=CRUN[,KEY=VALUE...]",
                     help="compare crun builds or settings with each other instead of with torchrun")
+    ap.add_argument("--startup", action="store_true", help="only the agent's start-up against its floor")
     ap.add_argument("--scrape-port", type=int, help="with --variant: scrape http://127.0.0.1:PORT/metrics meanwhile")
     ap.add_argument("--scrape-interval", type=float, default=0.1, help="seconds between scrapes (default 0.1)")
     a = ap.parse_args()
     crun_runs = 3 * a.runs  # crun's runs are short; more of them steady the median on a busy box
+    if a.startup:
+        startup(a.crun, 10 * a.runs)
+        return
     if a.variant:
         scraper = Scraper(a.scrape_port, a.scrape_interval) if a.scrape_port else None
         if scraper:
