@@ -15,6 +15,8 @@
 #include <cstring>
 #include <system_error>
 
+#include "base/open_files.h"
+
 #ifndef P_PIDFD
 #define P_PIDFD 3
 #endif
@@ -96,6 +98,7 @@ const char* decimal(int n, char (&buf)[16]) {
     write_str(2, ")\n");
     ::_exit(127);
   }
+  restore_open_files_soft_limit();  // what crun was given, not what its store raised it to
   close_inherited_fds(3);
   ::execve(path, argv, envp);
   write_str(2, "crun: cannot execute ");

@@ -11,6 +11,8 @@
 //     3.. in exec_child and the closing started above it (none is passed today).
 //   - `argv[0]` must already be a path (resolve_executable does the PATH search); `env` is the
 //     complete environment as "KEY=VALUE" strings.
+//   - The worker starts with the open-files soft limit crun itself was started with, even when
+//     crun's store raised its own (base/open_files.h).
 //   - A failing exec writes one line to the worker's stderr and exits 127.
 //   - The returned pidfd (pidfd_open) becomes readable when the child ends; reap it with
 //     reap_worker(). Throws std::system_error when pipes, vfork or pidfd_open fail.

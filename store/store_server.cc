@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "base/fd_io.h"
+#include "base/open_files.h"
 #include "store/log_throttle.h"
 #include "store/store.h"
 #include "store/store_keyspace.h"
@@ -26,6 +27,9 @@ using tcp = asio::ip::tcp;
 namespace {
 constexpr std::size_t kMaxReadPerWake = 1u << 20;  // then other connections get a turn
 constexpr int kMaxAcceptsPerWake = 256;
+// Descriptors the process needs beside its connections (the agent's pipes, files, its own
+// store clients) when the open-files limit is sized for max_connections.
+constexpr std::uint64_t kSpareDescriptors = 256;
 
 std::string peer_name(const tcp::socket& socket) {
   boost::system::error_code ec;
@@ -321,6 +325,18 @@ void StoreServer::Impl::open() {
     throw StoreError(what);
   }
   acceptor.listen(asio::socket_base::max_listen_connections);
+  // One descriptor per connection: the soft open-files limit goes up as far as the hard limit
+  // lets it (workers get the old one back, agent/worker_process.cc); short of max_connections,
+  // one line says how many fit.
+  const std::uint64_t wanted = opt.max_connections + kSpareDescriptors;
+  const OpenFilesLimit files = raise_open_files_limit(wanted);
+  if (files.now < wanted) {
+    log("limit", "store server: the open-files limit (soft " + std::to_string(files.now) + ", hard " +
+                     std::to_string(files.hard) + ") holds about " +
+                     std::to_string(files.now > kSpareDescriptors ? files.now - kSpareDescriptors : 0) + " of the " +
+                     std::to_string(opt.max_connections) +
+                     " connections allowed (--max-connections); raise the hard limit (ulimit -Hn) for more");
+  }
   bound_port = acceptor.local_endpoint().port();
   bound_host = opt.host;
   accept();

@@ -13,7 +13,9 @@
 //     it can take them now) and are rate-limited per kind, with a count of what was suppressed.
 //   - Blocking operations (get/wait/multi_get) park on the server and are answered when the keys
 //     appear or their timeout passes; a vanished client's parked requests are dropped.
-//   - Every descriptor it opens is close-on-exec.
+//   - Every descriptor it opens is close-on-exec. At start it raises the process' soft open-files
+//     limit toward max_connections (base/open_files.h: within the hard limit), and logs one line
+//     when the hard limit holds fewer.
 //
 // Threading
 //   All state lives on one io_context thread. Either the server owns that thread (start() /

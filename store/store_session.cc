@@ -68,12 +68,16 @@ StoreSession::~StoreSession() { detach(); }
 std::span<char> StoreSession::input_space() {
   // Before the handshake nothing beyond the largest preamble is read; after it, one chunk more
   // than what is buffered (the vector's growth keeps this amortised), never what a header claims.
-  std::size_t want = handshaken_ ? kReadChunk : kMaxPreamble - std::min(used_, kMaxPreamble);
+  std::size_t want = !handshaken_ ? kMaxPreamble - std::min(used_, kMaxPreamble)
+                     : used_ == 0 && !read_full_ ? kFirstRead
+                                                 : kReadChunk;
   if (in_.size() < used_ + want) in_.resize(used_ + want);
+  offered_ = want;
   return {in_.data() + used_, want};
 }
 
 void StoreSession::received(std::size_t n, Clock::time_point now) {
+  read_full_ = n == offered_;
   used_ += n;
   now_ = now;
   if (ended()) {
@@ -88,7 +92,9 @@ void StoreSession::received(std::size_t n, Clock::time_point now) {
   if (ended()) used_ = 0;
   // Give back the room a big frame needed, also when part of the next frame is buffered: the
   // buffer stays within 4 x (what is buffered + one read chunk).
-  if (in_.capacity() > 4 * (used_ + kReadChunk)) {
+  if (used_ == 0 && !read_full_) {
+    std::vector<char>().swap(in_);  // idle: no buffer until the next bytes
+  } else if (in_.capacity() > 4 * (used_ + kReadChunk)) {
     in_.resize(used_);
     in_.shrink_to_fit();
   }

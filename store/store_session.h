@@ -12,7 +12,9 @@
 //   - Memory follows the bytes actually received: before the handshake the input buffer holds at
 //     most the preamble and a token (about 1 KiB); after it, at most 4 x (the buffered bytes + one
 //     read chunk) once received() returns, whatever size a frame header declares and however big
-//     the frames before were.
+//     the frames before were, and none at all once every byte received was decoded (an idle
+//     connection holds no input buffer: 10,000 of them cost no 64 KiB each). The first read after
+//     that offers kFirstRead bytes, the next kReadChunk when the first came full.
 //   - Blocking requests (get, wait, multi_get) park in the KeySpace; next_deadline() says when the
 //     owner must call expire(now) to time them out. Watches queue notifications. A notification
 //     caused by this connection's own request follows that request's reply.
@@ -63,6 +65,7 @@ class StoreSession {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::size_t kReadChunk = 64 * 1024;
+  static constexpr std::size_t kFirstRead = 2 * 1024;
 
   StoreSession(KeySpace& keys, const SessionLimits& limits, std::uint64_t serial, std::function<void()> output_ready);
   ~StoreSession();
@@ -139,6 +142,8 @@ class StoreSession {
 
   std::vector<char> in_;
   std::size_t used_ = 0;
+  std::size_t offered_ = 0;  // what the last input_space() offered
+  bool read_full_ = false;   // the last read filled what was offered: more is likely waiting
   bool handshaken_ = false;
   std::unique_ptr<TcpStoreDialect> torch_;  // set when the first byte was a TCPStore query code
 
