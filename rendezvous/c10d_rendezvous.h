@@ -11,8 +11,9 @@
 //     With multi.workers_use_agent_store the RoundInfo's master address and port are the store's
 //     endpoint (agent_store set: the workers share this store); otherwise node rank 0's address
 //     and a port it found free (or master_port) for rank 0 to host the workers' own store.
-//   - Control events (the coordinator ended the round, or closed the job), progress lines and the
-//     loss of the store are delivered through the listener.
+//   - Control events (the coordinator ended the round, or closed the job) and the loss of the
+//     store are delivered through the listener; the round's progress lines only on the store's
+//     host (the others printed that they join, and then nothing until their round).
 //   - publish_failure()/publish_success() report this node's outcome of the current round.
 //   - shutdown(linger): stops joining, leaves the rendezvous; on the host, keeps the store up until
 //     every other agent has left: after the job closed (bounded by close_timeout), or for `linger`

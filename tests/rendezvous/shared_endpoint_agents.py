@@ -7,8 +7,9 @@ Every agent is `crun --nnodes N --nproc-per-node 1 --rdzv-backend c10d --rdzv-en
 127.0.0.1:PORT --rdzv-id ID /bin/true`, started at once, each in its own session. The endpoint is
 this host's, so each agent infers is_host; the first to listen hosts the store and the others,
 finding the port taken, join it as clients (MultiNodeConfig::join_if_taken). Checks, within the
-bound: every agent exits 0 (none dies with "Address already in use", none waits forever), and no
-process of any agent's session is left afterwards.
+bound: every agent exits 0 (none dies with "Address already in use", none waits forever), only the
+store's host prints the round's progress lines, and no process of any agent's session is left
+afterwards.
 """
 import argparse
 import os
@@ -96,6 +97,14 @@ def main():
                 with open(os.path.join(scratch, f"agent-{index[pid]}.log"), errors="replace") as f:
                     tail = f.read()[-600:]
                 problems.append(f"agent {index[pid]} (pid {pid}) exited {code}:\n{tail}")
+        # The round's progress is printed by the store's host alone; a joiner prints no progress line.
+        printing = 0
+        for i in range(n):
+            with open(os.path.join(scratch, f"agent-{i}.log"), errors="replace") as f:
+                printing += any(line.startswith("crun: round 0: ") and "/" in line.split()[3]
+                                for line in f if len(line.split()) > 3)
+        if printing > 1:
+            problems.append(f"{printing} agents printed the round's progress (only the store's host should)")
         if not running:
             left = sessions_left(sids)
             if left:
