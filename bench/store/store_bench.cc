@@ -2,7 +2,14 @@
 //   store_bench --endpoint H:P --op set|get|add --clients N --ops OPS [--pipeline DEPTH]
 // Prints one line: "<op> clients=<N> pipeline=<D> ops_per_s=<X>". Each client is a thread with
 // its own connection; OPS is per client. With --pipeline D a client sends D requests per flush.
+//   store_bench --endpoint H:P --op barrier --clients N [--threads T]
+// A torch-style barrier of N connections (up to 20,000), driven by T threads (default 64): every
+// client adds 1 to a counter, the one that sees N sets "done", every client waits for "done".
+// Prints "barrier clients=<N> ms=<X>" (connections made beforehand, not timed).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -10,18 +17,64 @@
 
 #include "store/store_client.h"
 
+namespace {
+
+int barrier(const crun::StoreEndpoint& ep, int clients, int threads) {
+  threads = std::min(threads, clients);
+  crun::StoreClientOptions opt;
+  opt.timeout = std::chrono::seconds(120);
+  opt.connect_timeout = std::chrono::seconds(30);
+  std::vector<std::unique_ptr<crun::TcpStore>> stores;
+  stores.reserve(static_cast<std::size_t>(clients));
+  for (int i = 0; i < clients; ++i) stores.push_back(std::make_unique<crun::TcpStore>(ep, opt));
+  // Keys of this run only: a server may serve several runs.
+  const std::string prefix = "barrier/" + std::to_string(::getpid()) + "-" +
+                             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "/";
+  const std::string count_key = prefix + "count", done_key = prefix + "done";
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      ready.fetch_add(1);
+      while (!go.load()) std::this_thread::yield();
+      for (int i = t; i < clients; i += threads) {
+        auto& s = *stores[static_cast<std::size_t>(i)];
+        if (s.add(count_key, 1) == clients) s.set(done_key, "1");
+      }
+      for (int i = t; i < clients; i += threads) stores[static_cast<std::size_t>(i)]->wait({done_key}, std::chrono::seconds(120));
+    });
+  }
+  while (ready.load() < threads) std::this_thread::yield();
+  const auto t0 = std::chrono::steady_clock::now();
+  go = true;
+  for (auto& th : pool) th.join();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("barrier clients=%d threads=%d ms=%.1f\n", clients, threads, ms);
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app("crun store benchmark client");
   std::string endpoint, op = "get";
   int clients = 1, ops = 20000, pipeline = 0;
   app.add_option("--endpoint", endpoint)->required();
-  app.add_option("--op", op)->check(CLI::IsMember({"set", "get", "add"}));
-  app.add_option("--clients", clients)->check(CLI::Range(1, 1024));
+  int threads_for_barrier = 64;
+  app.add_option("--op", op)->check(CLI::IsMember({"set", "get", "add", "barrier"}));
+  app.add_option("--clients", clients)->check(CLI::Range(1, 20000));
+  app.add_option("--threads", threads_for_barrier)->check(CLI::Range(1, 1024));
   app.add_option("--ops", ops)->check(CLI::PositiveNumber);
   app.add_option("--pipeline", pipeline)->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   auto ep = crun::StoreEndpoint::parse(endpoint);
+  if (op == "barrier") return barrier(ep, clients, threads_for_barrier);
+  if (clients > 1024) {
+    std::fprintf(stderr, "store_bench: --clients above 1024 only with --op barrier\n");
+    return 2;
+  }
   std::vector<std::unique_ptr<crun::TcpStore>> stores;
   for (int i = 0; i < clients; ++i) {
     stores.push_back(std::make_unique<crun::TcpStore>(ep));
