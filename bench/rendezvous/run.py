@@ -75,6 +75,18 @@ def read_stamps(path):
     return out
 
 
+def kill_sessions(pidfile):
+    """Backstop: nothing may outlive a run (each agent rdzv_spawn started leads its own session)."""
+    if not os.path.exists(pidfile):
+        return
+    with open(pidfile) as f:
+        for line in f:
+            try:
+                os.killpg(int(line), signal.SIGKILL)
+            except (ProcessLookupError, ValueError, PermissionError):
+                pass
+
+
 def scale_once(launcher, n, worker, timeout, tag):
     """N agents on loopback, started by rdzv_spawn; returns ms to the last worker's start stamp,
     ms to all agents exited, ms to all agents launched, ms to the first worker's start stamp."""
@@ -99,14 +111,7 @@ def scale_once(launcher, n, worker, timeout, tag):
     except subprocess.TimeoutExpired:
         out = None
     finally:
-        # backstop: nothing may outlive the run (each agent leads its own session)
-        if os.path.exists(pidp):
-            with open(pidp) as f:
-                for line in f:
-                    try:
-                        os.killpg(int(line), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError, PermissionError):
-                        pass
+        kill_sessions(pidp)
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU[0] = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     if out is None or out.returncode != 0:
@@ -134,14 +139,7 @@ def shared_once(n, tag):
         out = subprocess.run([SPAWN, str(n), "120", os.path.join(d, "pids"), os.path.join(d, "log"), "--", *cmd],
                              capture_output=True, text=True, timeout=150)
     finally:
-        pidp = os.path.join(d, "pids")
-        if os.path.exists(pidp):
-            with open(pidp) as f:
-                for line in f:
-                    try:
-                        os.killpg(int(line), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError, PermissionError):
-                        pass
+        kill_sessions(os.path.join(d, "pids"))
     f = out.stdout.split()
     if out.returncode != 0 or int(f[7]) != 0:
         raise RuntimeError(f"shared endpoint, {n} agents: {out.stdout} {out.stderr}; log {d}/log")
