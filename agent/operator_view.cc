@@ -107,7 +107,8 @@ std::string OperatorView::who(int local_rank, int pid) const {
 }
 
 void OperatorView::round(int rendezvous_round, const RoundInfo& info, const std::string& node_id, const std::string& addr) {
-  const bool restart = info.restart_count > node_.restart_count;
+  // A node that joins a job already restarted (scale-up) starts at its count: no restart of its own.
+  const bool restart = node_.rendezvous_round >= 0 && info.restart_count > node_.restart_count;
   node_.node_id = node_id;
   node_.addr = addr;
   node_.node_rank = info.group_rank;

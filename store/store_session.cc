@@ -66,8 +66,9 @@ StoreSession::~StoreSession() { detach(); }
 // ---- input ----------------------------------------------------------------------------------
 
 std::span<char> StoreSession::input_space() {
-  // Before the handshake nothing beyond the largest preamble is read; after it, one chunk more
-  // than what is buffered (the vector's growth keeps this amortised), never what a header claims.
+  // Before the handshake nothing beyond the largest preamble is read; after it, kFirstRead into an
+  // empty buffer (an idle connection's next request), else one chunk more than what is buffered
+  // (the vector's growth keeps this amortised); never what a header claims.
   std::size_t want = !handshaken_ ? kMaxPreamble - std::min(used_, kMaxPreamble)
                      : used_ == 0 && !read_full_ ? kFirstRead
                                                  : kReadChunk;

@@ -192,6 +192,21 @@ TEST_CASE("operator view: a heartbeat reader gives each running worker's age and
                                               Catch::Contains("crun_worker_step{local_rank=\"0\",rank=\"0\"} 7\n"));
 }
 
+TEST_CASE("operator view: a node that joins an already restarted job emits no restart", "[operator_view]") {
+  const std::string events_path = temp_path("late.jsonl");
+  OperatorView view({"job", "default", "h", 1, 3}, EventLog::open("jsonl:" + events_path));
+  RoundInfo info;
+  info.restart_count = 2;  // the job's count when this node joins
+  view.round(5, info, "n3", "10.0.0.3");
+  info.restart_count = 3;
+  view.round(6, info, "n3", "10.0.0.3");
+  std::vector<std::string> kinds;
+  std::istringstream events(slurp(events_path));
+  std::string line;
+  while (std::getline(events, line)) kinds.push_back(json::parse(line)["event"]);
+  CHECK(kinds == std::vector<std::string>{"rendezvous_round", "restart", "rendezvous_round"});
+}
+
 TEST_CASE("event log: the handlers, and a path that cannot be written", "[operator_view]") {
   CHECK(EventLog::open("null")->is_null());
   CHECK_FALSE(EventLog::open("console")->is_null());
