@@ -22,6 +22,11 @@ using namespace crun::test;
 namespace {
 
 constexpr int kClients = 10000;
+#ifdef CRUN_SANITIZED_BUILD
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
 
 // This process' soft (and, as root, hard) open-files limit raised to `want`.
 rlim_t raise_own_limit(rlim_t want) {
@@ -78,7 +83,11 @@ TEST_CASE("crun store-server holds 10,000 connections in at most 64 MiB, each on
               static_cast<long long>(std::chrono::duration_cast<ms>(connected - t0).count()),
               static_cast<long long>(std::chrono::duration_cast<ms>(served - connected).count()), rss_idle, rss);
   CHECK(rss > 0);
-  CHECK(rss <= 64 * 1024);
+  // 64 MiB for the server as shipped. A sanitizer's build carries its shadow memory, redzones and
+  // quarantine (94 MiB here under ASan): there the bound only catches a per-connection buffer
+  // coming back (64 KiB each: 669 MiB without ASan).
+  const long bound_kib = kSanitized ? 192 * 1024 : 64 * 1024;
+  CHECK(rss <= bound_kib);
   CHECK_THAT(server.err(), !Catch::Contains("refused a connection") && !Catch::Contains("accept failed"));
   clients.clear();
   server.signal(SIGTERM);
