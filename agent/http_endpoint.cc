@@ -94,26 +94,27 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!owner) return close();
     std::string path(req.target());
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
-    HttpReply reply = owner->handler(path);
-    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(reply.status), req.version());
+    respond(owner->handler(path), req.version(), req.keep_alive(), head);
+  }
+
+  // A request crun does not serve: its status and reason, then the connection is closed.
+  void answer_error(unsigned status) {
+    HttpReply reply;
+    reply.status = status;
+    reply.body = std::string(reason_text(status)) + "\n";
+    respond(std::move(reply), 11, false, false);
+  }
+
+  void respond(HttpReply reply, unsigned version, bool keep_alive, bool head) {
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(reply.status), version);
     res->set(http::field::server, "crun");
     res->set(http::field::content_type, reply.content_type);
     res->set(http::field::cache_control, "no-store");
-    res->keep_alive(req.keep_alive());
+    if (reply.status == 405) res->set(http::field::allow, "GET, HEAD");
+    res->keep_alive(keep_alive);
     res->body() = std::move(reply.body);
     res->prepare_payload();
     if (head) res->body().clear();  // Content-Length stays the GET's
-    write(std::move(res));
-  }
-
-  void answer_error(unsigned status) {
-    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
-    res->set(http::field::server, "crun");
-    res->set(http::field::content_type, "text/plain; charset=utf-8");
-    if (status == 405) res->set(http::field::allow, "GET, HEAD");
-    res->keep_alive(false);
-    res->body() = std::string(reason_text(status)) + "\n";
-    res->prepare_payload();
     write(std::move(res));
   }
 

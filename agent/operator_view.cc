@@ -46,6 +46,23 @@ std::string members(const json& j) {
   return text.size() > 2 ? text.substr(1, text.size() - 2) : "";
 }
 
+// The members every event has: the job, this host and its node rank.
+json event_fields(const OperatorIdentity& id, const NodeStatus& node) {
+  return {{"run_id", id.run_id}, {"hostname", id.hostname}, {"node_rank", node.node_rank}};
+}
+
+// ... and a worker's event: the group's restart count, the worker's ranks and pid.
+json worker_fields(const OperatorIdentity& id, const NodeStatus& node, int local_rank, int pid) {
+  json j = event_fields(id, node);
+  j["restart_count"] = node.restart_count;
+  j["local_rank"] = local_rank;
+  j["rank"] = local_rank >= 0 && static_cast<std::size_t>(local_rank) < node.workers.size()
+                  ? json(node.workers[static_cast<std::size_t>(local_rank)].rank)
+                  : json(nullptr);
+  j["pid"] = pid;
+  return j;
+}
+
 struct ProcessStats {
   double cpu_seconds = 0;
   double resident_bytes = 0;
@@ -94,18 +111,6 @@ void OperatorView::set_sharing(Publish publish, JobSource job) {
   changed();
 }
 
-std::string OperatorView::who(int local_rank, int pid) const {
-  return members({{"run_id", id_.run_id},
-                  {"hostname", id_.hostname},
-                  {"node_rank", node_.node_rank},
-                  {"restart_count", node_.restart_count},
-                  {"local_rank", local_rank},
-                  {"rank", local_rank >= 0 && static_cast<std::size_t>(local_rank) < node_.workers.size()
-                               ? json(node_.workers[static_cast<std::size_t>(local_rank)].rank)
-                               : json(nullptr)},
-                  {"pid", pid}});
-}
-
 void OperatorView::round(int rendezvous_round, const RoundInfo& info, const std::string& node_id, const std::string& addr) {
   // A node that joins a job already restarted (scale-up) starts at its count: no restart of its own.
   const bool restart = node_.rendezvous_round >= 0 && info.restart_count > node_.restart_count;
@@ -127,8 +132,8 @@ void OperatorView::round(int rendezvous_round, const RoundInfo& info, const std:
     w.restarts = info.restart_count;
     node_.workers.push_back(w);
   }
-  const json common = {{"run_id", id_.run_id}, {"hostname", id_.hostname}, {"node_rank", info.group_rank},
-                       {"restart_count", info.restart_count}};
+  json common = event_fields(id_, node_);
+  common["restart_count"] = info.restart_count;
   if (restart) {
     json j = common;
     j["max_restarts"] = id_.max_restarts;
@@ -157,7 +162,7 @@ void OperatorView::group_started(int restart_count, const std::vector<int>& pids
     w.heartbeat_age_s.reset();
     w.step.reset();
     ++worker_starts_;
-    events_->emit("worker_start", who(w.local_rank, w.pid));
+    events_->emit("worker_start", members(worker_fields(id_, node_, w.local_rank, w.pid)));
   }
   changed();
 }
@@ -167,7 +172,7 @@ void OperatorView::worker_exited(int local_rank, int pid, const ExitStatus& stat
   auto& w = node_.workers[static_cast<std::size_t>(local_rank)];
   w.state = !status.failed() ? "succeeded" : (stopping && !watchdog_reasons_.count(local_rank) ? "stopped" : "failed");
   w.exit = status.describe();
-  json j = json::parse("{" + who(local_rank, pid) + "}");
+  json j = worker_fields(id_, node_, local_rank, pid);
   j["state"] = w.state;
   j["exit_code"] = status.signaled() ? json(nullptr) : json(status.exit_code());
   j["signal"] = status.signaled() ? json(signal_name(status.signal())) : json(nullptr);
@@ -178,7 +183,7 @@ void OperatorView::worker_exited(int local_rank, int pid, const ExitStatus& stat
 
 void OperatorView::watchdog(int local_rank, int pid, FailureReason reason, const std::string& what) {
   watchdog_reasons_[local_rank] = reason;
-  json j = json::parse("{" + who(local_rank, pid) + "}");
+  json j = worker_fields(id_, node_, local_rank, pid);
   j["reason"] = reason == FailureReason::kTimer ? "file_timer" : "heartbeat";
   j["detail"] = what;
   events_->emit("hang", members(j));
@@ -208,54 +213,48 @@ void OperatorView::failure(const FailureReport& report, bool restarting, const s
                    (report.no_progress ? ", and restarts made no progress" : ", no restart left (--max-restarts " +
                                                                                std::to_string(id_.max_restarts) + ")");
   }
-  json j = {{"run_id", id_.run_id},
-            {"hostname", id_.hostname},
-            {"node_rank", node_.node_rank},
-            {"restart_count", report.restart_count},
-            {"restarting", restarting},
-            {"origin_node", origin_node.empty() ? node_.node_id : origin_node},
-            {"root_cause", json::parse(report.to_json(), nullptr, false)}};
+  json j = event_fields(id_, node_);
+  j["restart_count"] = report.restart_count;
+  j["restarting"] = restarting;
+  j["origin_node"] = origin_node.empty() ? node_.node_id : origin_node;
+  j["root_cause"] = json::parse(report.to_json(), nullptr, false);
   events_->emit("failure", members(j));
   changed();
 }
 
 void OperatorView::round_ended(int rendezvous_round, const std::string& detail) {
   if (node_.state == "running") node_.state = "stopping";
-  events_->emit("round_ended", members({{"run_id", id_.run_id},
-                                        {"hostname", id_.hostname},
-                                        {"node_rank", node_.node_rank},
-                                        {"round", rendezvous_round},
-                                        {"detail", detail}}));
+  json j = event_fields(id_, node_);
+  j["round"] = rendezvous_round;
+  j["detail"] = detail;
+  events_->emit("round_ended", members(j));
   changed();
 }
 
 void OperatorView::signal(int signo, bool preemption) {
   node_.state = "stopping";
   if (!preemption) node_.health = "stopping: received " + signal_name(signo);
-  events_->emit(preemption ? "preemption" : "signal", members({{"run_id", id_.run_id},
-                                                               {"hostname", id_.hostname},
-                                                               {"node_rank", node_.node_rank},
-                                                               {"signal", signal_name(signo)}}));
+  json j = event_fields(id_, node_);
+  j["signal"] = signal_name(signo);
+  events_->emit(preemption ? "preemption" : "signal", members(j));
   changed();
 }
 
 void OperatorView::store_lost(const std::string& why) {
   node_.health = "lost the rendezvous store: " + why;
-  events_->emit("store_lost", members({{"run_id", id_.run_id},
-                                       {"hostname", id_.hostname},
-                                       {"node_rank", node_.node_rank},
-                                       {"detail", why}}));
+  json j = event_fields(id_, node_);
+  j["detail"] = why;
+  events_->emit("store_lost", members(j));
   changed();
 }
 
 void OperatorView::stopped(int exit_code) {
   node_.state = exit_code == 0 ? "succeeded" : "failed";
   if (exit_code != 0 && node_.health.empty()) node_.health = "the job ended with exit code " + std::to_string(exit_code);
-  events_->emit("stop", members({{"run_id", id_.run_id},
-                                 {"hostname", id_.hostname},
-                                 {"node_rank", node_.node_rank},
-                                 {"restart_count", node_.restart_count},
-                                 {"exit_code", exit_code}}));
+  json j = event_fields(id_, node_);
+  j["restart_count"] = node_.restart_count;
+  j["exit_code"] = exit_code;
+  events_->emit("stop", members(j));
   changed();
 }
 

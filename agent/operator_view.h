@@ -84,7 +84,6 @@ class OperatorView {
  private:
   std::string metrics_text() const;
   void changed() const;
-  std::string who(int local_rank, int pid) const;
 
   OperatorIdentity id_;
   std::unique_ptr<EventLog> events_;

@@ -11,17 +11,10 @@ namespace {
 [[noreturn]] void usage(const std::string& message) { throw LaunchUsageError(message); }
 
 std::optional<std::uint16_t> check_port(const std::string& text) {
-  const std::string t = trim(text);
-  if (t.empty()) return std::nullopt;
-  std::size_t used = 0;
-  long v = -1;
-  try {
-    v = std::stol(t, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != t.size() || v < 0 || v > 65535) usage("--health-check-port: expected a port 0-65535, got '" + text + "'");
-  return static_cast<std::uint16_t>(v);
+  if (trim(text).empty()) return std::nullopt;
+  const auto v = parse_long(text);
+  if (!v || *v < 0 || *v > 65535) usage("--health-check-port: expected a port 0-65535, got '" + text + "'");
+  return static_cast<std::uint16_t>(*v);
 }
 
 std::string check_addr(const std::string& text) {

@@ -15,6 +15,7 @@
 #include "agent/failure_report.h"
 #include "agent/node_status.h"
 #include "base/exit_codes.h"
+#include "store/store_client.h"
 
 namespace crun {
 
@@ -28,39 +29,20 @@ using nlohmann::json;
 
 constexpr std::size_t kMaxAnswer = 16u << 20;
 
-struct Target {
-  std::string host;
-  std::string port;
-};
-
-// http://HOST:PORT[/...] or HOST:PORT; [v6]:PORT. Throws std::invalid_argument.
-Target parse_url(std::string url) {
-  const std::string original = url;
-  if (url.rfind("http://", 0) == 0) url = url.substr(7);
-  else if (url.find("://") != std::string::npos) throw std::invalid_argument("'" + original + "': only http:// URLs");
-  if (auto slash = url.find('/'); slash != std::string::npos) url.resize(slash);
-  Target t;
-  std::size_t colon;
-  if (!url.empty() && url[0] == '[') {
-    const auto close = url.find(']');
-    if (close == std::string::npos) throw std::invalid_argument("'" + original + "': unclosed [ in the address");
-    t.host = url.substr(1, close - 1);
-    colon = close + 1 < url.size() && url[close + 1] == ':' ? close + 1 : std::string::npos;
-  } else {
-    colon = url.rfind(':');
-    t.host = url.substr(0, colon);
-  }
-  if (colon == std::string::npos || colon + 1 >= url.size()) throw std::invalid_argument("'" + original + "': expected HOST:PORT");
-  t.port = url.substr(colon + 1);
-  if (t.host.empty() || t.port.find_first_not_of("0123456789") != std::string::npos || t.port.size() > 5 ||
-      std::stoi(t.port) > 65535 || std::stoi(t.port) == 0) {
-    throw std::invalid_argument("'" + original + "': expected HOST:PORT with a port 1-65535");
-  }
-  return t;
+// http://HOST:PORT[/...] or HOST:PORT ([v6]:PORT): the host and port as the store's endpoints
+// are read (StoreEndpoint::parse). Throws std::invalid_argument.
+StoreEndpoint parse_url(const std::string& url) {
+  std::string rest = url;
+  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  else if (rest.find("://") != std::string::npos) throw std::invalid_argument("'" + url + "': only http:// URLs");
+  if (auto slash = rest.find('/'); slash != std::string::npos) rest.resize(slash);
+  const StoreEndpoint ep = StoreEndpoint::parse(rest);
+  if (ep.port == 0) throw std::invalid_argument("'" + url + "': port 0 is no agent's");
+  return ep;
 }
 
 // GET /status within `timeout`; throws std::runtime_error saying why not.
-std::string fetch_status(const Target& t, std::chrono::milliseconds timeout) {
+std::string fetch_status(const StoreEndpoint& t, std::chrono::milliseconds timeout) {
   asio::io_context io;
   tcp::resolver resolver(io);
   beast::tcp_stream stream(io);
@@ -71,24 +53,24 @@ std::string fetch_status(const Target& t, std::chrono::milliseconds timeout) {
   req.set(http::field::accept, "application/json");
   http::response_parser<http::string_body> parser;
   parser.body_limit(kMaxAnswer);
-  std::string error;
+  beast::error_code failed;  // the first step that failed
+  std::string step;
   stream.expires_after(timeout);
-  resolver.async_resolve(t.host, t.port, [&](beast::error_code ec, tcp::resolver::results_type results) {
-    if (ec) return void(error = "cannot resolve " + t.host + ": " + ec.message());
+  resolver.async_resolve(t.host, std::to_string(t.port), [&](beast::error_code ec, tcp::resolver::results_type results) {
+    if (ec) return void((failed = ec, step = "cannot resolve " + t.host + ": "));
     stream.async_connect(results, [&](beast::error_code ec2, const tcp::endpoint&) {
-      if (ec2) return void(error = ec2.message());
+      if (ec2) return void(failed = ec2);
       http::async_write(stream, req, [&](beast::error_code ec3, std::size_t) {
-        if (ec3) return void(error = ec3.message());
-        http::async_read(stream, buffer, parser, [&](beast::error_code ec4, std::size_t) {
-          if (ec4) error = ec4 == beast::error::timeout ? "no answer" : ec4.message();
-        });
+        if (ec3) return void(failed = ec3);
+        http::async_read(stream, buffer, parser, [&](beast::error_code ec4, std::size_t) { failed = ec4; });
       });
     });
   });
   io.run_for(timeout + std::chrono::seconds(1));
-  if (error == "Operation canceled" || (!parser.is_done() && error.empty())) error = "no answer";
-  if (error == "no answer") error += " within " + std::to_string(timeout.count() / 1000.0).substr(0, 4) + " s";
-  if (!error.empty()) throw std::runtime_error(error);
+  if (failed == beast::error::timeout || failed == asio::error::operation_aborted || (!failed && !parser.is_done())) {
+    throw std::runtime_error("no answer within " + std::to_string(timeout.count() / 1000.0).substr(0, 4) + " s");
+  }
+  if (failed) throw std::runtime_error(step + failed.message());
   const auto& res = parser.get();
   if (res.result() != http::status::ok) {
     throw std::runtime_error("answered " + std::to_string(res.result_int()) + " " + std::string(res.reason()));
@@ -219,7 +201,7 @@ int run_status_command(const std::vector<std::string>& args) {
     }
   }
   if (url.empty()) return usage("which agent? give its URL");
-  Target t;
+  StoreEndpoint t;
   try {
     t = parse_url(url);
   } catch (const std::invalid_argument& e) {

@@ -398,9 +398,19 @@ def case_errors(a):
     r = run(["--standalone", *worker], env={"TORCHELASTIC_HEALTH_CHECK_PORT": "99999"})
     one_line(r, 2, "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_HEALTH_CHECK_PORT=99999")
     for args, rc in ((["status"], 2), (["status", "nonsense"], 2), (["status", "http://127.0.0.1:1", "--bogus"], 2),
-                     (["status", f"http://127.0.0.1:{port}"], 1), (["status", "https://127.0.0.1:1"], 2)):
+                     (["status", f"http://127.0.0.1:{port}"], 1), (["status", "https://127.0.0.1:1"], 2),
+                     (["status", "http://127.0.0.1:0"], 2)):
         r = run(args)
         one_line(r, rc, "crun status", " ".join(args))
+    # A port that accepts and never answers: bounded by --timeout, one line.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    started = time.monotonic()
+    r = run(["status", f"127.0.0.1:{silent.getsockname()[1]}", "--timeout", "1"])
+    one_line(r, 1, "no answer within 1.00 s", "a silent agent")
+    check(time.monotonic() - started < 10, "crun status waited past its --timeout")
+    silent.close()
     shutil.rmtree(tmp, ignore_errors=True)
 
 
