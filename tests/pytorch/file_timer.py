@@ -6,7 +6,7 @@ import time
 
 import torch.distributed.elastic.timer as timer
 
-import common  # noqa: F401  (says which store the worker was given)
+import common  # says which store the worker was given; result() writes a line in one write(2)
 
 rank = int(os.environ["RANK"])
 restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
@@ -14,4 +14,7 @@ timer.configure(timer.FileTimerClient(os.environ["TORCHELASTIC_TIMER_FILE"]))
 with timer.expires(after=2, scope="step"):
     if rank == 1 and restart == 0:
         time.sleep(100)  # far beyond the run's bound: only the timer ends it
-print(f"RESULT kind=step rank={rank} restart={restart}", flush=True)
+# One write per line (common.result): under torchrun both ranks share one stdout pipe, and print()
+# writes the text and its newline apart, so two ranks' lines could run together (CI saw
+# "RESULT kind=step rank=1 restart=1RESULT kind=step rank=0 restart=1").
+common.result(kind="step", rank=rank, restart=restart)
