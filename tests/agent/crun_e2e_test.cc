@@ -710,10 +710,21 @@ TEST_CASE("the attempt after a worker was left behind gets a MASTER_PORT the stu
           "[e2e][signals]") {
   // Attempt 0: rank 0 listens on MASTER_PORT and is held at its exit by a tracer; rank 1 fails. After
   // SIGKILL and the second grace rank 0 is left behind, still holding its port; attempt 1's rank 0
-  // must be able to listen on its own MASTER_PORT (it exits 5 if it cannot).
+  // must be able to listen on its own MASTER_PORT (it exits 5 if it cannot). Rank 1 fails only on
+  // SIGUSR1, sent once rank 0 has bound its port and is held: without that order rank 1 could fail
+  // (and rank 0 be killed) before rank 0 got there (a loaded ASan run once saw it).
   ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "2", "--stop-timeout", "1", "--max-restarts", "1"},
                           {"--bind-master", "--unkillable-rank", "0", "--ignore-term", "--hang", "--hang-before-restart",
-                           "1", "--only-rank", "1", "--fail-before-restart", "1", "--exit", "3"}));
+                           "1", "--only-rank", "1", "--fail-before-restart", "1", "--fail-on-signal", "SIGUSR1", "--exit",
+                           "3"}));
+  REQUIRE(p.wait_for_stdout("unkillable rank=0 "));
+  REQUIRE(p.wait_for_stdout("ready rank=1 "));
+  int rank1 = -1;
+  for (const auto& line : lines(p.out())) {
+    if (std::sscanf(line.c_str(), "ready rank=1 pid=%d", &rank1) == 1) break;
+  }
+  REQUIRE(rank1 > 0);
+  REQUIRE(::kill(rank1, SIGUSR1) == 0);
   REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 0);
   INFO(p.out() + p.err());
   std::vector<std::string> ports;
