@@ -1,8 +1,9 @@
 # What `cmake --install` puts beside the worker library (worker_runtime/CMakeLists.txt) and the
 # crun command (launcher/CMakeLists.txt): the sbatch templates and the docs; and the Debian package
 # CPack builds from it (`cpack -G DEB` in the build folder). Its Depends line is computed by
-# dpkg-shlibdeps from what crun links (libc6, libssl3, libstdc++6, ...), so that
-# `apt install ./crun_*.deb` pulls the runtime libraries on a fresh Debian.
+# dpkg-shlibdeps from what crun links (libc6, libstdc++6, ...) and libssl3, which crun opens with
+# dlopen for TLS to etcd (rendezvous/tls_library.h), so that `apt install ./crun_*.deb` pulls the
+# runtime libraries on a fresh Debian.
 include(GNUInstallDirs)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/scripts/sbatch/ DESTINATION ${CMAKE_INSTALL_DATADIR}/crun/sbatch)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
@@ -17,6 +18,7 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libssl3")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch, slurm-client, etcd-server")
 include(CPack)

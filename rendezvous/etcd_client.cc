@@ -15,6 +15,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "rendezvous/tls_library.h"
+
 namespace crun {
 
 namespace {
@@ -197,6 +199,7 @@ struct EtcdClient::Impl : std::enable_shared_from_this<Impl> {
     if (opt.endpoints.empty()) throw std::invalid_argument("no etcd endpoint given");
     current = opt.first_endpoint % opt.endpoints.size();
     if (!opt.tls) return;
+    load_tls_library();  // a missing libssl: one line, before anything is tried
     tls.emplace(ssl::context::tls_client);
     tls->set_verify_mode(ssl::verify_peer);
     const auto load = [](const std::string& what, const std::string& path, auto&& f) {

@@ -442,6 +442,16 @@ TEST_CASE("--version and a .py program runs under PYTHON_EXEC -u", "[e2e][cli]")
   CHECK(p.out().find("args: " + script.string() + " a b") != std::string::npos);
 }
 
+TEST_CASE("an agent that speaks no TLS never loads libssl or libcrypto", "[e2e][cli]") {
+  // They are opened on demand (rendezvous/tls_library.h); loading them cost every start ~1.3 ms.
+  ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "1"}, {"--agent-libraries"}));
+  REQUIRE(p.wait_exit() == 0);
+  INFO(p.out());
+  CHECK(p.out().find("libc.so.6") != std::string::npos);  // the worker did read the agent's mappings
+  CHECK(p.out().find("libssl") == std::string::npos);
+  CHECK(p.out().find("libcrypto") == std::string::npos);
+}
+
 TEST_CASE("workers inherit only stdin, stdout and stderr", "[e2e][fds]") {
   // A descriptor crun's own parent leaves open without close-on-exec must not reach the workers either.
   int leaked[2];

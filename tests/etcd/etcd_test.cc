@@ -357,13 +357,14 @@ TEST_CASE("every etcd member gone: every agent exits as store lost, naming the e
 TEST_CASE("over https with client certificates the job runs", "[tls]") {
   Cluster cl(3);
   EtcdCluster etcd(cl, {1, 2, 3}, EtcdCluster::Tls::on);
-  auto agents = agents_on(cl, {1, 2, 3}, etcd_v3(etcd, "2:3", 1), {"--print-env"});
+  auto agents = agents_on(cl, {1, 2, 3}, etcd_v3(etcd, "2:3", 1), {"--print-env", "--agent-libraries"});
   formed(agents);
   std::string all;
   for (auto& [h, p] : agents) {
     INFO("agent on host " << h << ":\n" << p->err());
     REQUIRE(p->wait_exit() == 0);
     all += p->out();
+    CHECK(p->out().find("libssl.so.3") != std::string::npos);  // opened for TLS (rendezvous/tls_library.h)
   }
   CHECK(env_values(all, "RANK") == std::set<std::string>{"0", "1", "2"});
 }

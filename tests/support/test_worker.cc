@@ -26,6 +26,8 @@
 //                          its group has N ranks (after the job scaled up or down to it)
 //   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
 //   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
+//   --agent-libraries      print "lib rank=<r> <path>" for every shared object mapped in the parent
+//                          (the agent), once each
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
 //   --daemon               double-fork a `sleep 40` in a session of its own (its parent exits);
 //                          print "daemon rank=<r> pid=<pid>"
@@ -48,6 +50,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <set>
 #include <string>
 
 namespace {
@@ -90,6 +93,22 @@ void print_cgroup() {
     char line[1024];
     while (std::fgets(line, sizeof(line), f) != nullptr) {
       if (std::strncmp(line, "0::", 3) == 0) std::printf("cgroup rank=%d %s", g_rank, line + 3);
+    }
+    std::fclose(f);
+  }
+}
+
+void print_agent_libraries() {
+  const std::string maps = "/proc/" + std::to_string(::getppid()) + "/maps";
+  std::set<std::string> seen;
+  if (FILE* f = std::fopen(maps.c_str(), "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      const char* path = std::strchr(line, '/');
+      if (path == nullptr || std::strstr(path, ".so") == nullptr) continue;
+      std::string p(path);
+      if (!p.empty() && p.back() == '\n') p.pop_back();
+      if (seen.insert(p).second) std::printf("lib rank=%d %s\n", g_rank, p.c_str());
     }
     std::fclose(f);
   }
@@ -207,6 +226,7 @@ int main(int argc, char** argv) {
     else if (a == "--hang-unless-world") { hang = true; hang_unless_world = std::atoi(next().c_str()); }
     else if (a == "--list-fds") list_fds();
     else if (a == "--print-cgroup") print_cgroup();
+    else if (a == "--agent-libraries") print_agent_libraries();
     else if (a == "--child") start_child();
     else if (a == "--daemon") start_daemon(false);
     else if (a == "--orphan") start_daemon(true);

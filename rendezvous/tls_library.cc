@@ -1,0 +1,142 @@
+#include "rendezvous/tls_library.h"
+
+#include <dlfcn.h>
+#include <openssl/bio.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+// Every OpenSSL function crun's objects refer to (`nm -D --undefined-only crun` lists them when
+// one is missing here: the link of crun then fails naming it). Each entry: return type, name,
+// parameters, the arguments passed on. The definitions below must match OpenSSL's own
+// declarations, so the compiler checks every signature against the headers.
+#define CRUN_OPENSSL_FUNCTIONS(X)                                                                     \
+  X(long, BIO_ctrl, (BIO * b, int cmd, long larg, void* parg), (b, cmd, larg, parg))                  \
+  X(size_t, BIO_ctrl_pending, (BIO * b), (b))                                                         \
+  X(int, BIO_free, (BIO * a), (a))                                                                    \
+  X(int, BIO_new_bio_pair, (BIO * *b1, size_t w1, BIO * *b2, size_t w2), (b1, w1, b2, w2))            \
+  X(int, BIO_read, (BIO * b, void* data, int len), (b, data, len))                                    \
+  X(int, BIO_write, (BIO * b, const void* data, int len), (b, data, len))                             \
+  X(void, CRYPTO_free, (void* p, const char* file, int line), (p, file, line))                        \
+  X(void, ERR_clear_error, (void), ())                                                                \
+  X(unsigned long, ERR_get_error, (void), ())                                                         \
+  X(const char*, ERR_lib_error_string, (unsigned long e), (e))                                        \
+  X(const char*, ERR_reason_error_string, (unsigned long e), (e))                                     \
+  X(long, SSL_CTX_ctrl, (SSL_CTX * c, int cmd, long larg, void* parg), (c, cmd, larg, parg))          \
+  X(void, SSL_CTX_free, (SSL_CTX * c), (c))                                                           \
+  X(void*, SSL_CTX_get_default_passwd_cb_userdata, (SSL_CTX * c), (c))                                \
+  X(void*, SSL_CTX_get_ex_data, (const SSL_CTX* c, int idx), (c, idx))                                \
+  X(SSL_verify_cb, SSL_CTX_get_verify_callback, (const SSL_CTX* c), (c))                              \
+  X(int, SSL_CTX_load_verify_locations, (SSL_CTX * c, const char* file, const char* path), (c, file, path)) \
+  X(SSL_CTX*, SSL_CTX_new, (const SSL_METHOD* m), (m))                                                \
+  X(void, SSL_CTX_set_default_passwd_cb_userdata, (SSL_CTX * c, void* u), (c, u))                     \
+  X(int, SSL_CTX_set_default_verify_paths, (SSL_CTX * c), (c))                                        \
+  X(int, SSL_CTX_set_ex_data, (SSL_CTX * c, int idx, void* data), (c, idx, data))                     \
+  X(uint64_t, SSL_CTX_set_options, (SSL_CTX * c, uint64_t op), (c, op))                               \
+  X(void, SSL_CTX_set_verify, (SSL_CTX * c, int mode, SSL_verify_cb cb), (c, mode, cb))               \
+  X(int, SSL_CTX_use_PrivateKey_file, (SSL_CTX * c, const char* file, int type), (c, file, type))     \
+  X(int, SSL_CTX_use_certificate_chain_file, (SSL_CTX * c, const char* file), (c, file))              \
+  X(int, SSL_accept, (SSL * s), (s))                                                                  \
+  X(int, SSL_connect, (SSL * s), (s))                                                                 \
+  X(long, SSL_ctrl, (SSL * s, int cmd, long larg, void* parg), (s, cmd, larg, parg))                  \
+  X(void, SSL_free, (SSL * s), (s))                                                                   \
+  X(int, SSL_get_error, (const SSL* s, int ret), (s, ret))                                            \
+  X(void*, SSL_get_ex_data, (const SSL* s, int idx), (s, idx))                                        \
+  X(int, SSL_get_ex_data_X509_STORE_CTX_idx, (void), ())                                              \
+  X(int, SSL_get_shutdown, (const SSL* s), (s))                                                       \
+  X(int, SSL_get_verify_mode, (const SSL* s), (s))                                                    \
+  X(SSL*, SSL_new, (SSL_CTX * c), (c))                                                                \
+  X(int, SSL_read, (SSL * s, void* buf, int num), (s, buf, num))                                      \
+  X(void, SSL_set_bio, (SSL * s, BIO * r, BIO * w), (s, r, w))                                        \
+  X(int, SSL_set_ex_data, (SSL * s, int idx, void* data), (s, idx, data))                             \
+  X(void, SSL_set_verify, (SSL * s, int mode, SSL_verify_cb cb), (s, mode, cb))                       \
+  X(int, SSL_write, (SSL * s, const void* buf, int num), (s, buf, num))                               \
+  X(const SSL_METHOD*, TLS_client_method, (void), ())                                                 \
+  X(const SSL_METHOD*, TLS_method, (void), ())                                                        \
+  X(const SSL_METHOD*, TLS_server_method, (void), ())                                                 \
+  X(X509*, X509_STORE_CTX_get_current_cert, (const X509_STORE_CTX* c), (c))                          \
+  X(int, X509_STORE_CTX_get_error_depth, (const X509_STORE_CTX* c), (c))                              \
+  X(void*, X509_STORE_CTX_get_ex_data, (const X509_STORE_CTX* c, int idx), (c, idx))                  \
+  X(int, X509_check_host, (X509 * x, const char* chk, size_t len, unsigned int flags, char** peer),   \
+    (x, chk, len, flags, peer))                                                                       \
+  X(int, X509_check_ip_asc, (X509 * x, const char* ip, unsigned int flags), (x, ip, flags))
+
+namespace crun {
+namespace {
+
+// The soname of OpenSSL 3 (CMake requires 3.x) and the symbol version its functions carry.
+constexpr const char* kLibrary = "libssl.so.3";
+constexpr const char* kVersion = "OPENSSL_3.0.0";
+
+enum Slot : int {
+#define CRUN_SLOT(ret, name, params, args) k_##name,
+  CRUN_OPENSSL_FUNCTIONS(CRUN_SLOT)
+#undef CRUN_SLOT
+  kSlots
+};
+
+constexpr const char* kNames[kSlots] = {
+#define CRUN_NAME(ret, name, params, args) #name,
+    CRUN_OPENSSL_FUNCTIONS(CRUN_NAME)
+#undef CRUN_NAME
+};
+
+void* g_function[kSlots];
+std::atomic<bool> g_loaded{false};
+std::mutex g_load;
+
+void load_or_abort() {
+  try {
+    load_tls_library();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "crun: %s\n", e.what());
+    std::abort();
+  }
+}
+
+template <typename F>
+F function(Slot slot) {
+  if (!g_loaded.load(std::memory_order_acquire)) load_or_abort();
+  return reinterpret_cast<F>(g_function[slot]);
+}
+
+}  // namespace
+
+void load_tls_library() {
+  std::lock_guard lock(g_load);
+  if (g_loaded.load(std::memory_order_relaxed)) return;
+  // RTLD_LOCAL: OpenSSL's names stay out of the process' global scope (crun's own definitions
+  // of them are the ones its code binds to); dlvsym on the handle searches libssl, then libcrypto.
+  void* handle = ::dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    throw std::runtime_error(std::string("cannot load ") + kLibrary + " for TLS: " + (why ? why : "unknown reason") +
+                             " (install Debian's libssl3)");
+  }
+  for (int i = 0; i < kSlots; ++i) {
+    g_function[i] = ::dlvsym(handle, kNames[i], kVersion);
+    if (g_function[i] == nullptr) {
+      throw std::runtime_error(std::string(kLibrary) + " lacks " + kNames[i] + "@" + kVersion + " (not OpenSSL 3?)");
+    }
+  }
+  g_loaded.store(true, std::memory_order_release);
+}
+
+bool tls_library_loaded() { return g_loaded.load(std::memory_order_acquire); }
+
+}  // namespace crun
+
+// The forwarders, with OpenSSL's names and C linkage.
+#define CRUN_FORWARD(ret, name, params, args) \
+  extern "C" ret name params { return crun::function<decltype(&::name)>(crun::k_##name) args; }
+CRUN_OPENSSL_FUNCTIONS(CRUN_FORWARD)
+#undef CRUN_FORWARD
