@@ -113,6 +113,48 @@ TEST_CASE("environment contract for nproc 1-4", "[e2e][env]") {
   }
 }
 
+TEST_CASE("the temporary run dir: TMPDIR when set; else a tmpfs unless it holds logs", "[e2e][env]") {
+  TempDir tmp, runtime;
+  auto error_file = [](const ChildProcess& p) {
+    const auto env = parse_env(p.out());
+    return env.empty() ? std::string() : env.at(0).at("TORCHELASTIC_ERROR_FILE");
+  };
+  auto under = [](const std::string& file, const fs::path& dir) { return file.rfind(dir.string() + "/crun-", 0) == 0; };
+  SECTION("TMPDIR wins") {
+    ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "1"}, {"--print-env"}),
+                   {"TMPDIR=" + tmp.path.string(), "XDG_RUNTIME_DIR=" + runtime.path.string()});
+    REQUIRE(p.wait_exit() == 0);
+    CHECK(under(error_file(p), tmp.path));
+  }
+  SECTION("no TMPDIR, only small runtime files: XDG_RUNTIME_DIR") {
+    ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "1"}, {"--print-env"}),
+                   {"TMPDIR=", "XDG_RUNTIME_DIR=" + runtime.path.string()});
+    REQUIRE(p.wait_exit() == 0);
+    CHECK(under(error_file(p), runtime.path));
+    CHECK(fs::is_empty(runtime.path));  // removed at exit
+  }
+  SECTION("no TMPDIR, no XDG_RUNTIME_DIR: /dev/shm") {
+    ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "1"}, {"--print-env"}), {"TMPDIR=", "XDG_RUNTIME_DIR="});
+    REQUIRE(p.wait_exit() == 0);
+    CHECK(under(error_file(p), "/dev/shm"));
+  }
+  SECTION("redirected logs stay off the tmpfs: /tmp") {
+    ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "1", "--redirects", "3"}, {"--print-env"}),
+                   {"TMPDIR=", "XDG_RUNTIME_DIR=" + runtime.path.string()});
+    REQUIRE(p.wait_exit() == 0);
+    const std::string said = p.err();
+    INFO(said);
+    const std::string lead = "crun: worker logs in ";
+    const auto at = said.find(lead + "/tmp/crun-");
+    REQUIRE(at != std::string::npos);
+    const auto from = at + lead.size();
+    const std::string dir = said.substr(from, said.find('\n', from) - from);
+    CHECK(fs::exists(fs::path(dir) / "attempt_0" / "0" / "stdout.log"));
+    std::error_code ignored;
+    fs::remove_all(dir, ignored);
+  }
+}
+
 TEST_CASE("PET_* defaults, underscore spelling, user's OMP_NUM_THREADS kept", "[e2e][env]") {
   std::vector<std::string> argv{CRUN_BIN, "--max_restarts=1", "--no-python", CRUN_TEST_WORKER, "--print-env"};
   ChildProcess p(argv, {"PET_NPROC_PER_NODE=3", "OMP_NUM_THREADS=4", "PET_MASTER_PORT=0"});
