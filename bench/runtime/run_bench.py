@@ -8,11 +8,17 @@
 2. crun's all_reduce paths forced one by one at 64 MiB (median of --repeat runs), to show the choice;
    crun's reduce_scatter beside its all_reduce of the same input (torch 1.13's gloo has no
    reduce_scatter).
+   Beside them, this machine's floor for the same traffic in the same run (loopback_floor: one
+   loopback TCP stream; a 2-rank all_reduce sends and receives each rank's N bytes, so on two
+   cores its bus bandwidth is bounded by about half of one stream), and at 64 MiB --repeat runs of
+   the floor and `auto` back to back, with the ranks left to the scheduler and pinned (rank r on
+   CPU r): the per-run ratio, and whether every run reached 0.9x.
 3. Training throughput with 1 and 2 ranks: train_mlp, and the same model trained by torch DDP
    (gloo, 1 thread per rank) as the anchor; --repeat runs of each, interleaved, median samples/s
    (training loop only, samples of all ranks), scaling = 2 ranks / 1 rank.
 
-Usage: /usr/bin/python3 bench/runtime/run_bench.py [--build build] [--repeat 5] [--sizes ...]
+Usage: /usr/bin/python3 bench/runtime/run_bench.py [--build build] [--repeat 5] [--sizes ...] [--pin]
+  --pin: rank r runs on CPU r (sched_setaffinity) everywhere, not only in the floor comparison.
 """
 import argparse, os, re, resource, socket, statistics, subprocess, sys, time
 
@@ -30,14 +36,23 @@ def free_port():
     return p
 
 
-def run_ranks(cmd, world, timeout=600, env=None):
+PIN = [False]  # --pin: rank r on CPU r
+
+
+def pinned(cpu):
+    return lambda: os.sched_setaffinity(0, {cpu % os.cpu_count()})
+
+
+def run_ranks(cmd, world, timeout=600, env=None, pin=None):
+    pin = PIN[0] if pin is None else pin
     port = free_port()
     procs = []
     for r in range(world):
         e = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0",
                  OMP_NUM_THREADS="1", **(env or {}))
-        procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      preexec_fn=pinned(r) if pin else None))
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
     for p, o in zip(procs, outs):
         if p.returncode != 0:
@@ -119,6 +134,14 @@ def human(b):
     return "%d KiB" % (b >> 10) if b < (1 << 20) else "%d MiB" % (b >> 20)
 
 
+def floor(tool, sizes, pin):
+    """One loopback TCP stream per size (loopback_floor stream): {size: GB/s of the stream}."""
+    env = dict(os.environ, CRUN_FLOOR_CPUS="0,1") if pin else None
+    out = subprocess.run([tool, "stream"] + [str(s) for s in sizes], capture_output=True, text=True, env=env,
+                         timeout=600, check=True).stdout
+    return {s: v[1] for s, v in parse(out).items()}
+
+
 def med(v):
     return statistics.median(v) if v else float("nan")
 
@@ -129,10 +152,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--pin", action="store_true", help="rank r on CPU r in every measurement")
     ap.add_argument("--torch-worker", action="store_true")
     ap.add_argument("--torch-train-worker", nargs=3, type=int, metavar=("HIDDEN", "BATCH", "EPOCHS"))
     a = ap.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
+    PIN[0] = a.pin
     if a.torch_worker:
         return torch_worker(sizes)
     if a.torch_train_worker:
@@ -140,30 +165,57 @@ def main():
     me = os.path.abspath(__file__)
     worker = os.path.join(a.build, "bench", "runtime", "bench_allreduce_worker")
     train = os.path.join(a.build, "examples", "train_mlp", "train_mlp")
+    floor_tool = os.path.join(a.build, "bench", "runtime", "loopback_floor")
     rev = subprocess.run(["git", "-C", os.path.dirname(me), "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
-    print("# worker_runtime bench at %s, %d cores, load average %s, median of %d runs" %
-          (rev, os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3]), a.repeat), flush=True)
+    print("# worker_runtime bench at %s, %d cores, load average %s, median of %d runs, ranks %s" %
+          (rev, os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3]), a.repeat,
+           "pinned (rank r on CPU r)" if a.pin else "placed by the scheduler"), flush=True)
 
-    crun, torch = {s: [] for s in sizes}, {s: [] for s in sizes}
+    crun, torch, stream = {s: [] for s in sizes}, {s: [] for s in sizes}, {s: [] for s in sizes}
     for _ in range(a.repeat):
+        for s, v in floor(floor_tool, sizes, a.pin).items():
+            stream[s].append(v)
         for s, v in parse(run_ranks([worker, "auto"] + [str(s) for s in sizes], 2)).items():
             crun[s].append(v[1])
         for s, v in parse(run_ranks(["/usr/bin/python3", me, "--torch-worker", "--sizes", a.sizes], 2)).items():
             torch[s].append(v[1])
-    print("all_reduce float32 sum, 2 ranks, loopback; bus bandwidth GB/s and latency (median)")
-    print("%-8s %10s %10s %11s %11s %8s" % ("size", "crun GB/s", "torch GB/s", "crun ms", "torch ms", "ratio"))
+    print("all_reduce float32 sum, 2 ranks, loopback; bus bandwidth GB/s and latency (median); floor = half of one")
+    print("loopback TCP stream of the same size, same run (bench/runtime/loopback_floor)")
+    print("%-8s %10s %10s %11s %11s %8s %10s %10s" % ("size", "crun GB/s", "torch GB/s", "crun ms", "torch ms", "ratio",
+                                                     "floor GB/s", "crun/floor"))
     for s in sizes:
-        c, t = med(crun[s]), med(torch[s])
-        print("%-8s %10.3f %10.3f %11.3f %11.3f %8.2f" % (human(s), c, t, s / c / 1e6, s / t / 1e6, c / t))
+        c, t, f = med(crun[s]), med(torch[s]), med(stream[s]) / 2
+        print("%-8s %10.3f %10.3f %11.3f %11.3f %8.2f %10.3f %10.2f" % (human(s), c, t, s / c / 1e6, s / t / 1e6, c / t,
+                                                                        f, c / f))
 
     s64 = 64 << 20
-    print("\ncrun all_reduce paths at 64 MiB (GB/s, median of %d):" % a.repeat, flush=True)
+    print("\n64 MiB all_reduce (auto) against the loopback floor, run by run (floor = half of one stream,"
+          " measured just before):", flush=True)
+    print("  %-4s %-10s %12s %10s %10s %8s" % ("run", "ranks", "stream GB/s", "floor", "auto", "ratio"))
+    for pin in (False, True):
+        ratios = []
+        for r in range(a.repeat):
+            f = floor(floor_tool, [s64], pin)[s64] / 2
+            c = parse(run_ranks([worker, "auto", str(s64)], 2, pin=pin))[s64][1]
+            ratios.append(c / f)
+            print("  %-4d %-10s %12.3f %10.3f %10.3f %7.2fx" % (r, "pinned" if pin else "scheduler", 2 * f, f, c, c / f),
+                  flush=True)
+        print("  %s: median %.2fx, lowest %.2fx; every run >= 0.9x: %s" %
+              ("pinned" if pin else "scheduler", med(ratios), min(ratios), "yes" if min(ratios) >= 0.9 else "no"))
+
+    path_sizes = [512 << 10, 1 << 20, s64]
+    print("\ncrun all_reduce paths (GB/s, median of %d; auto must match the fastest):" % a.repeat, flush=True)
+    print("  %-15s %-15s" % ("path", "") + "".join("%10s" % human(s) for s in path_sizes))
     for algo, seg in (("auto", None), ("sliced", None), ("direct", None), ("gloo_allreduce", "4194304"),
                       ("ring_chunked", None), ("ring", None)):
         env = {"CRUN_BENCH_SEGMENT_BYTES": seg} if seg else {}
-        vals = [parse(run_ranks([worker, algo, str(s64)], 2, env=env))[s64][1] for _ in range(a.repeat)]
-        print("  %-15s %-15s %.3f" % (algo, "segment=" + seg if seg else "", med(vals)), flush=True)
+        vals = {s: [] for s in path_sizes}
+        for _ in range(a.repeat):
+            for s, v in parse(run_ranks([worker, algo] + [str(s) for s in path_sizes], 2, env=env)).items():
+                vals[s].append(v[1])
+        print("  %-15s %-15s" % (algo, "segment=" + seg if seg else "") + "".join("%10.3f" % med(vals[s]) for s in path_sizes),
+              flush=True)
 
     print("\nreduce_scatter vs all_reduce of the same float32 input, 2 ranks (ms, median of %d):" % a.repeat)
     for size in (1 << 20, 64 << 20):
