@@ -1,7 +1,6 @@
 #include "agent/worker_containment.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -10,6 +9,7 @@
 #include <cstdio>
 
 #include "agent/job_cgroup.h"
+#include "base/random_bits.h"
 #include "agent/keeper.h"
 #include "agent/orphans.h"
 
@@ -22,12 +22,8 @@ namespace {
 constexpr std::chrono::milliseconds kSweepBound{5000};
 
 std::string make_agent_id() {
-  unsigned long long r = 0;
-  if (::getrandom(&r, sizeof(r), 0) != static_cast<ssize_t>(sizeof(r))) {
-    r = static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count());
-  }
   char id[64];
-  std::snprintf(id, sizeof(id), "%d-%016llx", static_cast<int>(::getpid()), r);
+  std::snprintf(id, sizeof(id), "%d-%016llx", static_cast<int>(::getpid()), static_cast<unsigned long long>(random_bits()));
   return id;
 }
 

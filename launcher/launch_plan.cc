@@ -1,6 +1,7 @@
 #include "launcher/launch_plan.h"
 
-#include <random>
+#include "base/random_bits.h"
+
 
 #include "launcher/command_line.h"
 #include "launcher/job_environment.h"
@@ -50,12 +51,11 @@ std::vector<std::pair<std::string, std::string>> parse_rdzv_conf(const std::stri
 }
 
 std::string random_run_id() {
-  std::random_device rd;
-  std::uniform_int_distribution<unsigned> hex(0, 15);
+  const std::uint64_t bits[2] = {random_bits(), random_bits()};
   std::string id;
   for (int i = 0; i < 32; ++i) {
     if (i == 8 || i == 12 || i == 16 || i == 20) id.push_back('-');
-    id.push_back("0123456789abcdef"[hex(rd)]);
+    id.push_back("0123456789abcdef"[(bits[i / 16] >> (4 * (i % 16))) & 15]);
   }
   return id;
 }

@@ -1,5 +1,7 @@
 #include "rendezvous/rendezvous_participant.h"
 
+#include "base/random_bits.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -7,14 +9,13 @@
 #include <cstdio>
 #include <mutex>
 #include <optional>
-#include <random>
 #include <thread>
 
 namespace crun {
 
 std::string make_node_id(const std::string& hostname) {
   char suffix[16];
-  std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(std::random_device{}()));
+  std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(random_bits()));
   return hostname + ":" + std::to_string(::getpid()) + ":" + suffix;
 }
 

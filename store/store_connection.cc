@@ -1,5 +1,7 @@
 #include "store/store_connection.h"
 
+#include "base/random_bits.h"
+
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -74,7 +76,7 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
   const auto deadline = start + options.connect_timeout;
   std::string hello = wire::encode_hello(options.token);
   std::string reason;
-  std::mt19937 rng(std::random_device{}());
+  std::mt19937 rng(static_cast<std::mt19937::result_type>(random_bits()));
   auto backoff = std::chrono::milliseconds(10);
   for (int attempt = 1;; ++attempt) {
     addrinfo hints{};
