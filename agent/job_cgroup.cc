@@ -98,15 +98,19 @@ std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& agent_id) {
     return nullptr;
   }
   const int fd = ::open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || dir_fd < 0) {
+    if (fd >= 0) ::close(fd);
+    if (dir_fd >= 0) ::close(dir_fd);
     ::rmdir(dir.c_str());
     return nullptr;
   }
-  return std::unique_ptr<JobCgroup>(new JobCgroup(dir, fd));
+  return std::unique_ptr<JobCgroup>(new JobCgroup(dir, fd, dir_fd));
 }
 
 JobCgroup::~JobCgroup() {
   if (procs_fd_ >= 0) ::close(procs_fd_);
+  if (dir_fd_ >= 0) ::close(dir_fd_);
   ::rmdir(dir_.c_str());  // normally gone already (ENOENT); never removes a populated one
 }
 

@@ -6,8 +6,10 @@
 //     cgroup (the "0::" line of /proc/self/cgroup) is writable, the new cgroup is a domain and has
 //     cgroup.kill (Linux 5.14). Otherwise, or with CRUN_NO_CGROUP set to anything but "" or "0",
 //     it returns nullptr: the caller falls back to process groups and the environment marker.
-//   - procs_fd() is the new cgroup's cgroup.procs, open for writing (close-on-exec): a spawned
-//     worker writes "0" to it before exec, so the worker and all it starts live in the cgroup.
+//   - dir_fd() is the new cgroup's directory (O_RDONLY, close-on-exec): a worker is created in it
+//     by clone3's CLONE_INTO_CGROUP (worker_process.h). procs_fd() is its cgroup.procs, open for
+//     writing: where clone3 cannot do that, the spawned worker writes "0" to it before exec.
+//     Either way the worker and all it starts live in the cgroup.
 //   - Emptying and removing the cgroup is kill_and_remove_cgroup()'s, called by the keeper
 //     (keeper.h), which outlives the agent when the agent is killed; the destructor only removes
 //     the cgroup if it is still there and empty (an agent whose keeper could not start).
@@ -33,11 +35,13 @@ class JobCgroup {
 
   const std::string& dir() const { return dir_; }
   int procs_fd() const { return procs_fd_; }
+  int dir_fd() const { return dir_fd_; }
 
  private:
-  JobCgroup(std::string dir, int procs_fd) : dir_(std::move(dir)), procs_fd_(procs_fd) {}
+  JobCgroup(std::string dir, int procs_fd, int dir_fd) : dir_(std::move(dir)), procs_fd_(procs_fd), dir_fd_(dir_fd) {}
   std::string dir_;
   int procs_fd_ = -1;
+  int dir_fd_ = -1;
 };
 
 // 0 when `dir` is gone, else the errno of what failed (EBUSY: still populated after the timeout).

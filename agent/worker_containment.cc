@@ -73,6 +73,7 @@ WorkerContainment::~WorkerContainment() { finish(); }
 const std::string& WorkerContainment::agent_id() const { return impl_->agent_id; }
 
 int WorkerContainment::cgroup_procs_fd() const { return impl_->cgroup ? impl_->cgroup->procs_fd() : -1; }
+int WorkerContainment::cgroup_dir_fd() const { return impl_->cgroup ? impl_->cgroup->dir_fd() : -1; }
 
 void WorkerContainment::worker_started(int pid) {
   impl_->orphans.track(pid);

@@ -38,8 +38,9 @@ class WorkerContainment {
 
   // Unique to this agent: the value of CRUN_AGENT_ID in every worker's environment.
   const std::string& agent_id() const;
-  // The job cgroup's cgroup.procs (for spawn_worker), or -1 without a cgroup.
+  // The job cgroup's cgroup.procs and directory (for spawn_worker), or -1 without a cgroup.
   int cgroup_procs_fd() const;
+  int cgroup_dir_fd() const;
 
   void worker_started(int pid);
   void worker_reaped(int pid);

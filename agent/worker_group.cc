@@ -182,7 +182,10 @@ void WorkerGroup::start(std::vector<WorkerLaunch> launches) {
   try {
     int local_rank = 0;
     SpawnOptions options;
-    if (impl_->containment != nullptr) options.cgroup_procs_fd = impl_->containment->cgroup_procs_fd();
+    if (impl_->containment != nullptr) {
+      options.cgroup_procs_fd = impl_->containment->cgroup_procs_fd();
+      options.cgroup_dir_fd = impl_->containment->cgroup_dir_fd();
+    }
     for (auto& launch : launches) {
       options.program = launch.program;
       options.cpus = launch.cpus;

@@ -1,6 +1,7 @@
 #include "agent/worker_process.h"
 
 #include <fcntl.h>
+#include <linux/sched.h>  // struct clone_args, CLONE_INTO_CGROUP
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -107,6 +109,74 @@ const char* decimal(int n, char (&buf)[16]) {
   ::_exit(127);
 }
 
+// clone3 with CLONE_VM | CLONE_VFORK and a stack of the child's own: glibc has no wrapper that
+// runs a function there, so a few instructions do (x86-64). In sanitizer builds the runtime
+// would see a child on a stack it does not know: those keep vfork.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define CRUN_SANITIZED_SPAWN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CRUN_SANITIZED_SPAWN 1
+#endif
+#if defined(__x86_64__) && !defined(CRUN_SANITIZED_SPAWN)
+#define CRUN_CLONE3_VFORK 1
+static_assert(SYS_clone3 == 435 && SYS_exit == 60, "x86-64 system call numbers");
+// The parent gets the child's pid or -errno; the child, on args->stack, runs fn(arg) and exits
+// with its result (fn here never returns: it execs or _exits).
+extern "C" long crun_clone3_vfork(clone_args* args, std::size_t size, int (*fn)(void*), void* arg);
+asm(".text\n"
+    ".globl crun_clone3_vfork\n"
+    ".hidden crun_clone3_vfork\n"
+    ".type crun_clone3_vfork, @function\n"
+    "crun_clone3_vfork:\n"
+    "  mov %rdx, %r8\n"  // fn and arg, in registers the system call keeps (and the child inherits)
+    "  mov %rcx, %r9\n"
+    "  mov $435, %eax\n"  // clone3
+    "  syscall\n"
+    "  test %rax, %rax\n"
+    "  jz 1f\n"
+    "  ret\n"  // the parent, once the child has exec'd or exited; or the error
+    "1:\n"
+    "  xor %ebp, %ebp\n"  // the child, on its own stack: the end of any backtrace
+    "  mov %r9, %rdi\n"
+    "  call *%r8\n"
+    "  mov %eax, %edi\n"
+    "  mov $60, %eax\n"  // exit
+    "  syscall\n"
+    "  hlt\n"
+    ".size crun_clone3_vfork, .-crun_clone3_vfork\n");
+
+struct ChildArgs {
+  const char* path;
+  char* const* argv;
+  char* const* envp;
+  int out_w, err_w;
+  pid_t agent_pid;
+  const std::vector<unsigned long>* cpu_mask;
+};
+
+int child_in_cgroup(void* p) {
+  const auto* a = static_cast<const ChildArgs*>(p);
+  exec_child(a->path, a->argv, a->envp, a->out_w, a->err_w, a->agent_pid, -1, *a->cpu_mask);  // born in the cgroup
+}
+
+// Kernels without clone3 or CLONE_INTO_CGROUP (before 5.7) answer these: vfork from then on.
+std::atomic<bool> g_clone3_unsupported{false};
+#endif
+
+// vfork; the child joins the cgroup by writing to `cgroup_procs_fd` (when >= 0) and execs. Its
+// own function: the child never returns from it (exec_child does not return), and the caller's
+// variables are not live across the vfork.
+__attribute__((noinline)) pid_t vfork_worker(const char* path, char* const* argv, char* const* envp, int out_w,
+                                             int err_w, pid_t agent_pid, int cgroup_procs_fd,
+                                             const std::vector<unsigned long>& cpu_mask) {
+  const pid_t pid = ::vfork();
+  if (pid == 0) exec_child(path, argv, envp, out_w, err_w, agent_pid, cgroup_procs_fd, cpu_mask);
+  return pid;
+}
+
 bool is_executable_file(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
@@ -145,15 +215,39 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
     throw_errno("pipe2");
   }
   const pid_t agent_pid = ::getpid();
-  // vfork (as posix_spawn does): no page-table copy, the agent waits only until execve. All
-  // signals are blocked across it so no agent handler runs on the child's borrowed stack.
+  // vfork or clone3 with CLONE_VFORK (as posix_spawn does): no page-table copy, the agent waits
+  // only until execve. All signals are blocked across it so no agent handler runs in the child.
   sigset_t all, saved;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &saved);
-  const pid_t pid = ::vfork();
   const char* path = options.program.empty() ? cargv[0] : options.program.c_str();
-  if (pid == 0) exec_child(path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd, cpu_mask);
-  const int fork_errno = errno;
+  pid_t pid = -1;
+  int fork_errno = 0;
+  bool made = false;
+#ifdef CRUN_CLONE3_VFORK
+  if (options.cgroup_dir_fd >= 0 && !g_clone3_unsupported.load(std::memory_order_relaxed)) {
+    alignas(16) char stack[64 * 1024];  // the child's, while this frame waits for its exec
+    ChildArgs a{path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, &cpu_mask};
+    clone_args ca{};
+    ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+    ca.exit_signal = SIGCHLD;
+    ca.stack = reinterpret_cast<std::uint64_t>(stack);
+    ca.stack_size = sizeof stack;
+    ca.cgroup = static_cast<std::uint64_t>(options.cgroup_dir_fd);
+    const long r = crun_clone3_vfork(&ca, sizeof ca, child_in_cgroup, &a);
+    if (r > 0) {
+      pid = static_cast<pid_t>(r);
+      made = true;
+    } else if (r == -ENOSYS || r == -E2BIG || r == -EINVAL) {
+      g_clone3_unsupported.store(true, std::memory_order_relaxed);
+    }
+    // Any other refusal (the cgroup itself): vfork and the write below, which report it.
+  }
+#endif
+  if (!made) {
+    pid = vfork_worker(path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd, cpu_mask);
+    fork_errno = errno;
+  }
   ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
     for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
