@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
                                                 : GlooOptions::AllreduceAlgo::kAuto;
   if (const char* seg = std::getenv("CRUN_BENCH_SEGMENT_BYTES")) o.gloo.segment_bytes = std::stoull(seg);
   if (const char* d = std::getenv("CRUN_BENCH_DIRECT_MAX_BYTES")) o.gloo.direct_max_bytes = std::stoull(d);
+  if (const char* m = std::getenv("CRUN_BENCH_MESH_SCRATCH_BYTES")) o.gloo.mesh_scratch_bytes = std::stoull(m);
   auto rt = Runtime::init(o);
   ProcessGroup& pg = rt->pg();
   const int W = pg.size();
