@@ -9,12 +9,13 @@
 //     per pair of ranks, on the same address, read by the thread that runs the operation.
 //   - all_reduce path (AllreduceAlgo::kAuto, the default), chosen from measurements on this 2-core
 //     VM, Debian Gloo 0.5, loopback (docs/benchmarks.md, section worker_runtime):
-//       * (size-1) x bytes <= `direct_max_bytes` (512 KiB): one exchange of whole buffers over the
+//       * (size-1) x bytes <= `direct_max_bytes` (384 KiB): one exchange of whole buffers over the
 //         mesh (mesh_all_reduce). 4 KiB takes ~0.03-0.06 ms, against ~4 ms through Gloo 0.5,
 //         whose TCP loop thread spins on a pair lock it cannot take while the collective's
 //         thread holds it: two ranks' spinners fill both cores until the next scheduler tick.
-//         Above ~768 KiB a whole buffer no longer fits the loopback sockets' buffers and the
-//         exchange stalls: 1 MiB took 2.8 GB/s direct against 5.0 sliced (ranks pinned, 2026-11-26).
+//         From ~512 KiB the sliced path below is faster (a whole buffer no longer fits the
+//         loopback sockets' buffers): 384 KiB 3.1 GB/s direct against 2.4 sliced, 768 KiB 2.2
+//         against 3.0 (2 ranks pinned, medians of 8 interleaved; the same order unpinned).
 //       * bigger, 2 ranks: the mesh's reduce-scatter + all-gather (mesh_all_reduce_sliced: a
 //         ring's bytes, each rank reduces half): 64 MiB 1.5-1.7 GB/s against 1.2-1.3 through
 //         gloo::allreduce() in the same minutes.
@@ -62,7 +63,7 @@ struct GlooOptions {
   enum class AllreduceAlgo { kAuto, kRingChunked, kRing, kGlooAllreduce, kDirect, kSliced } allreduce = AllreduceAlgo::kAuto;
   std::size_t segment_bytes = 4u << 20;  // gloo::allreduce() segment size; 0 = Gloo's default (1 MiB)
   // kAuto: the single exchange over the mesh when (size - 1) x bytes is at most this.
-  std::size_t direct_max_bytes = 512u << 10;
+  std::size_t direct_max_bytes = 384u << 10;
   // The mesh collectives move at most this / (size - 1) bytes per peer per round (its receive
   // slots, kept for the group's life, stay about this big). Every rank must use the same value.
   // Small enough that a round's received slot is still in cache when it is reduced: 64 MiB,

@@ -204,18 +204,22 @@ def main():
         print("  %s: median %.2fx, lowest %.2fx; every run >= 0.9x: %s" %
               ("pinned" if pin else "scheduler", med(ratios), min(ratios), "yes" if min(ratios) >= 0.9 else "no"))
 
-    path_sizes = [512 << 10, 1 << 20, s64]
-    print("\ncrun all_reduce paths (GB/s, median of %d; auto must match the fastest):" % a.repeat, flush=True)
-    print("  %-15s %-15s" % ("path", "") + "".join("%10s" % human(s) for s in path_sizes))
-    for algo, seg in (("auto", None), ("sliced", None), ("direct", None), ("gloo_allreduce", "4194304"),
-                      ("ring_chunked", None), ("ring", None)):
-        env = {"CRUN_BENCH_SEGMENT_BYTES": seg} if seg else {}
-        vals = {s: [] for s in path_sizes}
-        for _ in range(a.repeat):
+    # Either side of auto's switch from one direct exchange to reduce-scatter + all-gather
+    # (384 KiB of traffic), and 64 MiB; every path once per round, rounds repeated.
+    path_sizes = [256 << 10, 768 << 10, s64]
+    paths = (("auto", None), ("sliced", None), ("direct", None), ("gloo_allreduce", "4194304"), ("ring_chunked", None),
+             ("ring", None))
+    vals = {(algo, s): [] for algo, _ in paths for s in path_sizes}
+    for _ in range(a.repeat):
+        for algo, seg in paths:
+            env = {"CRUN_BENCH_SEGMENT_BYTES": seg} if seg else {}
             for s, v in parse(run_ranks([worker, algo] + [str(s) for s in path_sizes], 2, env=env)).items():
-                vals[s].append(v[1])
-        print("  %-15s %-15s" % (algo, "segment=" + seg if seg else "") + "".join("%10.3f" % med(vals[s]) for s in path_sizes),
-              flush=True)
+                vals[(algo, s)].append(v[1])
+    print("\ncrun all_reduce paths (GB/s, median of %d interleaved; auto must match the fastest):" % a.repeat)
+    print("  %-15s %-15s" % ("path", "") + "".join("%10s" % human(s) for s in path_sizes))
+    for algo, seg in paths:
+        print("  %-15s %-15s" % (algo, "segment=" + seg if seg else "") +
+              "".join("%10.3f" % med(vals[(algo, s)]) for s in path_sizes), flush=True)
 
     print("\nreduce_scatter vs all_reduce of the same float32 input, 2 ranks (ms, median of %d):" % a.repeat)
     for size in (1 << 20, 64 << 20):
