@@ -1,8 +1,6 @@
 #include "launcher/launch_plan.h"
 
 #include "base/random_bits.h"
-
-
 #include "launcher/command_line.h"
 #include "launcher/job_environment.h"
 #include "launcher/option_values.h"

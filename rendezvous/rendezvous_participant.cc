@@ -1,7 +1,5 @@
 #include "rendezvous/rendezvous_participant.h"
 
-#include "base/random_bits.h"
-
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +8,8 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+
+#include "base/random_bits.h"
 
 namespace crun {
 

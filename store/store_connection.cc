@@ -1,7 +1,5 @@
 #include "store/store_connection.h"
 
-#include "base/random_bits.h"
-
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -14,6 +12,8 @@
 #include <cstring>
 #include <random>
 #include <thread>
+
+#include "base/random_bits.h"
 
 namespace crun {
 
