@@ -17,8 +17,8 @@
 //         loopback sockets' buffers): 384 KiB 3.1 GB/s direct against 2.4 sliced, 768 KiB 2.2
 //         against 3.0 (2 ranks pinned, medians of 8 interleaved; the same order unpinned).
 //       * bigger, 2 ranks: the mesh's reduce-scatter + all-gather (mesh_all_reduce_sliced: a
-//         ring's bytes, each rank reduces half): 64 MiB 1.5-1.7 GB/s against 1.2-1.3 through
-//         gloo::allreduce() in the same minutes.
+//         ring's bytes, each rank reduces half): 64 MiB 1.8-2.4 GB/s against 1.3-1.6 through
+//         gloo::allreduce() in the same runs (docs/benchmarks.md, issue 16's second session).
 //       * bigger, more ranks: the unbound-buffer gloo::allreduce() ring, 4 MiB segments. Gloo's
 //         AllreduceRingChunked was slower when built per call (two full-size inbox mallocs
 //         whose pages fault in, ~4 ms per MiB on this VM, plus buffer registration with both
