@@ -3,7 +3,8 @@
   /usr/bin/python3 bench/store/run.py --build build [--repeat 5]
 
 First it prints this machine's ceiling for the same traffic: a bare epoll echo server (one
-thread, like the store's event loop) with 1 and 16 blocking clients and no protocol at all.
+thread, like the store's event loop) with 1 and 16 blocking clients and no protocol at all; each
+blocking case then runs it again, interleaved with crun's runs, and prints crun over it.
 
 crun: `crun store-server` in its own process, `store_bench` clients (C++).
 torch: a TCPStore server in its own Python process, clients from Python threads (the anchor's
@@ -49,20 +50,29 @@ def main():
         ops = a.ops if clients == 1 else a.ops // 4
         runs = [ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(ops)]) for _ in range(a.repeat)]
         print(f"bare epoll echo ceiling, {clients:>2} client(s): {statistics.median(runs):>9.0f} round trips/s")
-    print(f"{'op':<5} {'clients':>7} {'pipeline':>8} {'crun ops/s':>12} {'TCPStore ops/s':>15} {'ratio':>7}")
+    # Each blocking case also runs the echo ceiling for its client count, one echo run before each
+    # crun run: "vs echo" is crun's median over that interleaved echo median (the host's load
+    # moves both alike from minute to minute here).
+    print(f"{'op':<5} {'clients':>7} {'pipeline':>8} {'crun ops/s':>12} {'TCPStore ops/s':>15} {'ratio':>7}"
+          f" {'echo':>9} {'vs echo':>8}")
     try:
         for op, clients, depth in cases:
             ops = a.ops if clients == 1 else a.ops // 4
             if depth:
                 ops = a.ops * 10
-            crun = [ops_per_s([bench_bin, "--endpoint", crun_ep, "--op", op, "--clients", str(clients),
-                               "--ops", str(ops), "--pipeline", str(depth)]) for _ in range(a.repeat)]
+            crun, echo = [], []
+            for _ in range(a.repeat):
+                if not depth:
+                    echo.append(ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(a.ops if clients == 1 else a.ops // 4)]))
+                crun.append(ops_per_s([bench_bin, "--endpoint", crun_ep, "--op", op, "--clients", str(clients),
+                                       "--ops", str(ops), "--pipeline", str(depth)]))
             torch_ops = a.ops // 4 if clients == 1 else a.ops // 16
             torch = [ops_per_s([PY, os.path.join(HERE, "tcpstore_bench.py"), "--port", torch_port, "--op", op,
                                 "--clients", str(clients), "--ops", str(torch_ops)]) for _ in range(a.repeat)]
             c, t = statistics.median(crun), statistics.median(torch)
             anchor = "(no pipelining)" if depth else ""
-            print(f"{op:<5} {clients:>7} {depth:>8} {c:>12.0f} {t:>15.0f} {c / t:>6.1f}x {anchor}", flush=True)
+            e = f"{statistics.median(echo):>9.0f} {c / statistics.median(echo):>7.2f}x" if echo else ""
+            print(f"{op:<5} {clients:>7} {depth:>8} {c:>12.0f} {t:>15.0f} {c / t:>6.1f}x {e} {anchor}", flush=True)
     finally:
         crun_srv.terminate()
         torch_srv.stdin.close()
