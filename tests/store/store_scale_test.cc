@@ -8,12 +8,12 @@
 #include <csignal>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "store/store_client.h"
+#include "tests/faults/proc_probe.h"
 #include "tests/support/child_process.h"
 
 using namespace crun;
@@ -39,15 +39,6 @@ rlim_t raise_own_limit(rlim_t want) {
   return lim.rlim_cur;
 }
 
-long vm_rss_kib(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return -1;
-}
-
 StoreEndpoint endpoint_of(ChildProcess& server) {
   REQUIRE(server.wait_for_stdout("\n", 1, 30s));
   const std::string first = server.out().substr(0, server.out().find('\n'));
@@ -64,7 +55,7 @@ TEST_CASE("crun store-server holds 10,000 connections in at most 64 MiB, each on
   REQUIRE(raise_own_limit(2 * kClients + 800) >= kClients + 400);
   ChildProcess server({CRUN_BIN, "store-server", "--host", "127.0.0.1", "--port", "0"});
   const StoreEndpoint ep = endpoint_of(server);
-  const long rss_idle = vm_rss_kib(server.pid());
+  const long rss_idle = rss_kib(server.pid());
   StoreClientOptions opt;
   opt.connect_timeout = 30s;
   opt.timeout = 30s;
@@ -77,7 +68,7 @@ TEST_CASE("crun store-server holds 10,000 connections in at most 64 MiB, each on
   for (int i = 0; i < kClients; ++i) clients[static_cast<std::size_t>(i)]->add("joined", 1);
   const auto served = std::chrono::steady_clock::now();
   CHECK(clients.front()->get("joined", 5s) == std::to_string(kClients));
-  const long rss = vm_rss_kib(server.pid());
+  const long rss = rss_kib(server.pid());
   using ms = std::chrono::milliseconds;
   std::printf("10,000 connections: connected in %lld ms, one add each in %lld ms; server RSS %ld KiB idle, %ld KiB with them\n",
               static_cast<long long>(std::chrono::duration_cast<ms>(connected - t0).count()),
