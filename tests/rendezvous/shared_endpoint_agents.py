@@ -7,13 +7,15 @@ Every agent is `crun --nnodes N --nproc-per-node 1 --rdzv-backend c10d --rdzv-en
 127.0.0.1:PORT --rdzv-id ID /bin/true`, started at once, each in its own session. The endpoint is
 this host's, so each agent infers is_host; the first to listen hosts the store and the others,
 finding the port taken, join it as clients (MultiNodeConfig::join_if_taken). Checks, within the
-bound: every agent exits 0 (none dies with "Address already in use", none waits forever), only the
-store's host prints the round's progress lines, and no process of any agent's session is left
-afterwards.
+bound: every agent exits 0 (none dies with "Address already in use", none waits forever), one
+agent hosts, it alone prints the round's progress lines, every agent says once that it hosts or
+joins, and no process of any agent's session is left afterwards. Agents are reaped as their pidfds
+become readable (no polling interval).
 """
 import argparse
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -75,12 +77,23 @@ def main():
                                                env=env, start_new_session=True))
         launched = time.monotonic() - start
         deadline = start + a.bound_s
-        while len(codes) < n and time.monotonic() < deadline:
-            pid, status = os.waitpid(-1, os.WNOHANG)  # reap whichever agent ends, in any order
-            if pid == 0:
-                time.sleep(0.05)
-                continue
-            codes[pid] = os.waitstatus_to_exitcode(status)
+        # Each agent's pidfd becomes readable when it ends: wait on them (no polling interval),
+        # reaping whichever ends, in any order, until all have or the bound has passed.
+        waiting = select.poll()
+        pidfds = {}
+        for ag in agents:
+            fd = os.pidfd_open(ag.pid)
+            pidfds[fd] = ag.pid
+            waiting.register(fd, select.POLLIN)
+        try:
+            while len(codes) < n and time.monotonic() < deadline:
+                for fd, _ in waiting.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+                    _, status = os.waitpid(pidfds[fd], 0)
+                    codes[pidfds[fd]] = os.waitstatus_to_exitcode(status)
+                    waiting.unregister(fd)
+        finally:
+            for fd in pidfds:
+                os.close(fd)
         finished = time.monotonic() - start
         sids = {ag.pid for ag in agents}
         failed = {pid: c for pid, c in codes.items() if c != 0}
@@ -97,14 +110,26 @@ def main():
                 with open(os.path.join(scratch, f"agent-{index[pid]}.log"), errors="replace") as f:
                     tail = f.read()[-600:]
                 problems.append(f"agent {index[pid]} (pid {pid}) exited {code}:\n{tail}")
-        # The round's progress is printed by the store's host alone; a joiner prints no progress line.
-        printing = 0
+        # The round's progress ("crun: round 0: J/N ...") is printed by the store's host alone (it
+        # publishes a line at the first join, so with N > 1 it prints at least one); every agent
+        # says once that it hosts or joins the rendezvous, and one of them hosts.
+        printing, hosts, said = set(), set(), []
         for i in range(n):
             with open(os.path.join(scratch, f"agent-{i}.log"), errors="replace") as f:
-                printing += any(line.startswith("crun: round 0: ") and "/" in line.split()[3]
-                                for line in f if len(line.split()) > 3)
-        if printing > 1:
-            problems.append(f"{printing} agents printed the round's progress (only the store's host should)")
+                text = f.read().splitlines()
+            if any(line.startswith("crun: round 0: ") and len(line.split()) > 3 and "/" in line.split()[3]
+                   for line in text):
+                printing.add(i)
+            if any(line.startswith("crun: hosting the rendezvous at ") for line in text):
+                hosts.add(i)
+            said.append(sum(line.startswith(("crun: hosting the rendezvous at ", "crun: joining the rendezvous at "))
+                            for line in text))
+        if len(hosts) != 1 or printing != hosts:
+            problems.append(f"agents {sorted(printing)[:10]} printed the round's progress, agents {sorted(hosts)[:10]}"
+                            " hosted: the store's host alone should print it")
+        if any(c != 1 for c in said):
+            problems.append(f"agents that did not say exactly once that they host or join: "
+                            f"{[i for i, c in enumerate(said) if c != 1][:10]}")
         if not running:
             left = sessions_left(sids)
             if left:
