@@ -568,8 +568,9 @@ TEST_CASE("several agents on one host with one endpoint and no is_host: the firs
   int hosting = 0;
   std::set<std::string> ranks;
   for (auto& p : agents) {
-    INFO(p->err());
-    REQUIRE(p->wait_exit() == 0);
+    const auto ended = p->wait_exit();
+    INFO(p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
     hosting += p->err().find("hosting the rendezvous") != std::string::npos ? 1 : 0;
     const auto at = p->out().find(" RANK=");
     if (at != std::string::npos) ranks.insert(p->out().substr(at + 6, p->out().find('\n', at) - at - 6));

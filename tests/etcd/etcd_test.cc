@@ -190,8 +190,9 @@ TEST_CASE("three hosts with an etcd member each run one job; MASTER_ADDR is node
   const auto ranks = formed(agents);
   std::string all;
   for (auto& [h, p] : agents) {
-    INFO("agent on host " << h << ":\n" << p->err());
-    REQUIRE(p->wait_exit() == 0);
+    const auto ended = p->wait_exit();
+    INFO("agent on host " << h << ":\n" << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
     CHECK_THAT(p->err(), !Catch::Contains("hosting"));  // no agent hosts anything
     CHECK(env_values(p->out(), "GROUP_RANK") == std::set<std::string>{std::to_string(ranks.at(h))});
     all += p->out();
@@ -224,8 +225,9 @@ TEST_CASE("a worker failure on any host restarts every node; node rank 0 shows t
   ::kill(worker.at(failing), SIGUSR1);
   formed(agents, 1, 1);  // everyone restarted, in a round of three
   for (auto& [h, p] : agents) {
-    INFO("agent on host " << h << ", failing host " << failing << ":\n" << p->err());
-    REQUIRE(p->wait_exit() == 0);
+    const auto ended = p->wait_exit();
+    INFO("agent on host " << h << ", failing host " << failing << ":\n" << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
   }
   const std::string s = read_file(stamps.path);
   for (int r = 0; r < 3; ++r) CHECK(count(s, "start restart=1 rank=" + std::to_string(r) + " ") == 1);
@@ -252,8 +254,9 @@ TEST_CASE("SIGKILL of node rank 0's agent and its etcd member: the two others fi
   const auto survivors = formed(agents, 1, 0);  // no restart spent (--max-restarts 0)
   std::string out;
   for (auto& [h, p] : agents) {
-    INFO("agent on host " << h << ":\n" << p->err());
-    REQUIRE(p->wait_exit() == 0);
+    const auto ended = p->wait_exit();
+    INFO("agent on host " << h << ":\n" << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
     out += p->out();
   }
   // Round 1's workers (round 0's named the dead host) point at the new node rank 0.
@@ -273,16 +276,18 @@ TEST_CASE("a partitioned host exits as store lost; the others finish as a round 
   cl.link(cut, false);
   auto& lost = *agents.at(cut);
   {
-    INFO("cut-off agent on host " << cut << ":\n" << lost.err());
-    REQUIRE(lost.wait_exit(40s) == 7);
+    const auto ended = lost.wait_exit(40s);
+    INFO("cut-off agent on host " << cut << ":\n" << lost.err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 7);
     CHECK_THAT(lost.err(), Catch::Contains("lost the rendezvous store"));
     CHECK(wait_pid_gone(worker.at(cut), 10s));
   }
   agents.erase(cut);
   formed(agents, 1, 0);
   for (auto& [h, p] : agents) {
-    INFO("agent on host " << h << ":\n" << p->err());
-    REQUIRE(p->wait_exit() == 0);
+    const auto ended = p->wait_exit();
+    INFO("agent on host " << h << ":\n" << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
   }
 }
 
@@ -296,8 +301,9 @@ TEST_CASE("a late joiner scales the job from two nodes to three without using a 
   agents[3] = &cl.crun(3, flags, worker);
   formed(agents, 1, 0);
   for (auto& [h, p] : agents) {
-    INFO("agent on host " << h << ":\n" << p->err());
-    REQUIRE(p->wait_exit() == 0);
+    const auto ended = p->wait_exit();
+    INFO("agent on host " << h << ":\n" << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
     if (h != 3) CHECK_THAT(p->err(), Catch::Contains("scaling up"));
   }
 }
@@ -321,8 +327,9 @@ TEST_CASE("one etcd member killed mid-job (the leader) changes nothing", "[etcd_
   }
   for (pid_t pid : workers) ::kill(pid, SIGUSR1);  // each worker exits 0
   for (auto& [h, p] : agents) {
-    INFO("agent on host " << h << ":\n" << p->err());
-    REQUIRE(p->wait_exit() == 0);
+    const auto ended = p->wait_exit();
+    INFO("agent on host " << h << ":\n" << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
     CHECK_THAT(p->err(), !Catch::Contains("round 1"));
   }
 }
@@ -337,8 +344,9 @@ TEST_CASE("every etcd member gone: every agent exits as store lost, naming the e
   for (auto& [h, p] : agents) workers.push_back(ready_pids(*p).front());
   etcd.kill_all();
   for (auto& [h, p] : agents) {
-    INFO("agent on host " << h << ":\n" << p->err());
-    REQUIRE(p->wait_exit(60s) == 7);
+    const auto ended = p->wait_exit(60s);
+    INFO("agent on host " << h << ":\n" << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 7);
     bool named = false;  // one line names every endpoint tried
     for (const auto& line : lines(p->err()))
       named = named || (line.find("10.77.0.1:2379") != std::string::npos && line.find("10.77.0.2:2379") != std::string::npos &&
@@ -361,8 +369,9 @@ TEST_CASE("over https with client certificates the job runs", "[tls]") {
   formed(agents);
   std::string all;
   for (auto& [h, p] : agents) {
-    INFO("agent on host " << h << ":\n" << p->err());
-    REQUIRE(p->wait_exit() == 0);
+    const auto ended = p->wait_exit();
+    INFO("agent on host " << h << ":\n" << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
     all += p->out();
     CHECK(p->out().find("libssl.so.3") != std::string::npos);  // opened for TLS (rendezvous/tls_library.h)
   }
@@ -377,8 +386,9 @@ TEST_CASE("a wrong CA, or no client certificate, is rejected in one line before 
   const std::string no_cert = kTimeouts + ",protocol=https,cacert=" + tls.ca;
   for (const auto& conf : {wrong_ca, no_cert}) {
     auto& p = cl.crun(2, etcd_v3(etcd, "1:2", 1, 0, conf), {"--print-env"});
-    INFO("--rdzv-conf " << conf << "\nagent's stderr:\n" << p.err());
-    REQUIRE(p.wait_exit(30s) == 6);
+    const auto ended = p.wait_exit(30s);
+    INFO("--rdzv-conf " << conf << "\nagent's stderr:\n" << p.err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 6);
     CHECK(one_tls_line(p.err(), "10.77.0.1:2379"));
     CHECK(p.out().empty());  // no worker ran
   }
@@ -410,8 +420,9 @@ TEST_CASE("PyTorch DDP over gloo on two hosts with an etcd-v3 rendezvous matches
   for (int h = 1; h <= 2; ++h)
     agents.push_back(&cl.crun_program(h, etcd_v3(etcd, "2", 1), python, {train}, {"GLOO_SOCKET_IFNAME=eth0"}));
   for (auto* p : agents) {
-    INFO(p->out() << p->err());
-    REQUIRE(p->wait_exit(120s) == 0);
+    const auto ended = p->wait_exit(120s);
+    INFO(p->out() << p->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
     out += p->out();
   }
   CHECK(results(out) == reference);  // the same losses and bit-identical weights

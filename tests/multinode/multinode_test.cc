@@ -37,7 +37,7 @@ void terminate_host_last(const std::vector<ChildProcess*>& host_first) {
   for (auto it = host_first.rbegin(); it != host_first.rend(); ++it) (*it)->signal(SIGTERM);
   for (auto* p : host_first) {
     const auto code = p->wait_exit();
-    INFO("exit " << (code ? std::to_string(*code) : std::string("none")) << "; stderr:\n" << p->err());
+    INFO(exit_text(code) << "; stderr:\n" << p->err());
     CHECK(code == 128 + SIGTERM);
   }
 }

@@ -158,6 +158,10 @@ int count(const std::string& text, const std::string& needle) {
   return n;
 }
 
+std::string exit_text(const std::optional<int>& code) {
+  return code ? "exit " + std::to_string(*code) : std::string("no exit (timed out)");
+}
+
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
   std::size_t start = 0;

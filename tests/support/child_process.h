@@ -72,6 +72,9 @@ class ChildProcess {
 
 // Counts occurrences of `needle` in `text`.
 int count(const std::string& text, const std::string& needle);
+// wait_exit()'s result for a failure message: "exit N" (128 + signal for a signal), or
+// "no exit (timed out)". Build such a message after the wait: Catch's INFO formats at once.
+std::string exit_text(const std::optional<int>& code);
 // Lines of `text` (without newlines).
 std::vector<std::string> lines(const std::string& text);
 // Descriptors of `pid` whose open flags lack O_CLOEXEC, with what they point to.
