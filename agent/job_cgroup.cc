@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "agent/file_text.h"
+#include "base/raw_syscall.h"
 
 namespace crun {
 namespace {
@@ -60,8 +61,8 @@ std::string first_line(const std::string& path) {
 }
 
 long now_ms() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  timespec ts{};
+  raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, raw_arg(&ts));
   return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
@@ -117,17 +118,17 @@ JobCgroup::~JobCgroup() {
 int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
   char path[4096];
   if (!join(path, sizeof(path), dir, "cgroup.events")) return ENAMETOOLONG;
-  const int events = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (events < 0) return errno;
+  const int events = raw_open(path, O_RDONLY);
+  if (events < 0) return -events;
   const long deadline = now_ms() + timeout_ms;
   bool killed = false;
   bool empty = false;
   int err = 0;
   for (;;) {
     char buf[256];
-    const ssize_t n = ::pread(events, buf, sizeof(buf) - 1, 0);
+    const long n = raw_pread(events, buf, sizeof(buf) - 1, 0);
     if (n <= 0) {
-      err = n < 0 ? errno : EIO;
+      err = n < 0 ? static_cast<int>(-n) : EIO;
       break;
     }
     buf[n] = '\0';
@@ -139,9 +140,10 @@ int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
         err = ENAMETOOLONG;
         break;
       }
-      const int kill_fd = ::open(path, O_WRONLY | O_CLOEXEC);
-      if (kill_fd < 0 || ::write(kill_fd, "1", 1) != 1) err = errno;
-      if (kill_fd >= 0) ::close(kill_fd);
+      const int kill_fd = raw_open(path, O_WRONLY);
+      const long wrote = kill_fd < 0 ? kill_fd : raw_write(kill_fd, "1", 1);
+      if (wrote != 1) err = wrote < 0 ? static_cast<int>(-wrote) : EIO;
+      if (kill_fd >= 0) raw_close(kill_fd);
       if (err != 0) break;
       continue;
     }
@@ -149,12 +151,13 @@ int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
     const long left = deadline - now_ms();
     if (left <= 0) break;
     pollfd p{events, POLLPRI, 0};
-    ::poll(&p, 1, static_cast<int>(left));
+    const timespec wait{left / 1000, (left % 1000) * 1000000L};
+    raw_syscall(SYS_ppoll, raw_arg(&p), 1, raw_arg(&wait), 0, 0);
   }
-  ::close(events);
+  raw_close(events);
   if (err != 0) return err;
   if (!empty) return EBUSY;
-  return ::rmdir(dir) == 0 ? 0 : errno;
+  return -raw_rmdir(dir);
 }
 
 }  // namespace crun

@@ -15,7 +15,8 @@
 //     the cgroup if it is still there and empty (an agent whose keeper could not start).
 //   - kill_and_remove_cgroup() kills every process in `dir` (cgroup.kill, when cgroup.events says
 //     it is populated), waits until the cgroup is empty ("populated 0", waited on with poll, at
-//     most `timeout_ms`) and removes it. It uses raw system calls only, no allocation: it runs in the forked keeper.
+//     most `timeout_ms`) and removes it. Raw system calls only (base/raw_syscall.h), no allocation:
+//     it runs in the keeper, which may share the agent's memory.
 //
 // Threading
 //   create() on the agent's thread; kill_and_remove_cgroup() is async-signal-safe.

@@ -1,21 +1,26 @@
 #include "agent/keeper.h"
 
 #include <fcntl.h>
+#include <linux/sched.h>  // struct clone_args, CLONE_PIDFD
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <string>
 #include <system_error>
 
+#include "agent/clone_on_stack.h"
 #include "agent/exit_status.h"
 #include "agent/job_cgroup.h"
 #include "agent/keeper_process.h"
+#include "base/raw_syscall.h"
 
 extern char** environ;
 
@@ -27,6 +32,59 @@ namespace crun {
 namespace {
 
 constexpr int kFinishWaitMs = 11000;  // the keeper's own clean-up is bounded by 10 s
+constexpr int kIgnoredSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+                                   SIGPIPE, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU};
+
+#ifdef CRUN_CLONE_ON_STACK
+// The keeper's own memory in the agent's address space: a guard page, its stack, its job.
+constexpr std::size_t kGuardBytes = 4096;
+constexpr std::size_t kStackBytes = 128 * 1024;  // keeper_main's deepest frames use ~30 KiB
+struct SharedKeeper {
+  KeeperJob job;
+  int pipe_in;
+};
+constexpr std::size_t kRegionBytes = kGuardBytes + kStackBytes + (sizeof(SharedKeeper) + 4095) / 4096 * 4096;
+
+bool is_ignored(int s) {
+  for (int i : kIgnoredSignals) {
+    if (i == s) return true;
+  }
+  return false;
+}
+
+// The child sharing the agent's memory (raw system calls only; all signals blocked on entry):
+// what an exec would reset, reset by hand, then the keeper.
+int keeper_child(void* p) {
+  auto* k = static_cast<SharedKeeper*>(p);
+  struct KernelSigaction {  // the kernel's struct sigaction (x86-64)
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    unsigned long mask;
+  };
+  for (int s = 1; s <= 64; ++s) {
+    if (s == SIGKILL || s == SIGSTOP) continue;
+    KernelSigaction act{};
+    act.handler = is_ignored(s) ? SIG_IGN : SIG_DFL;
+    if (act.handler == SIG_DFL) {  // the agent's handlers only: what the agent inherited ignored stays so
+      KernelSigaction old{};
+      if (raw_syscall(SYS_rt_sigaction, s, 0, raw_arg(&old), 8) != 0 || old.handler == SIG_DFL || old.handler == SIG_IGN) continue;
+    }
+    raw_syscall(SYS_rt_sigaction, s, raw_arg(&act), 0, 8);
+  }
+  const unsigned long none = 0;
+  raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, raw_arg(&none), 0, 8);
+  raw_syscall(SYS_chdir, raw_arg("/"));
+  const int null = raw_open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    raw_syscall(SYS_dup3, null, 0, 0);
+    raw_syscall(SYS_dup3, null, 1, 0);
+  }
+  if (k->pipe_in != kKeeperPipeFd) raw_syscall(SYS_dup3, k->pipe_in, kKeeperPipeFd, 0);
+  raw_syscall(SYS_close_range, kKeeperPipeFd + 1, ~0U, 0);  // its own copies of the agent's descriptors
+  keeper_main(k->job);
+}
+#endif
 
 // Runs in the vfork child (raw system calls only): the keeper's signals and descriptors, then exec.
 [[noreturn]] void exec_keeper(int pipe_in, char* const* argv, char* const* envp, volatile int* exec_errno) {
@@ -36,9 +94,7 @@ constexpr int kFinishWaitMs = 11000;  // the keeper's own clean-up is bounded by
   struct sigaction ignore;
   std::memset(&ignore, 0, sizeof(ignore));
   ignore.sa_handler = SIG_IGN;
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU}) {
-    ::sigaction(s, &ignore, nullptr);
-  }
+  for (int s : kIgnoredSignals) ::sigaction(s, &ignore, nullptr);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -66,41 +122,79 @@ std::string describe(const siginfo_t& info) {
 
 }  // namespace
 
-Keeper::Keeper(std::string cgroup_dir, std::string marker)
+Keeper::Keeper(std::string cgroup_dir, std::string marker, KeeperForm form)
     : cgroup_dir_(std::move(cgroup_dir)), marker_(std::move(marker)) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "keeper pipe");
-  static const std::string program = keeper_program();
-  std::string path = program;
-  std::string flag = kKeeperFlag;
-  char* argv[] = {path.data(), flag.data(), cgroup_dir_.data(), marker_.data(), nullptr};
-  // vfork + exec, not fork: a forked keeper would share the agent's pages copy-on-write, and
-  // every page the agent then writes would fault and be copied (docs/benchmarks.md).
-  volatile int exec_errno = 0;
-  sigset_t all, saved;
+  sigset_t all, saved;  // no agent handler may run in the child before it has reset them
   sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
-  pid_ = ::vfork();
-  if (pid_ == 0) exec_keeper(p[0], argv, environ, &exec_errno);
-  const int fork_errno = errno;
-  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  ::close(p[0]);
-  if (pid_ < 0 || exec_errno != 0) {
-    ::close(p[1]);
-    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
-    throw std::system_error(pid_ < 0 ? fork_errno : exec_errno, std::generic_category(),
-                            pid_ < 0 ? "vfork of the keeper" : "exec of the keeper " + program);
+#ifdef CRUN_CLONE_ON_STACK
+  if (form == KeeperForm::sharing_memory) {
+    void* region = ::mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (region != MAP_FAILED) {
+      char* base = static_cast<char*>(region);
+      ::mprotect(base, kGuardBytes, PROT_NONE);  // a stack overflow faults instead of writing into the agent
+      auto* k = new (base + kGuardBytes + kStackBytes) SharedKeeper;
+      k->pipe_in = p[0];
+      int pidfd = -1;
+      clone_args ca{};
+      ca.flags = CLONE_VM | CLONE_PIDFD;
+      ca.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
+      ca.exit_signal = SIGCHLD;
+      ca.stack = reinterpret_cast<std::uint64_t>(base + kGuardBytes);
+      ca.stack_size = kStackBytes;
+      long r = -ENAMETOOLONG;
+      if (make_keeper_job(k->job, cgroup_dir_.c_str(), marker_.c_str())) {
+        ::pthread_sigmask(SIG_SETMASK, &all, &saved);
+        r = clone_on_stack(&ca, sizeof ca, keeper_child, k);
+        ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+      }
+      if (r > 0) {
+        pid_ = static_cast<int>(r);
+        pidfd_ = pidfd;  // close-on-exec by definition
+        region_ = region;
+        region_bytes_ = kRegionBytes;
+      } else {
+        ::munmap(region, kRegionBytes);  // a kernel without clone3 or CLONE_PIDFD: exec below
+      }
+    }
   }
+#else
+  (void)form;
+#endif
+  if (pid_ < 0) {
+    static const std::string program = keeper_program();
+    std::string path = program;
+    std::string flag = kKeeperFlag;
+    char* argv[] = {path.data(), flag.data(), cgroup_dir_.data(), marker_.data(), nullptr};
+    // vfork + exec, not fork: a forked keeper would share the agent's pages copy-on-write, and
+    // every page the agent then writes would fault and be copied (docs/benchmarks.md).
+    volatile int exec_errno = 0;
+    ::pthread_sigmask(SIG_SETMASK, &all, &saved);
+    pid_ = ::vfork();
+    if (pid_ == 0) exec_keeper(p[0], argv, environ, &exec_errno);
+    const int fork_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+    if (pid_ < 0 || exec_errno != 0) {
+      ::close(p[0]);
+      ::close(p[1]);
+      if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+      throw std::system_error(pid_ < 0 ? fork_errno : exec_errno, std::generic_category(),
+                              pid_ < 0 ? "vfork of the keeper" : "exec of the keeper " + program);
+    }
+    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));  // close-on-exec by definition
+    if (pidfd_ < 0) {
+      const int e = errno;
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      ::close(p[0]);
+      ::close(p[1]);
+      throw std::system_error(e, std::generic_category(), "pidfd_open of the keeper");
+    }
+  }
+  ::close(p[0]);
   pipe_ = p[1];
   ::fcntl(pipe_, F_SETFL, ::fcntl(pipe_, F_GETFL) | O_NONBLOCK);  // never block the event loop
-  pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));  // close-on-exec by definition
-  if (pidfd_ < 0) {
-    const int e = errno;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    ::close(pipe_);
-    throw std::system_error(e, std::generic_category(), "pidfd_open of the keeper");
-  }
 }
 
 Keeper::~Keeper() { finish(); }
@@ -141,12 +235,18 @@ void Keeper::finish() {
     }
     clean = r > 0 && info.si_code == CLD_EXITED && info.si_status == 0;
     pid_ = -1;
+    unmap_region();
   }
   if (pidfd_ >= 0) ::close(pidfd_);
   pidfd_ = -1;
   if (pipe_ >= 0) ::close(pipe_);
   pipe_ = -1;
   if (!clean && !cgroup_dir_.empty()) kill_and_remove_cgroup(cgroup_dir_.c_str(), 1000);
+}
+
+void Keeper::unmap_region() {
+  if (region_ != nullptr) ::munmap(region_, region_bytes_);  // the keeper that ran there is reaped
+  region_ = nullptr;
 }
 
 std::string Keeper::reap_early_death() {
@@ -158,6 +258,7 @@ std::string Keeper::reap_early_death() {
     return {};
   }
   pid_ = -1;
+  unmap_region();
   if (pipe_ >= 0) ::close(pipe_);
   pipe_ = -1;
   return describe(info);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "agent/job_cgroup.h"
+#include "base/raw_syscall.h"
 
 namespace crun {
 namespace {
@@ -20,19 +21,14 @@ namespace {
 constexpr int kCleanupMs = 10000;  // how long the keeper waits for the job's processes to end
 constexpr int kMaxScans = 50;
 
-// The process groups the agent told of: fixed storage, no allocation.
-constexpr int kMaxGroups = 4096;
-int g_groups[kMaxGroups];
-int g_group_count = 0;
-
 long now_ms() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  timespec ts{};
+  raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, raw_arg(&ts));
   return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
 void say(const char* a, const char* b = "", const char* c = "") {
-  for (const char* s : {"crun-keeper: ", a, b, c, "\n"}) (void)!::write(2, s, std::strlen(s));
+  for (const char* s : {"crun-keeper: ", a, b, c, "\n"}) raw_write(2, s, std::strlen(s));
 }
 
 // True when /proc/<pid>/environ has the entry `marker` exactly.
@@ -42,17 +38,17 @@ bool environ_has(const char* pid, const char* marker, std::size_t marker_len) {
   if (n > 20) return false;
   std::memcpy(path + 6, pid, n);
   std::memcpy(path + 6 + n, "/environ", 9);
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  const int fd = raw_open(path, O_RDONLY);
   if (fd < 0) return false;
   char buf[4096];
   std::size_t matched = 0;
   bool candidate = true;  // the current entry still equals marker[0, matched)
   bool found = false;
   while (!found) {
-    const ssize_t got = ::read(fd, buf, sizeof(buf));
-    if (got < 0 && errno == EINTR) continue;
+    const long got = raw_read(fd, buf, sizeof(buf));
+    if (got == -EINTR) continue;
     if (got <= 0) break;
-    for (ssize_t i = 0; i < got && !found; ++i) {
+    for (long i = 0; i < got && !found; ++i) {
       const char c = buf[i];
       if (c == '\0') {
         found = candidate && matched == marker_len;
@@ -64,74 +60,49 @@ bool environ_has(const char* pid, const char* marker, std::size_t marker_len) {
       }
     }
   }
-  ::close(fd);
+  raw_close(fd);
   return found;
 }
 
 // SIGKILLs every process (but this one) whose environment has `marker`; returns how many.
 int kill_marked(const char* marker, std::size_t marker_len) {
-  const int dir = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir = raw_open("/proc", O_RDONLY | O_DIRECTORY);
   if (dir < 0) return 0;
-  const pid_t self = ::getpid();
+  const int self = raw_getpid();
   int killed = 0;
   alignas(dirent64) char buf[16384];
   for (;;) {
-    const ssize_t n = ::getdents64(dir, buf, sizeof(buf));
+    const long n = raw_syscall(SYS_getdents64, dir, raw_arg(buf), sizeof(buf));
     if (n <= 0) break;
-    for (ssize_t off = 0; off < n;) {
+    for (long off = 0; off < n;) {
       const auto* d = reinterpret_cast<const dirent64*>(buf + off);
       off += d->d_reclen;
-      pid_t pid = 0;
+      int pid = 0;
       const char* c = d->d_name;
       for (; *c >= '0' && *c <= '9'; ++c) pid = pid * 10 + (*c - '0');
       if (*c != '\0' || pid <= 0 || pid == self) continue;
-      if (environ_has(d->d_name, marker, marker_len) && ::kill(pid, SIGKILL) == 0) ++killed;
+      if (environ_has(d->d_name, marker, marker_len) && raw_kill(pid, SIGKILL) == 0) ++killed;
     }
   }
-  ::close(dir);
+  raw_close(dir);
   return killed;
 }
 
 // The agent is gone: kill every process of the job, then leave.
-void clean_up(bool agent_died, const char* cgroup_dir, const char* marker, std::size_t marker_len) {
-  if (cgroup_dir != nullptr) {
-    const int err = kill_and_remove_cgroup(cgroup_dir, kCleanupMs);
-    if (err != 0) say("cannot empty and remove ", cgroup_dir, err == EBUSY ? " (still populated)" : "");
+void clean_up(bool agent_died, const KeeperJob& job) {
+  if (job.cgroup_dir[0] != '\0') {
+    const int err = kill_and_remove_cgroup(job.cgroup_dir, kCleanupMs);
+    if (err != 0) say("cannot empty and remove ", job.cgroup_dir, err == EBUSY ? " (still populated)" : "");
   }
   if (!agent_died) return;  // the agent killed and reaped its workers' trees itself
   // Also with the cgroup: a process root moved out of it still has its group or the marker.
-  for (int i = 0; i < g_group_count; ++i) ::kill(-g_groups[i], SIGKILL);
+  for (int i = 0; i < job.group_count; ++i) raw_kill(-job.groups[i], SIGKILL);
+  const std::size_t marker_len = std::strlen(job.marker);
   const long deadline = now_ms() + kCleanupMs;
   for (int scan = 0; scan < kMaxScans && now_ms() < deadline; ++scan) {
-    if (kill_marked(marker, marker_len) == 0) return;
+    if (kill_marked(job.marker, marker_len) == 0) return;
   }
-  say("processes marked ", marker, " were still being killed when the keeper gave up");
-}
-
-// Reads the agent's messages until end-of-file, cleans up, exits.
-[[noreturn]] void keeper_main(const char* cgroup_dir, const char* marker) {
-  ::prctl(PR_SET_NAME, "crun-keeper");
-  bool finished = false;
-  char buf[4096];
-  std::size_t have = 0;
-  for (;;) {
-    const ssize_t n = ::read(kKeeperPipeFd, buf + have, sizeof(buf) - have);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // end of file: the agent finished or died
-    have += static_cast<std::size_t>(n);
-    std::size_t used = 0;
-    for (; have - used >= sizeof(int); used += sizeof(int)) {
-      int message;
-      std::memcpy(&message, buf + used, sizeof(int));
-      if (message == kKeeperGroupOver) g_group_count = 0;
-      else if (message == kKeeperFinish) finished = true;
-      else if (message > 0 && g_group_count < kMaxGroups) g_groups[g_group_count++] = message;
-    }
-    std::memmove(buf, buf + used, have - used);
-    have -= used;
-  }
-  clean_up(!finished, *cgroup_dir != '\0' ? cgroup_dir : nullptr, marker, std::strlen(marker));
-  ::_exit(0);
+  say("processes marked ", job.marker, " were still being killed when the keeper gave up");
 }
 
 // glibc passes argv to constructors: a program that links the agent is the keeper when asked. A
@@ -157,12 +128,48 @@ std::string keeper_program() {
   return "/proc/self/exe";
 }
 
+bool make_keeper_job(KeeperJob& job, const char* cgroup_dir, const char* marker) {
+  const std::size_t dir_len = std::strlen(cgroup_dir), marker_len = std::strlen(marker);
+  if (dir_len >= sizeof(job.cgroup_dir) || marker_len >= sizeof(job.marker)) return false;
+  std::memcpy(job.cgroup_dir, cgroup_dir, dir_len + 1);
+  std::memcpy(job.marker, marker, marker_len + 1);
+  job.group_count = 0;
+  return true;
+}
+
+void keeper_main(KeeperJob& job) {
+  raw_syscall(SYS_prctl, PR_SET_NAME, raw_arg("crun-keeper"));
+  bool finished = false;
+  char buf[4096];
+  std::size_t have = 0;
+  for (;;) {
+    const long n = raw_read(kKeeperPipeFd, buf + have, sizeof(buf) - have);
+    if (n == -EINTR) continue;
+    if (n <= 0) break;  // end of file: the agent finished or died
+    have += static_cast<std::size_t>(n);
+    std::size_t used = 0;
+    for (; have - used >= sizeof(int); used += sizeof(int)) {
+      int message;
+      std::memcpy(&message, buf + used, sizeof(int));
+      if (message == kKeeperGroupOver) job.group_count = 0;
+      else if (message == kKeeperFinish) finished = true;
+      else if (message > 0 && job.group_count < KeeperJob::kMaxGroups) job.groups[job.group_count++] = message;
+    }
+    std::memmove(buf, buf + used, have - used);
+    have -= used;
+  }
+  clean_up(!finished, job);
+  raw_exit(0);
+}
+
 int run_keeper(int argc, char** argv) {
   if (argc != 4 || std::strcmp(argv[1], kKeeperFlag) != 0) return 2;
   if (std::strncmp(argv[3], kKeeperMarkerPrefix, sizeof(kKeeperMarkerPrefix) - 1) != 0) return 2;
   struct stat st;
   if (::fstat(kKeeperPipeFd, &st) != 0 || !S_ISFIFO(st.st_mode)) return 2;
-  keeper_main(argv[2], argv[3]);
+  static KeeperJob job;  // a program of its own: this process's memory
+  if (!make_keeper_job(job, argv[2], argv[3])) return 2;
+  keeper_main(job);
 }
 
 }  // namespace crun

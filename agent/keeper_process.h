@@ -1,6 +1,11 @@
-// The keeper process (keeper.h starts it): what it does, in a program of its own.
+// The keeper process (keeper.h starts it): what it does, as a child sharing the agent's memory or
+// in a program of its own.
 //
 // Contract
+//   - keeper_main(job) is the keeper: `job` holds all it works from (the cgroup, the marker, the
+//     process groups it was told of) and lies in memory the agent never touches again; the read
+//     end of the agent's pipe is at descriptor 3. keeper.h calls it in a child that shares the
+//     agent's memory; run_keeper() in a program of its own.
 //   - `<program> --crun-keeper <cgroup dir or ""> CRUN_AGENT_ID=<id>`, with the read end of the
 //     agent's pipe at descriptor 3, is the keeper; nothing else is (a wrong marker prefix, or no
 //     pipe at 3, and run_keeper() returns 2 at once: no command line typed by hand turns it into
@@ -19,7 +24,8 @@
 //     own initialisation. keeper_program() says which; calling it links this file, hence that
 //     constructor, into the program. A command line whose first argument is --crun-keeper never
 //     reaches main(): it is the keeper, or it exits 2.
-//   - Plain system calls only, no allocation; names itself crun-keeper (PR_SET_NAME).
+//   - Raw system calls only (base/raw_syscall.h: no errno, no libc state), no allocation; names
+//     itself crun-keeper (PR_SET_NAME).
 //
 // Threading
 //   A process of its own, one thread.
@@ -35,6 +41,21 @@ inline constexpr int kKeeperPipeFd = 3;
 // Messages on the pipe besides a worker's pid.
 inline constexpr int kKeeperGroupOver = 0;
 inline constexpr int kKeeperFinish = -1;
+
+// Everything one keeper works from, in fixed storage.
+struct KeeperJob {
+  static constexpr int kMaxGroups = 4096;
+  char cgroup_dir[4096];  // "" for none
+  char marker[256];
+  int group_count;
+  int groups[kMaxGroups];
+};
+
+// Fills `job`; false when the cgroup dir or the marker does not fit.
+bool make_keeper_job(KeeperJob& job, const char* cgroup_dir, const char* marker);
+
+// Reads the agent's messages from descriptor 3 until end-of-file, cleans up, exits 0.
+[[noreturn]] void keeper_main(KeeperJob& job);
 
 // Runs the keeper when argv asks for it (never returns then); otherwise returns 2.
 int run_keeper(int argc, char** argv);

@@ -8,7 +8,7 @@
 //     descendant, generation by generation (bounded).
 //   - JobCgroup (job_cgroup.h), where cgroup v2 is usable and CRUN_NO_CGROUP is not set: every
 //     worker joins the agent's job cgroup before exec (cgroup_procs_fd()), and so does all it starts.
-//   - Keeper (keeper.h): a forked process that learns each worker's pid and, if the agent dies
+//   - Keeper (keeper.h): a process of its own that learns each worker's pid and, if the agent dies
 //     (SIGKILL included), kills the job: the whole cgroup, then the workers' process groups and
 //     every process whose environment carries CRUN_AGENT_ID=<agent_id()>.
 //   PR_SET_PDEATHSIG (worker_process.h) still ends each worker itself with the agent.

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "agent/clone_on_stack.h"
 #include "base/open_files.h"
 
 #ifndef P_PIDFD
@@ -109,45 +110,7 @@ const char* decimal(int n, char (&buf)[16]) {
   ::_exit(127);
 }
 
-// clone3 with CLONE_VM | CLONE_VFORK and a stack of the child's own: glibc has no wrapper that
-// runs a function there, so a few instructions do (x86-64). In sanitizer builds the runtime
-// would see a child on a stack it does not know: those keep vfork.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-#define CRUN_SANITIZED_SPAWN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define CRUN_SANITIZED_SPAWN 1
-#endif
-#if defined(__x86_64__) && !defined(CRUN_SANITIZED_SPAWN)
-#define CRUN_CLONE3_VFORK 1
-static_assert(SYS_clone3 == 435 && SYS_exit == 60, "x86-64 system call numbers");
-// The parent gets the child's pid or -errno; the child, on args->stack, runs fn(arg) and exits
-// with its result (fn here never returns: it execs or _exits).
-extern "C" long crun_clone3_vfork(clone_args* args, std::size_t size, int (*fn)(void*), void* arg);
-asm(".text\n"
-    ".globl crun_clone3_vfork\n"
-    ".hidden crun_clone3_vfork\n"
-    ".type crun_clone3_vfork, @function\n"
-    "crun_clone3_vfork:\n"
-    "  mov %rdx, %r8\n"  // fn and arg, in registers the system call keeps (and the child inherits)
-    "  mov %rcx, %r9\n"
-    "  mov $435, %eax\n"  // clone3
-    "  syscall\n"
-    "  test %rax, %rax\n"
-    "  jz 1f\n"
-    "  ret\n"  // the parent, once the child has exec'd or exited; or the error
-    "1:\n"
-    "  xor %ebp, %ebp\n"  // the child, on its own stack: the end of any backtrace
-    "  mov %r9, %rdi\n"
-    "  call *%r8\n"
-    "  mov %eax, %edi\n"
-    "  mov $60, %eax\n"  // exit
-    "  syscall\n"
-    "  hlt\n"
-    ".size crun_clone3_vfork, .-crun_clone3_vfork\n");
-
+#ifdef CRUN_CLONE_ON_STACK
 struct ChildArgs {
   const char* path;
   char* const* argv;
@@ -224,7 +187,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   pid_t pid = -1;
   int fork_errno = 0;
   bool made = false;
-#ifdef CRUN_CLONE3_VFORK
+#ifdef CRUN_CLONE_ON_STACK
   if (options.cgroup_dir_fd >= 0 && !g_clone3_unsupported.load(std::memory_order_relaxed)) {
     alignas(16) char stack[64 * 1024];  // the child's, while this frame waits for its exec
     ChildArgs a{path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, &cpu_mask};
@@ -234,7 +197,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
     ca.stack = reinterpret_cast<std::uint64_t>(stack);
     ca.stack_size = sizeof stack;
     ca.cgroup = static_cast<std::uint64_t>(options.cgroup_dir_fd);
-    const long r = crun_clone3_vfork(&ca, sizeof ca, child_in_cgroup, &a);
+    const long r = clone_on_stack(&ca, sizeof ca, child_in_cgroup, &a);
     if (r > 0) {
       pid = static_cast<pid_t>(r);
       made = true;

@@ -11,11 +11,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
 #include <map>
 #include <optional>
 #include <set>
 
-#include "agent/orphans.h"
+#include "agent/clone_on_stack.h"
+#include "agent/keeper.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -156,23 +160,80 @@ TEST_CASE("the event loop's, the signal set's, timers' and workers' descriptors 
   signals.cancel();
 }
 
+std::string proc_text(int pid, const char* file) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The hexadecimal mask after `field` in /proc/<pid>/status ("SigCgt:\t0000000000000000").
+unsigned long long status_mask(int pid, const std::string& field) {
+  const std::string status = proc_text(pid, "status");
+  const auto at = status.find(field + ":");
+  if (at == std::string::npos) return ~0ull;
+  return std::stoull(status.substr(at + field.size() + 1), nullptr, 16);
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds bound) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline) return pred();
+    std::this_thread::yield();
+  }
+  return true;
+}
+
 TEST_CASE("a program that links the agent is its own keeper when crun-keeper is not beside it", "[worker_group]") {
   // This test binary has no crun-keeper beside it: the keeper is /proc/self/exe --crun-keeper.
-  boost::asio::io_context io;
   int keeper = 0;
   {
-    WorkerContainment containment(io);
-    // Its only child so far; its executable is set before vfork returns (its command line later).
-    const std::vector<int> children = own_children();
-    REQUIRE(children.size() == 1);
-    keeper = children.front();
+    Keeper k("", "CRUN_AGENT_ID=own-program-test", KeeperForm::own_program);
+    keeper = k.pid();
     std::error_code ec;
     CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/exe", ec) ==
           std::filesystem::read_symlink("/proc/self/exe", ec));
-    containment.finish();
+    // Its command line is set once exec is done, a moment after vfork returned.
+    CHECK(eventually([&] { return proc_text(keeper, "cmdline").find(std::string("\0--crun-keeper\0", 15)) != std::string::npos; }, 5s));
+    k.finish();
   }
   CHECK(crun::test::wait_pid_gone(keeper, 1s));  // reaped by finish()
 }
+
+#ifdef CRUN_CLONE_ON_STACK
+TEST_CASE("the keeper shares the agent's memory and nothing else", "[worker_group]") {
+  int keeper = 0;
+  {
+    // A cgroup dir that is not there: the keeper's clean-up fails (and says so on stderr).
+    Keeper k("/nonexistent/crun-keeper-test", "CRUN_AGENT_ID=sharing-test");
+    keeper = k.pid();
+    REQUIRE(keeper > 0);
+    CHECK(proc_text(keeper, "cmdline") == proc_text(::getpid(), "cmdline"));  // the agent's memory: no exec
+    CHECK(eventually([&] { return proc_text(keeper, "comm") == "crun-keeper\n"; }, 5s));
+    // What an exec would have reset: no handler of the agent's, nothing blocked, the terminal's and
+    // a scheduler's signals ignored; descriptors 0-2 and the pipe only; the current directory /.
+    CHECK(status_mask(keeper, "SigCgt") == 0);
+    CHECK(status_mask(keeper, "SigBlk") == 0);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
+      INFO("signal " << s);
+      CHECK((status_mask(keeper, "SigIgn") >> (s - 1) & 1) == 1);
+    }
+    std::set<std::string> fds;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(keeper) + "/fd")) {
+      fds.insert(e.path().filename().string());
+    }
+    CHECK(fds == std::set<std::string>{"0", "1", "2", "3"});
+    std::error_code ec;
+    CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/fd/0", ec) == "/dev/null");
+    CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/fd/3", ec).string().rfind("pipe:", 0) == 0);
+    CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/cwd", ec) == "/");
+    // Its system calls fail (the missing cgroup) while this thread waits for it in finish(): they
+    // must not write this thread's errno, which a libc wrapper in the child would.
+    errno = 12345;
+    k.finish();
+    CHECK(errno == 12345);
+  }
+  CHECK(crun::test::wait_pid_gone(keeper, 1s));
+}
+#endif
 
 TEST_CASE("--crun-keeper without an agent's pipe and marker never reaches main()", "[worker_group]") {
   std::error_code ec;

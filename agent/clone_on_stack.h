@@ -1,0 +1,41 @@
+// clone3 with a child that runs a function on a stack the caller provides.
+//
+// Contract
+//   - CRUN_CLONE_ON_STACK is defined where clone_on_stack() exists: x86-64, and not in a sanitizer
+//     build (the sanitizer runtimes would meet code running on a stack they do not know). Elsewhere
+//     the callers keep their fallbacks (vfork, fork + exec).
+//   - clone_on_stack(args, size, fn, arg) makes clone3(args, size); the child starts on
+//     args->stack (args->stack_size bytes), runs fn(arg) and exits with its result. The parent
+//     gets the child's pid, or -errno. glibc has no wrapper that runs a function on the child's
+//     stack with clone3, so a few instructions do.
+//   - The child shares the caller's memory when args->flags has CLONE_VM: it must then make only
+//     raw system calls (base/raw_syscall.h), and run with all signals blocked until it has reset
+//     the handlers it inherited (the caller blocks them around the call).
+//
+// Threading
+//   Any thread.
+#pragma once
+
+#include <cstddef>
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define CRUN_SANITIZER_BUILD 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CRUN_SANITIZER_BUILD 1
+#endif
+#if defined(__x86_64__) && !defined(CRUN_SANITIZER_BUILD)
+#define CRUN_CLONE_ON_STACK 1
+#endif
+
+struct clone_args;
+
+namespace crun {
+
+#ifdef CRUN_CLONE_ON_STACK
+long clone_on_stack(clone_args* args, std::size_t size, int (*fn)(void*), void* arg);
+#endif
+
+}  // namespace crun
