@@ -319,12 +319,14 @@ void StoreServer::Impl::open() {
   acceptor.assign(ep.protocol(), fd);
   acceptor.set_option(asio::socket_base::reuse_address(true));
   acceptor.bind(ep, ec);
+  // listen() fails with EADDRINUSE too: two sockets with SO_REUSEADDR bind one port while neither
+  // listens (several agents on one endpoint, started at once), and the second to listen loses.
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     const std::string what = "store server: cannot listen on " + opt.host + ":" + std::to_string(opt.port) + ": " + ec.message();
     if (ec == asio::error::address_in_use) throw StoreAddressInUse(what);
     throw StoreError(what);
   }
-  acceptor.listen(asio::socket_base::max_listen_connections);
   // One descriptor per connection: the soft open-files limit goes up as far as the hard limit
   // lets it (workers get the old one back, agent/worker_process.cc); short of max_connections,
   // one line says how many fit.
