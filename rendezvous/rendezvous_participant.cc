@@ -145,6 +145,7 @@ struct RendezvousParticipant::Impl {
   std::mutex job_mu;
   std::vector<std::string> job_status;  // guarded by job_mu
   std::atomic<bool> lost_reported{false};
+  bool announced = true;  // guarded by store_mu: the alive key was just written (the constructor)
 };
 
 RendezvousParticipant::RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
@@ -166,8 +167,10 @@ RoundAnswer RendezvousParticipant::join(std::uint16_t free_port) {
   ++m.self.seq;
   m.self.free_port = free_port;
   // Alive again first: after an eviction (no heartbeat in time) the coordinator deleted our
-  // ephemeral key, and it counts heartbeats only from nodes that are alive.
-  m.store.set_ephemeral(m.keys.alive(m.self.node_id), m.self.hostname);
+  // ephemeral key, and it counts heartbeats only from nodes that are alive. The first join
+  // follows the constructor's announcement at once: one request fewer per agent.
+  if (!m.announced) m.store.set_ephemeral(m.keys.alive(m.self.node_id), m.self.hostname);
+  m.announced = false;
   m.store.set(m.keys.join(m.self.node_id), m.self.to_json());
   try {
     return RoundAnswer::from_json(m.store.get(m.keys.answer(m.self.node_id, m.self.seq), m.cfg.join_timeout));
