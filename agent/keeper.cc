@@ -40,6 +40,10 @@ constexpr int kIgnoredSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SI
 constexpr std::size_t kGuardBytes = 4096;
 constexpr std::size_t kStackBytes = 128 * 1024;  // keeper_main's deepest frames use ~30 KiB
 struct SharedKeeper {
+  // Its own thread pointer: a copy of the head of the creating thread's TCB (self pointers, the
+  // stack protector's canary at %fs:0x28), so that nothing it runs reads the TCB of an agent
+  // thread, which may end before it. It uses no thread-local variable of libc's.
+  alignas(64) unsigned char tcb[64];
   KeeperJob job;
   int pipe_in;
 };
@@ -136,9 +140,16 @@ Keeper::Keeper(std::string cgroup_dir, std::string marker, KeeperForm form)
       ::mprotect(base, kGuardBytes, PROT_NONE);  // a stack overflow faults instead of writing into the agent
       auto* k = new (base + kGuardBytes + kStackBytes) SharedKeeper;
       k->pipe_in = p[0];
+      unsigned char* tp;
+      asm("mov %%fs:0, %0" : "=r"(tp));  // the thread pointer (x86-64: the TCB points at itself)
+      std::memcpy(k->tcb, tp, sizeof k->tcb);
+      void* self = k->tcb;
+      std::memcpy(k->tcb, &self, sizeof self);        // tcb->tcb
+      std::memcpy(k->tcb + 16, &self, sizeof self);   // tcb->self
       int pidfd = -1;
       clone_args ca{};
-      ca.flags = CLONE_VM | CLONE_PIDFD;
+      ca.flags = CLONE_VM | CLONE_PIDFD | CLONE_SETTLS;
+      ca.tls = reinterpret_cast<std::uint64_t>(k->tcb);
       ca.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
       ca.exit_signal = SIGCHLD;
       ca.stack = reinterpret_cast<std::uint64_t>(base + kGuardBytes);

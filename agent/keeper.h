@@ -8,7 +8,11 @@
 //     an exec would (the agent's signal handlers, its descriptors) and makes raw system calls
 //     only (base/raw_syscall.h: the agent's errno and thread state are not its to touch). Such a
 //     keeper costs ~0.6 ms less CPU per agent start than an exec'd one (docs/benchmarks.md). It
-//     lives on if the agent is SIGKILLed: the memory stays until it exits. Otherwise, or with
+//     lives on if the agent is SIGKILLed or crashes (the memory stays until it exits; since Linux
+//     5.16 a core dump stops only the agent's own threads). One death it does not outlive: the
+//     OOM killer ends every process of the memory it chose, so an agent chosen over its (far
+//     larger) workers takes this keeper along; the workers' PR_SET_PDEATHSIG still ends them.
+//     Otherwise, or with
 //     KeeperForm::own_program, or if clone3 is refused: vfork, then exec of crun-keeper beside
 //     this program's executable, else of this program itself (/proc/self/exe), as
 //     `--crun-keeper <cgroup dir or ""> <marker>`. Never a plain fork: the agent would then pay a

@@ -18,7 +18,8 @@ each other instead (the first is the anchor): launch and recovery, the variants'
 With --startup it measures only what issue 16 asks of an agent's start: `crun --standalone
 --nproc-per-node 2 /bin/true` against its floor, `/bin/true` three times in a row (the agent and
 its two workers as bare processes), interleaved, with the ratio (goal: at most 2x); back to back,
-then each run after 50 ms of idleness (as a job started by hand).
+then each run after 50 ms of idleness (as a job started by hand). --startup-also LABEL=CRUN
+(repeatable) times another build of crun in the same interleaving (a before/after).
 
 With --scrape-port P a scraper (Prometheus' way: GET /metrics, a fresh connection each time) hits
 http://127.0.0.1:P/metrics every --scrape-interval seconds for the whole comparison; a variant
@@ -122,12 +123,13 @@ class Scraper:
         return f"# scraper: {self.answered} scrapes answered, {self.refused} refused (no agent up at that moment)"
 
 
-def startup(crun, runs, idle_runs):
+def startup(crun, runs, idle_runs, others=()):
     """crun --standalone --nproc-per-node 2 /bin/true against /bin/true three times, interleaved:
     back to back, then each after 50 ms of idleness (a job started by hand, not in a loop: the
     kernel's state that back-to-back runs keep warm, such as an RCU grace period just passed,
-    has gone cold)."""
+    has gone cold). `others` ((label, crun), --startup-also): other builds, interleaved too."""
     job = [crun, "--standalone", "--nproc-per-node", "2", "/bin/true"]
+    other_jobs = [(label, [path, *job[1:]]) for label, path in others]
 
     def floor():
         t0 = time.perf_counter()
@@ -139,17 +141,24 @@ def startup(crun, runs, idle_runs):
     floor()
     for label, n, gap in (("back to back", runs, 0.0), ("after 50 ms idle", idle_runs, 0.05)):
         ours, theirs = [], []
+        others_times = {name: [] for name, _ in other_jobs}
         for _ in range(n):
             time.sleep(gap)
             ours.append(wall(job))
             time.sleep(gap)
             theirs.append(floor())
+            for name, other in other_jobs:
+                time.sleep(gap)
+                others_times[name].append(wall(other))
         a, b = statistics.median(ours), statistics.median(theirs)
         print(f"# agent start-up, {label}, median of {n} interleaved runs, {os.cpu_count()} cores,"
               f" load average {os.getloadavg()[0]:.2f}")
         print(f"{'crun --standalone --nproc-per-node 2 /bin/true':48} {fmt_s(a)}")
         print(f"{'floor: /bin/true three times in a row':48} {fmt_s(b)}")
         print(f"{'ratio (goal <= 2x)':48} {a / b:9.2f}x")
+        for name, times in others_times.items():
+            o = statistics.median(times)
+            print(f"{'the same, ' + name:48} {fmt_s(o)} {o / b:9.2f}x the floor")
 
 
 def compare_variants(variants, worker, runs):
@@ -186,12 +195,14 @@ def main():
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=CRUN[,KEY=VALUE...]",
                     help="compare crun builds or settings with each other instead of with torchrun")
     ap.add_argument("--startup", action="store_true", help="only the agent's start-up against its floor")
+    ap.add_argument("--startup-also", action="append", default=[], metavar="LABEL=CRUN",
+                    help="with --startup: another crun build, interleaved with the rest")
     ap.add_argument("--scrape-port", type=int, help="with --variant: scrape http://127.0.0.1:PORT/metrics meanwhile")
     ap.add_argument("--scrape-interval", type=float, default=0.1, help="seconds between scrapes (default 0.1)")
     a = ap.parse_args()
     crun_runs = 3 * a.runs  # crun's runs are short; more of them steady the median on a busy box
     if a.startup:
-        startup(a.crun, 10 * a.runs, 3 * a.runs)
+        startup(a.crun, 10 * a.runs, 3 * a.runs, [tuple(v.split("=", 1)) for v in a.startup_also])
         return
     if a.variant:
         scraper = Scraper(a.scrape_port, a.scrape_interval) if a.scrape_port else None

@@ -4,6 +4,7 @@
     /usr/bin/python3 bench/rendezvous/run.py [--build build] [--runs 5] [--big-runs 3]
         [--torch-runs 5] [--crun-scale 64,256,1024] [--torch-scale 8,16,32] [--skip-netns]
     /usr/bin/python3 bench/rendezvous/run.py --shared-endpoint 1024 [--runs 5]   (issue 16's figure)
+        [--shared-also LABEL=CRUN ...]   (another crun build in the same interleaving)
 
 1. Rendezvous scale on loopback: N agents (`--nnodes N --nproc-per-node 1 --rdzv-backend c10d
    --rdzv-endpoint 127.0.0.1:PORT`, exactly one with `--rdzv-conf is_host=1`, the others
@@ -129,11 +130,11 @@ def scale_once(launcher, n, worker, timeout, tag):
     return (t_start - t0) / 1e6, (exited - t0) / 1e6, (launched - t0) / 1e6, (t_first - t0) / 1e6
 
 
-def shared_once(n, tag):
+def shared_once(n, tag, crun=None):
     """Issue 16's figure: N agents on one shared endpoint, no is_host (each infers it; the first
     to listen hosts), nproc 1, /bin/true; ms from the first launch to the last agent reaped."""
     d = tempfile.mkdtemp(prefix="rdzvbench-")
-    cmd = [CRUN, "--nnodes", str(n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+    cmd = [crun or CRUN, "--nnodes", str(n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
            "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", tag, "/bin/true"]
     try:
         out = subprocess.run([SPAWN, str(n), "120", os.path.join(d, "pids"), os.path.join(d, "log"), "--", *cmd],
@@ -147,17 +148,25 @@ def shared_once(n, tag):
     return (int(f[5]) - int(f[1])) / 1e6
 
 
-def shared_endpoint_bench(n, runs):
+def shared_endpoint_bench(n, runs, others=()):
     """Interleaved: the process floor (N x `timeout 60 /bin/true`, each forked, exec'd and reaped by
-    rdzv_spawn) and N crun agents on one shared endpoint; medians and their ratio (goal <= 1.5x)."""
+    rdzv_spawn) and N crun agents on one shared endpoint; medians and their ratio (goal <= 1.5x).
+    `others` ((label, crun), --shared-also): other crun builds, in the same interleaving."""
     floor, ours = [], []
+    theirs = {label: [] for label, _ in others}
     for r in range(runs):
         floor.append(baseline(n, ["/usr/bin/timeout", "60", "/bin/true"])[0])
         ours.append(shared_once(n, f"se{n}r{r}"))
-        print(f"  run {r}: floor {floor[-1]:7.0f} ms, crun {ours[-1]:7.0f} ms (load {loadavg()})", flush=True)
+        for label, crun in others:
+            theirs[label].append(shared_once(n, f"se{n}r{r}{label}", crun))
+        extra = "".join(f", {label} {t[-1]:7.0f} ms" for label, t in theirs.items())
+        print(f"  run {r}: floor {floor[-1]:7.0f} ms, crun {ours[-1]:7.0f} ms{extra} (load {loadavg()})", flush=True)
     f, c = statistics.median(floor), statistics.median(ours)
     print(f"{n} x timeout 60 /bin/true (the floor){'':8} {f:8.0f} ms")
     print(f"{n} crun agents, shared endpoint, /bin/true{'':2} {c:8.0f} ms   {c / f:.2f}x the floor (goal <= 1.5x)")
+    for label, t in theirs.items():
+        o = statistics.median(t)
+        print(f"{'the same, ' + label:43} {o:8.0f} ms   {o / f:.2f}x the floor")
 
 
 CPU = [0.0]  # CPU seconds (user + sys) of the last scale run's processes, agents and workers
@@ -302,6 +311,8 @@ def main():
     ap.add_argument("--skip-netns", action="store_true")
     ap.add_argument("--shared-endpoint", type=int, metavar="N",
                     help="only issue 16's figure: N agents on one shared endpoint against the process floor")
+    ap.add_argument("--shared-also", action="append", default=[], metavar="LABEL=CRUN",
+                    help="with --shared-endpoint: another crun build, interleaved with the rest")
     ap.add_argument("--torch-monitor-interval", default="0.1",
                     help="extra torchrun row with this --monitor_interval in the restart benchmark ('' for none)")
     a = ap.parse_args()
@@ -315,7 +326,7 @@ def main():
     if a.shared_endpoint:
         print(f"# {a.shared_endpoint} agents on one endpoint vs the process floor, {os.cpu_count()} cores, "
               f"load average {loadavg()}, median of {a.runs}", flush=True)
-        shared_endpoint_bench(a.shared_endpoint, a.runs)
+        shared_endpoint_bench(a.shared_endpoint, a.runs, [tuple(v.split("=", 1)) for v in a.shared_also])
         return
     print(f"# crun vs torchrun (torch 1.13) c10d rendezvous, {os.cpu_count()} cores, "
           f"load average {loadavg()}, RLIMIT_NOFILE {hard}", flush=True)

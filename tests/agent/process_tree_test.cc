@@ -3,6 +3,7 @@
 // group is stopped after a failure and when the agent itself is SIGKILLed; with the job's cgroup v2
 // and with the fallback (CRUN_NO_CGROUP=1: process groups and the CRUN_AGENT_ID marker).
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -175,6 +176,20 @@ TEST_CASE("orphans re-parented to the agent are reaped; the workers' own exit co
       CHECK(count(p.err(), "exit code 42") == 1);
     }
   }
+}
+
+TEST_CASE("a crashing agent's keeper ends its job", "[tree]") {
+  // A core-dumping signal stops every thread of the agent; the keeper, which may share the agent's
+  // memory, is a process of its own and lives on (Linux 5.16 and later) to end the job.
+  rlimit core{};
+  ::getrlimit(RLIMIT_CORE, &core);
+  core.rlim_cur = 0;
+  ::setrlimit(RLIMIT_CORE, &core);  // no core file left behind (inherited by crun)
+  ChildProcess crashed(crun_cmd({"--nproc-per-node", "2"}, kTreeWorker));
+  const Tree gone = start_tree(crashed, true);
+  crashed.signal(SIGSEGV);
+  REQUIRE(crashed.wait_exit() == 128 + SIGSEGV);
+  check_gone(gone, true);
 }
 
 TEST_CASE("a SIGKILLed agent's keeper ends its own job only", "[tree]") {
