@@ -44,13 +44,20 @@ struct Worker {
 
 }  // namespace
 
+constexpr std::size_t kReadBytes = 65536;  // one read of a worker's output
+
 struct WorkerGroup::Impl {
+  Impl(asio::io_context& context, int restarts, ExitHandler exit_handler, WorkerContainment* worker_containment)
+      : io(context), restart_count(restarts), on_exit(std::move(exit_handler)), containment(worker_containment) {}
+
   asio::io_context& io;
   int restart_count;
   ExitHandler on_exit;
   WorkerContainment* containment;
   std::vector<std::shared_ptr<Worker>> workers;
-  std::array<char, 65536> buffer{};
+  // Uninitialised: only the bytes a read() writes are touched (zeroed, and copied from a
+  // temporary Impl, it cost 32 page faults per group).
+  std::unique_ptr<char[]> buffer = std::make_unique_for_overwrite<char[]>(kReadBytes);
   int running = 0;
   bool over = false;  // the rest of the workers' trees was killed
 
@@ -65,9 +72,9 @@ struct WorkerGroup::Impl {
   // Reads what is available now; closes the stream at EOF. Returns false at EOF/error.
   bool drain(Stream& s, int max_reads) {
     for (int i = 0; s.open && (max_reads < 0 || i < max_reads); ++i) {
-      const ssize_t n = ::read(s.pipe.native_handle(), buffer.data(), buffer.size());
+      const ssize_t n = ::read(s.pipe.native_handle(), buffer.get(), kReadBytes);
       if (n > 0) {
-        s.router.feed(buffer.data(), static_cast<std::size_t>(n));
+        s.router.feed(buffer.get(), static_cast<std::size_t>(n));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -174,7 +181,7 @@ struct WorkerGroup::Impl {
 };
 
 WorkerGroup::WorkerGroup(asio::io_context& io, int restart_count, ExitHandler on_exit, WorkerContainment* containment)
-    : impl_(std::make_unique<Impl>(Impl{io, restart_count, std::move(on_exit), containment, {}, {}, 0, false})) {}
+    : impl_(std::make_unique<Impl>(io, restart_count, std::move(on_exit), containment)) {}
 
 WorkerGroup::~WorkerGroup() { impl_->shutdown(); }
 

@@ -165,6 +165,7 @@ TcpStore::~TcpStore() = default;
 
 const StoreEndpoint& TcpStore::endpoint() const { return impl_->endpoint; }
 std::string TcpStore::local_address() const { return impl_->conn.local_address(); }
+std::size_t TcpStore::receive_buffer_bytes() const { return impl_->conn.buffer_bytes(); }
 void TcpStore::interrupt() { impl_->conn.interrupt(); }
 
 void TcpStore::set(std::string_view key, std::string_view value) {

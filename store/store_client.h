@@ -73,6 +73,8 @@ class TcpStore final : public Store {
   const StoreEndpoint& endpoint() const;
   // The local IP address this client's connection uses (the interface that reaches the store).
   std::string local_address() const;
+  // Bytes its connection holds for replies: they grow with the replies received.
+  std::size_t receive_buffer_bytes() const;
   // From another thread: makes a call blocked on this connection fail at once (the client is
   // broken afterwards). The one thread-safe member.
   void interrupt();

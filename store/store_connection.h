@@ -9,6 +9,7 @@
 //   - send()/receive() honour a deadline (StoreTimeout) and raise StoreConnectionError on a lost
 //     connection. receive() returns one reply frame; its payload stays valid until the next call.
 //   - interrupt() may be called from another thread to make a blocked receive() fail promptly.
+//   - Its reply buffer grows with the bytes received (one page, doubling), never ahead of them.
 //
 // Threading
 //   One thread at a time, except interrupt().
@@ -47,8 +48,11 @@ class StoreConnection {
   const std::string& name() const { return name_; }
   // The local IP address of this connection (the interface that reaches the server).
   std::string local_address() const;
+  // Bytes held for replies: one page at first, doubling as bigger replies arrive.
+  std::size_t buffer_bytes() const { return buf_.size(); }
 
  private:
+  static constexpr std::size_t kMinFreeBytes = 4096;  // room offered to each recv()
   void fill(Clock::time_point deadline);
   void bound_receive(Clock::time_point deadline);
   int fd_ = -1;

@@ -381,6 +381,21 @@ TEST_CASE("memory grows with bytes received, not with a declared frame size", "[
   CHECK(c->get("health", 1s) == "ok");
 }
 
+// A client's side of the same rule: its reply buffer was 64 KiB, zero-filled, from the first
+// reply on (16 page faults per connection; an agent has three).
+TEST_CASE("a client's reply buffer grows with the replies it receives", "[robustness][limits]") {
+  ServerFixture f;
+  auto c = f.client();
+  c->set("small", "v");
+  CHECK(c->get("small", 1s) == "v");
+  CHECK(c->receive_buffer_bytes() <= 8192);
+  const std::string big(1 << 20, 'b');
+  c->set("big", big);
+  CHECK(c->get("big", 1s) == big);
+  CHECK(c->receive_buffer_bytes() >= big.size());
+  CHECK(c->receive_buffer_bytes() <= 2 * big.size() + 8192);
+}
+
 // Defect: the store's listening and accepted sockets were inherited by every program the process
 // exec'd (the agent's workers), which kept the rendezvous port and connections open.
 TEST_CASE("a program exec'd while the store serves inherits none of its sockets", "[robustness][cloexec][defect]") {
