@@ -83,24 +83,33 @@ std::string local_address_of(const std::string& host) {
 
 bool is_local_host(const std::string& host) { return !local_address_of(host).empty(); }
 
-std::uint16_t pick_free_port(const std::string& addr) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  int family = AF_INET;
+namespace {
+
+// `addr` (an IP literal; a host name stands for the wildcard address) and `port` as a socket
+// address; returns its family.
+int socket_address(const std::string& addr, std::uint16_t port, sockaddr_storage& ss, socklen_t& len) {
+  ss = {};
   auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (::inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) == 1) {
-    v4->sin_family = AF_INET;
-    len = sizeof(sockaddr_in);
-  } else if (::inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
-    family = AF_INET6;
+  if (::inet_pton(AF_INET6, addr.c_str(), &v6->sin6_addr) == 1) {
     v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(port);
     len = sizeof(sockaddr_in6);
-  } else {  // a host name: any local address will do for finding a free port
-    v4->sin_family = AF_INET;
-    v4->sin_addr.s_addr = htonl(INADDR_ANY);
-    len = sizeof(sockaddr_in);
+    return AF_INET6;
   }
+  if (::inet_pton(AF_INET, addr.c_str(), &v4->sin_addr) != 1) v4->sin_addr.s_addr = htonl(INADDR_ANY);
+  v4->sin_family = AF_INET;
+  v4->sin_port = htons(port);
+  len = sizeof(sockaddr_in);
+  return AF_INET;
+}
+
+}  // namespace
+
+std::uint16_t pick_free_port(const std::string& addr) {
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  const int family = socket_address(addr, 0, ss, len);
   const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "socket");
   if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
@@ -110,7 +119,21 @@ std::uint16_t pick_free_port(const std::string& addr) {
     throw std::system_error(e, std::generic_category(), "bind " + addr + ":0");
   }
   ::close(fd);
-  return ntohs(family == AF_INET ? v4->sin_port : v6->sin6_port);
+  return ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                 : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+bool port_taken(const std::string& addr, std::uint16_t port) {
+  if (port == 0) return false;
+  sockaddr_storage ss;
+  socklen_t len = 0;
+  const int fd = ::socket(socket_address(addr, port, ss, len), SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as a store server binds
+  const bool taken = ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return taken;
 }
 
 }  // namespace crun

@@ -37,6 +37,12 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
       so.port = config.multi.endpoint.port;
       so.token = config.multi.token;
+      // Several agents on one endpoint, each inferring it hosts: all but the first find the port
+      // taken. A bare bind says so without building a server (its loop, its exception).
+      if (config.multi.join_if_taken && port_taken(so.host, so.port)) {
+        host = false;
+        return;
+      }
       try {
         server = std::make_unique<StoreServer>(so);  // listens
         server->start();
