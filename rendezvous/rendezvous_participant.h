@@ -1,9 +1,11 @@
 // RendezvousParticipant: one agent's side of the c10d-style rendezvous.
 //
 // Contract
-//   - The constructor connects to the store (retrying until join_timeout), announces this node as
-//     alive (an ephemeral key: it disappears the moment this process or its connection dies),
-//     starts heartbeats every keep_alive_interval, and watches the coordinator's control keys.
+//   - The constructor connects to the store (retrying until join_timeout), watches the
+//     coordinator's control keys, announces this node as alive (an ephemeral key: it disappears
+//     the moment this process or its connection dies) and starts heartbeats every
+//     keep_alive_interval. All of it on one connection (store/store_channel.h), whose reader
+//     thread delivers the watch's events; a second thread sends the heartbeats.
 //   - join() publishes this node's record and blocks until the coordinator answers: a round
 //     (rank, node count, master address, restart count), or an error (configuration mismatch,
 //     rendezvous closed). It throws RendezvousTimeout after join_timeout and StoreError when the
@@ -19,8 +21,9 @@
 //     callback runs on an internal thread: post to your event loop, do not block.
 //
 // Threading
-//   join() and report() may be called from any thread, one call at a time (they share one
-//   connection under a mutex). Destruction stops heartbeats and watches; it must not happen on a
+//   join() and report() may be called from any thread, one call at a time (under a mutex).
+//   abort() from any thread: join() and report() fail at once then and from then on; heartbeats
+//   and the watch go on. Destruction stops heartbeats and the watch; it must not happen on a
 //   callback thread.
 #pragma once
 
@@ -62,7 +65,8 @@ class RendezvousParticipant {
   void report(int round, const RoundOutcome& outcome);
   void publish_status(std::string status_json, bool gather);
   std::vector<std::string> job_status() const;
-  // From another thread: a join() blocked on the coordinator's answer fails at once.
+  // From another thread: a join() blocked on the coordinator's answer fails at once, and so does
+  // every later join() or report().
   void abort();
 
   const NodeRecord& self() const;

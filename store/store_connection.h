@@ -12,7 +12,8 @@
 //   - Its reply buffer grows with the bytes received (one page, doubling), never ahead of them.
 //
 // Threading
-//   One thread at a time, except interrupt().
+//   One thread at a time, except interrupt(), and send() beside one receive() (StoreChannel: its
+//   reader thread receives while callers send, one frame at a time under its own lock).
 #pragma once
 
 #include <chrono>
