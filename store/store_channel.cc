@@ -26,7 +26,7 @@ struct StoreChannel::Impl {
   std::mutex mu;       // the rest
   std::condition_variable cv;
   std::map<std::uint32_t, Waiting*> waiting;                                  // guarded by mu
-  std::map<std::uint32_t, std::function<void(const StoreEvent&)>> watches;   // guarded by mu; never erased once live
+  std::map<std::uint32_t, std::function<void(const StoreEvent&)>> watches;   // guarded by mu; never erased
   std::uint32_t next_id = 1;                                                  // guarded by mu
   std::string broken;                                                         // guarded by mu: why it is unusable
   std::atomic<bool> closing{false};
@@ -97,10 +97,9 @@ struct StoreChannel::Impl {
       waiting[id] = &w;
       if (on_event != nullptr) watches[id] = std::move(*on_event);  // before any notification can come
     }
-    auto forget = [&] {
-      waiting.erase(id);
-      if (on_event != nullptr) watches.erase(id);  // a watch that never went live
-    };
+    // A watch's handler stays even when its request fails: the server may have registered it, and
+    // the reader may be calling it (it lives as long as the channel, like what it captures).
+    auto forget = [&] { waiting.erase(id); };
     std::string out;
     wire::Writer writer(out);
     const std::size_t at = writer.begin_frame(static_cast<std::uint8_t>(op), id);
