@@ -1,6 +1,7 @@
 // StoreChannel: one connection, several threads, a watch, against a real server.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -13,6 +14,17 @@ using namespace crun::test;
 
 namespace {
 StoreChannel::Clock::time_point in(std::chrono::milliseconds d) { return StoreChannel::Clock::now() + d; }
+
+// Runs `call` on a thread of its own; `error` gets what it threw.
+std::thread blocked(std::function<void()> call, std::string& error) {
+  return std::thread([call = std::move(call), &error] {
+    try {
+      call();
+    } catch (const StoreError& e) {
+      error = e.what();
+    }
+  });
+}
 
 struct LostLog {
   std::mutex mu;
@@ -98,13 +110,7 @@ TEST_CASE("a cancelled request fails at once and the channel goes on", "[channel
   StoreChannel ch(f.endpoint(), {}, lost.callback());
   std::atomic<bool> cancel{false};
   std::string error;
-  std::thread waiter([&] {
-    try {
-      ch.get("never", 60s, in(120s), &cancel);
-    } catch (const StoreConnectionError& e) {
-      error = e.what();
-    }
-  });
+  std::thread waiter = blocked([&] { ch.get("never", 60s, in(120s), &cancel); }, error);
   REQUIRE(eventually([&] { return f.server.stats().parked_requests == 1; }));
   const auto t0 = std::chrono::steady_clock::now();
   cancel = true;
@@ -137,13 +143,7 @@ TEST_CASE("a server that goes away fails the waiting request and is reported los
   LostLog lost;
   StoreChannel ch(f->endpoint(), {}, lost.callback());
   std::string error;
-  std::thread waiter([&] {
-    try {
-      ch.get("never", 60s, in(120s));
-    } catch (const StoreConnectionError& e) {
-      error = e.what();
-    }
-  });
+  std::thread waiter = blocked([&] { ch.get("never", 60s, in(120s)); }, error);
   REQUIRE(eventually([&] { return f->server.stats().parked_requests == 1; }));
   f.reset();
   waiter.join();
