@@ -1,7 +1,8 @@
 // OpenSSL on demand: crun speaks TLS only to an https etcd, so it does not link libssl and
-// libcrypto (loading and relocating them cost every agent start about 1.3 ms here). tls_library.cc defines the OpenSSL functions that Boost.Asio's TLS
-// stream and the etcd client call; each forwards to Debian's libssl.so.3 (the system's copy, so
-// its security updates reach crun), opened with dlopen the first time TLS is needed.
+// libcrypto (loading and relocating them cost every agent start about 1.3 ms here).
+// tls_library.cc defines the OpenSSL functions that Boost.Asio's TLS stream and the etcd client
+// call; each forwards to Debian's libssl.so.3 (the system's copy, so its security updates reach
+// crun), opened with dlopen the first time TLS is needed.
 //
 // Contract
 //   - load_tls_library() opens libssl.so.3 and resolves every forwarded function (their

@@ -187,8 +187,7 @@ TEST_CASE("an agent SIGKILLed on a non-host node: its worker trees die, the othe
     auto t = tree_pids(*agents[i]);
     survivors_trees.insert(survivors_trees.end(), t.begin(), t.end());
   }
-  for (int i = 0; i < 2; ++i) agents[i]->signal(SIGTERM);
-  for (int i = 0; i < 2; ++i) CHECK(agents[i]->wait_exit(15s) == 128 + SIGTERM);
+  terminate_host_last({agents[0], agents[1]}, 15s);
   CHECK(all_gone(survivors_trees, 5s));
 }
 
@@ -239,8 +238,7 @@ TEST_CASE("a partitioned host stops its workers and exits 7; the others re-form;
   auto& again = cl.crun_program(3, flags, CRUN_TREE_WORKER, tree_worker({"--hang"}));
   for (int i = 0; i < 2; ++i) REQUIRE(err_has(*agents[i], "round 2: node rank " + std::to_string(i) + " of 3, restart 0", 15s));
   REQUIRE(err_has(again, "round 2: node rank 2 of 3, restart 0", 15s));
-  for (auto* p : {agents[0], agents[1], &again}) p->signal(SIGTERM);
-  for (auto* p : {agents[0], agents[1], &again}) CHECK(p->wait_exit(15s) == 128 + SIGTERM);
+  terminate_host_last({agents[0], agents[1], &again}, 15s);
 }
 
 TEST_CASE("a late joiner scales the job up without using a restart", "[late_joiner]") {
@@ -258,8 +256,7 @@ TEST_CASE("a late joiner scales the job up without using a restart", "[late_join
   REQUIRE(err_has(c, "round 1: node rank 2 of 3, restart 0", 10s));
   measured("late joiner: three nodes in round 1 (from its start)", ms_since(t0));
   CHECK_THAT(a.err(), Catch::Contains("scaling up"));
-  for (auto* p : {&a, &b, &c}) p->signal(SIGTERM);
-  for (auto* p : {&a, &b, &c}) CHECK(p->wait_exit(15s) == 128 + SIGTERM);
+  terminate_host_last({&a, &b, &c}, 15s);
 }
 
 namespace {
@@ -290,8 +287,7 @@ void signal_one_row(const std::string& row, int signo, const std::string& name) 
   CHECK_THAT(agents[2]->out(), Catch::Contains("rank 2 got " + name));
   for (int i = 0; i < 2; ++i) REQUIRE(err_has(*agents[i], "round 1: node rank " + std::to_string(i) + " of 2, restart 0", 10s));
   measured(row + ": the others re-formed", ms_since(t0));
-  for (int i = 0; i < 2; ++i) agents[i]->signal(SIGTERM);
-  for (int i = 0; i < 2; ++i) CHECK(agents[i]->wait_exit(15s) == 128 + SIGTERM);
+  terminate_host_last({agents[0], agents[1]}, 15s);
 }
 
 // The signal to every agent of a 2-node job at once: every worker gets it, every agent exits

@@ -1,5 +1,6 @@
 #include "tests/support/cluster.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -108,5 +109,14 @@ TempFile::TempFile() {
 }
 
 TempFile::~TempFile() { ::unlink(path.c_str()); }
+
+void terminate_host_last(const std::vector<ChildProcess*>& host_first, std::chrono::milliseconds bound) {
+  for (auto it = host_first.rbegin(); it != host_first.rend(); ++it) (*it)->signal(SIGTERM);
+  for (auto* p : host_first) {
+    const auto code = p->wait_exit(bound);
+    INFO(exit_text(code) << "; stderr:\n" << p->err());
+    CHECK(code == 128 + SIGTERM);
+  }
+}
 
 }  // namespace crun::test

@@ -58,6 +58,14 @@ bool err_has(ChildProcess& p, const std::string& needle, std::chrono::millisecon
 
 std::string read_file(const std::string& path);
 
+// SIGTERM to every agent of a c10d job, the store's host (the first given) last, then each must
+// end with 128 + SIGTERM (CHECK). Host first, an agent whose own SIGTERM the test delivers after
+// the host has stopped the store (the test thread preempted between two kill()s on a loaded
+// machine) ends as "store lost" (7) instead: what that agent saw, but not what this checks. The
+// exit code and stderr of an agent that ends otherwise are shown.
+void terminate_host_last(const std::vector<ChildProcess*>& host_first,
+                         std::chrono::milliseconds bound = std::chrono::seconds(60));
+
 // A fresh empty file under /tmp, removed on destruction.
 struct TempFile {
   TempFile();
