@@ -214,14 +214,8 @@ StoreConnection::Reply StoreConnection::receive(Clock::time_point deadline) {
   } catch (const wire::ProtocolError& e) {
     throw StoreConnectionError(name_ + ": malformed reply: " + e.what());
   }
-  std::size_t total = wire::kFrameHeaderSize + len;
-  if (buf_.size() - begin_ < total) {
-    std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
-    end_ -= begin_;
-    begin_ = 0;
-    buf_.resize(total + kMinFreeBytes);
-  }
-  while (end_ - begin_ < total) fill(deadline);
+  const std::size_t total = wire::kFrameHeaderSize + len;
+  while (end_ - begin_ < total) fill(deadline);  // the buffer grows with the bytes, not the length declared
   const char* body = buf_.data() + begin_ + wire::kFrameHeaderSize;
   wire::Reader r(std::string_view(body, len));
   Reply reply;

@@ -9,7 +9,8 @@
 //   - send()/receive() honour a deadline (StoreTimeout) and raise StoreConnectionError on a lost
 //     connection. receive() returns one reply frame; its payload stays valid until the next call.
 //   - interrupt() may be called from another thread to make a blocked receive() fail promptly.
-//   - Its reply buffer grows with the bytes received (one page, doubling), never ahead of them.
+//   - Its reply buffer grows with the bytes received (one page, doubling), never ahead of them,
+//     whatever length a frame declares.
 //
 // Threading
 //   One thread at a time, except interrupt(), and send() beside one receive() (StoreChannel: its

@@ -1,4 +1,9 @@
 // Bad input from raw sockets, every limit, tokens, and a server that goes away.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <thread>
@@ -394,6 +399,46 @@ TEST_CASE("a client's reply buffer grows with the replies it receives", "[robust
   CHECK(c->get("big", 1s) == big);
   CHECK(c->receive_buffer_bytes() >= big.size());
   CHECK(c->receive_buffer_bytes() <= 2 * big.size() + 8192);
+}
+
+// ... and not with what a reply declares: a peer that announces a 64 MiB frame and sends 1 KiB
+// of it made the client allocate the whole frame at once.
+TEST_CASE("a reply that declares more than it sends grows a client's buffer only by what arrives",
+          "[robustness][limits]") {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  socklen_t len = sizeof sa;
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  // The peer: answers the handshake, then the first request with a frame far longer than it sends.
+  std::thread peer([listener] {
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    char in[4096];
+    (void)!::read(fd, in, wire::kPreambleSize);
+    (void)!::write(fd, "CRST\1\0\0\0", wire::kPreambleSize);  // magic, version 1, status ok
+    (void)!::read(fd, in, sizeof in);                           // the request
+    std::string reply;
+    wire::Writer(reply).u32(static_cast<std::uint32_t>(kMaxFrameSize - 16));
+    reply += std::string(1024, 'x');
+    (void)!::write(fd, reply.data(), reply.size());
+    while (::read(fd, in, sizeof in) > 0) {  // until the client goes
+    }
+    ::close(fd);
+  });
+  {
+    StoreClientOptions o;
+    o.timeout = 500ms;
+    TcpStore c(StoreEndpoint{"127.0.0.1", ntohs(sa.sin_port)}, o);
+    CHECK_THROWS_AS(c.try_get("k"), StoreTimeout);  // the rest of the frame never comes
+    CHECK(c.receive_buffer_bytes() <= 16 * 1024);
+  }
+  peer.join();
+  ::close(listener);
 }
 
 // Defect: the store's listening and accepted sockets were inherited by every program the process
