@@ -72,19 +72,6 @@ struct StoreChannel::Impl {
     }
   }
 
-  [[noreturn]] void raise(wire::Status status, std::string_view payload, const std::string& what) const {
-    std::string message;
-    try {
-      wire::Reader r(payload);
-      message = std::string(r.str());
-    } catch (const wire::ProtocolError&) {
-      message = wire::status_name(status);
-    }
-    const std::string prefix = conn.name() + ": " + what;
-    if (status == wire::Status::kTimeout) throw StoreTimeout(prefix + ": timed out: " + message);
-    throw StoreRejected(static_cast<int>(status), prefix + ": rejected: " + message);
-  }
-
   std::string request(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline,
                       const std::atomic<bool>* cancel, std::function<void(const StoreEvent&)>* on_event) {
     Waiting w;
@@ -133,7 +120,7 @@ struct StoreChannel::Impl {
       }
     }
     lock.unlock();
-    if (w.status != wire::Status::kOk) raise(w.status, w.payload, what);
+    if (w.status != wire::Status::kOk) raise_reply_error(conn.name() + ": " + what, w.status, w.payload);
     return std::move(w.payload);
   }
 };

@@ -97,15 +97,7 @@ struct TcpStore::Impl {
 
   // Raises the error carried by a non-OK reply.
   [[noreturn]] void raise(const StoreConnection::Reply& reply, Op op, std::string_view key) const {
-    wire::Reader r(reply.payload);
-    std::string message;
-    try {
-      message = std::string(r.str());
-    } catch (const wire::ProtocolError&) {
-      message = wire::status_name(reply.status);
-    }
-    if (reply.status == Status::kTimeout) throw StoreTimeout(describe(op, key) + ": timed out: " + message);
-    throw StoreRejected(static_cast<int>(reply.status), describe(op, key) + ": rejected: " + message);
+    raise_reply_error(describe(op, key), reply.status, reply.payload);
   }
 
   // One request, one reply. `read` parses the OK payload.

@@ -226,4 +226,16 @@ StoreConnection::Reply StoreConnection::receive(Clock::time_point deadline) {
   return reply;
 }
 
+void raise_reply_error(const std::string& what, wire::Status status, std::string_view payload) {
+  std::string message;
+  try {
+    wire::Reader r(payload);
+    message = std::string(r.str());
+  } catch (const wire::ProtocolError&) {
+    message = wire::status_name(status);
+  }
+  if (status == wire::Status::kTimeout) throw StoreTimeout(what + ": timed out: " + message);
+  throw StoreRejected(static_cast<int>(status), what + ": rejected: " + message);
+}
+
 }  // namespace crun

@@ -64,6 +64,10 @@ class StoreConnection {
   std::size_t begin_ = 0, end_ = 0;
 };
 
+// Raises the error a non-OK reply carries: StoreTimeout for the server's timeout status, else
+// StoreRejected; the message is `what` (the endpoint and the request), then the server's text.
+[[noreturn]] void raise_reply_error(const std::string& what, wire::Status status, std::string_view payload);
+
 // Opens a watch connection (store_watch.cc); TcpStore::watch forwards here.
 std::unique_ptr<StoreWatch> open_store_watch(const StoreEndpoint& endpoint, const StoreClientOptions& options,
                                              std::string prefix, std::function<void(const StoreEvent&)> on_event,
