@@ -12,7 +12,6 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <thread>
 #include <map>
 #include <optional>
@@ -25,8 +24,10 @@
 #include "agent/worker_group.h"
 #include "agent/worker_process.h"
 #include "tests/support/child_process.h"
+#include "tests/support/eventually.h"
 
 using namespace crun;
+using crun::test::eventually;
 using namespace std::chrono_literals;
 
 namespace {
@@ -171,15 +172,6 @@ unsigned long long status_mask(int pid, const std::string& field) {
   const auto at = status.find(field + ":");
   if (at == std::string::npos) return ~0ull;
   return std::stoull(status.substr(at + field.size() + 1), nullptr, 16);
-}
-
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds bound) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return pred();
-    std::this_thread::yield();
-  }
-  return true;
 }
 
 TEST_CASE("a program that links the agent is its own keeper when crun-keeper is not beside it", "[worker_group]") {

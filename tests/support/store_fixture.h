@@ -20,6 +20,7 @@
 #include "store/store_client.h"
 #include "store/store_protocol.h"
 #include "store/store_server.h"
+#include "tests/support/eventually.h"
 
 namespace crun::test {
 
@@ -33,18 +34,6 @@ struct ServerFixture {
   StoreEndpoint endpoint() const { return local(server); }
   std::unique_ptr<TcpStore> client(StoreClientOptions o = {}) { return std::make_unique<TcpStore>(endpoint(), o); }
 };
-
-// Polls `pred` (a server statistic, which has no event to wait on) until it holds or `bound`
-// passes; returns its final value so the caller asserts what it waited for.
-template <typename Pred>
-bool eventually(Pred&& pred, std::chrono::milliseconds bound = 5s) {
-  auto deadline = std::chrono::steady_clock::now() + bound;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return pred();
-    std::this_thread::yield();
-  }
-  return true;
-}
 
 // A plain socket for sending hand-made bytes.
 class RawSocket {
