@@ -12,7 +12,6 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 #include <map>
 #include <optional>
 #include <set>
