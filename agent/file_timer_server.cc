@@ -10,10 +10,11 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
-#include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
+#include "base/rounding.h"
 #include "store/log_throttle.h"
 
 namespace crun {
@@ -134,7 +135,8 @@ struct FileTimerServer::Impl : std::enable_shared_from_this<Impl> {
     const double now = wall_now();
     for (auto& r : table.expire(now)) {
       FileTimerExpiry e;
-      e.overdue = std::chrono::milliseconds(static_cast<long long>(std::llround((now - r.expiration_time) * 1000)));
+      // Bounded: a scope may have been set to expire in the distant past.
+      e.overdue = std::chrono::milliseconds(nearest_integer(std::min(now - r.expiration_time, 1e9) * 1000));
       e.request = std::move(r);
       callbacks.on_expired(e);
     }

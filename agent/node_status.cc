@@ -1,11 +1,12 @@
 #include "agent/node_status.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <map>
 #include <type_traits>
 #include <nlohmann/json.hpp>
+
+#include "base/rounding.h"
 
 namespace crun {
 
@@ -16,7 +17,7 @@ using nlohmann::json;
 json worker_json(const WorkerStatus& w) {
   json j = {{"local_rank", w.local_rank}, {"rank", w.rank}, {"pid", w.pid}, {"state", w.state},
             {"exit", w.exit},             {"restarts", w.restarts}};
-  j["heartbeat_age_s"] = w.heartbeat_age_s ? json(std::round(*w.heartbeat_age_s * 1000) / 1000) : json(nullptr);
+  j["heartbeat_age_s"] = w.heartbeat_age_s ? json(round_to_millis(*w.heartbeat_age_s)) : json(nullptr);
   j["step"] = w.step ? json(*w.step) : json(nullptr);
   return j;
 }
@@ -42,7 +43,7 @@ json node_json(const NodeStatus& s) {
           {"health", s.health},
           {"workers", std::move(workers)},
           {"last_failure", std::move(failure)},
-          {"updated_unix", std::round(s.updated_unix * 1000) / 1000}};
+          {"updated_unix", round_to_millis(s.updated_unix)}};
 }
 
 template <typename T>
