@@ -104,8 +104,9 @@ std::map<std::string, Spelling> spellings() {
 // becomes `--opt ""` (an empty value; CLI11 would take the next word), and the source each given
 // setting shows is the spelling written last, '_' as '-' ("--shutdown_timeout" ->
 // "--shutdown-timeout"; a short one shows its long name). The scan stops at the program, at "--"
-// and at anything it does not know (CLI11 then reports it).
-std::vector<std::string> argparse_words(const std::vector<std::string>& argv, std::map<std::string, std::string>& source) {
+// and at anything it does not know (CLI11 then reports it). `help`: -h or --help came before that.
+std::vector<std::string> argparse_words(const std::vector<std::string>& argv, std::map<std::string, std::string>& source,
+                                        bool& help) {
   static const auto known = spellings();
   std::vector<std::string> out(argv.begin(), argv.begin() + (argv.empty() ? 0 : 1));
   std::size_t i = 1;
@@ -120,6 +121,7 @@ std::vector<std::string> argparse_words(const std::vector<std::string>& argv, st
     const auto [spec, takes_value] = it->second;
     const bool attached = !long_form && word.size() > 2;  // -r3
     if (attached && !takes_value) break;                  // a cluster of short flags
+    if (name == "-h" || name == "--help") help = true;
     if (spec != nullptr) {
       std::string shown = long_form ? name : flag_name(*spec);
       for (auto& c : shown) c = c == '_' ? '-' : c;
@@ -155,10 +157,17 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
       "usage; 3 agent error; 4 rendezvous timeout; 5 rendezvous closed; 6 rejected; 7 store lost;\n"
       "8 the restarts made no progress (do not requeue).");
 
+  std::map<std::string, std::string> source;
+  bool help = false;
+  const std::vector<std::string> words = argparse_words(argv, source, help);
+
+  // CLI11 parses the settings the scan found (all of them for the help): registering each of the
+  // ~40 costs more than parsing, as CLI11 compares every new option with those before it.
   std::map<std::string, std::string> text;
   std::map<std::string, bool> on;
   std::map<std::string, CLI::Option*> opts;
   for (const auto& spec : launch_settings()) {
+    if (!help && source.count(spec.key) == 0) continue;
     // A repeated option takes its last value, as argparse does.
     opts[spec.key] = spec.is_flag ? app.add_flag(spec.flags, on[spec.key], spec.help)
                                   : app.add_option(spec.flags, text[spec.key], spec.help)
@@ -173,8 +182,6 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
                "one Slurm task per worker (srun -n N crun --slurm-tasks prog): exec the program with "
                "its rank from SLURM_PROCID; no agent");
 
-  std::map<std::string, std::string> source;
-  const std::vector<std::string> words = argparse_words(argv, source);
   std::vector<const char*> args;
   for (const auto& a : words) args.push_back(a.c_str());
   try {
@@ -194,7 +201,8 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
     return out;
   }
   for (const auto& spec : launch_settings()) {
-    if (opts[spec.key]->count() == 0) continue;
+    const auto opt = opts.find(spec.key);
+    if (opt == opts.end() || opt->second->count() == 0) continue;
     const auto shown = source.find(spec.key);
     out.given[spec.key] = {spec.is_flag ? "1" : text[spec.key], shown != source.end() ? shown->second : flag_name(spec)};
   }

@@ -207,6 +207,12 @@ TEST_CASE("compatibility flags are accepted", "[launch_plan]") {
 TEST_CASE("--help and --version exit at once", "[launch_plan]") {
   REQUIRE(parse({"--version"}).exit_now->rfind("crun ", 0) == 0);
   REQUIRE(parse({"--help"}).exit_now->find("--nproc-per-node") != std::string::npos);
+  // CLI11 is given only the settings on the command line, except for the help: all of them.
+  const auto help = parse({"--nnodes", "2", "-h", "/bin/true"}).exit_now;
+  REQUIRE(help);
+  for (const char* flag : {"--nproc-per-node", "--rdzv-endpoint", "--max-restarts", "--event-log-handler", "--standalone"}) {
+    CHECK(help->find(flag) != std::string::npos);
+  }
 }
 
 TEST_CASE("usage errors are one line naming the flag or variable", "[launch_plan]") {
