@@ -84,6 +84,7 @@ class OperatorView {
  private:
   std::string metrics_text() const;
   void changed() const;
+  bool logs_events() const;
 
   OperatorIdentity id_;
   std::unique_ptr<EventLog> events_;
