@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <mutex>
-#include <thread>
 
 #include "base/addresses.h"
 #include "base/exit_codes.h"
@@ -70,29 +69,33 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     });
   }
 
-  // Runs on the join thread: connects (first time), then blocks for the answer.
-  void join_once() {
+  // On the loop: the participant (first time: it connects on its own thread), then a join whose
+  // result comes back to the loop.
+  void join() {
+    std::lock_guard lock(mu);
+    if (!participant) make_participant();
+    std::weak_ptr<Impl> weak = weak_from_this();
+    // The workers' own store needs a port free on this node, unless they share the agents'.
+    const bool agent_store = config.multi.workers_use_agent_store;
+    const std::uint16_t master_port = config.master_port.value_or(0);
+    participant->join(
+        [agent_store, master_port](const std::string& addr) -> std::uint16_t {
+          if (agent_store) return 0;
+          return master_port != 0 ? master_port : pick_free_port(addr);
+        },
+        [weak](JoinResult r) {
+          if (auto s = weak.lock()) s->post([r = std::move(r)](Impl& self) { self.joined(r); });
+        });
+  }
+
+  void joined(const JoinResult& r) {
     RoundResult result;
-    try {
-      if (!participant) {
-        try {
-          connect();
-        } catch (const StoreConnectionError& e) {
-          result.error = "no rendezvous store answered at " + config.multi.endpoint.str() +
-                         " (is an agent hosting it? the endpoint must be one of its addresses, or pass is_host=1): " +
-                         e.what();
-          result.exit_code = kExitRendezvousTimeout;
-          post([result](Impl& self) { self.listener.on_round(result); });
-          return;
-        }
-      }
-      const bool agent_store = config.multi.workers_use_agent_store;
-      std::uint16_t port = 0;  // the workers' own store: none to pick when they share the agents'
-      if (!agent_store) {
-        port = config.master_port.value_or(0);
-        if (port == 0) port = pick_free_port(participant->self().addr);
-      }
-      RoundAnswer a = participant->join(port);
+    {
+      std::lock_guard lock(mu);
+      address = r.address;
+    }
+    if (r.answer) {
+      const RoundAnswer& a = *r.answer;
       if (!a.error.empty()) {
         result.error = a.error;
         result.exit_code = a.closed ? kExitRendezvousClosed : kExitRendezvousRejected;
@@ -104,7 +107,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         info.group_world_size = a.nnodes;
         info.rank_offset = a.node_rank * config.nproc_per_node;
         info.world_size = a.nnodes * config.nproc_per_node;
-        if (agent_store) {  // torchrun's agent store: the workers join the store the agents met at
+        if (config.multi.workers_use_agent_store) {  // torchrun's agent store: the workers join the store the agents met at
           info.master_addr = config.multi.endpoint.host;
           info.master_port = config.multi.endpoint.port;
           info.agent_store = true;
@@ -113,21 +116,33 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
           info.master_port = a.master_port;
         }
       }
-    } catch (const RendezvousTimeout& e) {
-      result.error = e.what();
-      result.exit_code = kExitRendezvousTimeout;
+      listener.on_round(result);
+      return;
+    }
+    try {
+      std::rethrow_exception(r.error);
     } catch (const StoreRejected& e) {
       result.error = std::string("rendezvous refused: ") + e.what();
       result.exit_code = kExitRendezvousRejected;
     } catch (const std::exception& e) {
-      result.error = std::string("rendezvous failed: ") + e.what();
-      result.exit_code = kExitStoreLost;
+      if (!r.reached_store) {
+        result.error = "no rendezvous store answered at " + config.multi.endpoint.str() +
+                       " (is an agent hosting it? the endpoint must be one of its addresses, or pass is_host=1): " +
+                       e.what();
+        result.exit_code = kExitRendezvousTimeout;
+      } else if (dynamic_cast<const RendezvousTimeout*>(&e) != nullptr) {
+        result.error = e.what();
+        result.exit_code = kExitRendezvousTimeout;
+      } else {
+        result.error = std::string("rendezvous failed: ") + e.what();
+        result.exit_code = kExitStoreLost;
+      }
     }
-    post([result](Impl& self) { self.listener.on_round(result); });
+    listener.on_round(result);
   }
 
-  void connect() {
-    NodeRecord self = this_node_record(config);
+  // Under mu.
+  void make_participant() {
     ParticipantEvents ev;
     std::weak_ptr<Impl> weak = weak_from_this();
     ev.on_control = [weak](const ControlEvent& e) {
@@ -141,13 +156,9 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     ev.on_store_lost = [weak](const std::string& why) {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
-    auto p = std::make_unique<RendezvousParticipant>(config.multi.endpoint, options,
-                                                     config.multi.rendezvous, self, ev);
-    std::lock_guard lock(mu);
-    participant = std::move(p);
-    node = participant->self().node_id;
-    address = participant->self().addr;
-    if (cancel->cancelled()) participant->abort();  // stop_joining() ran while we were connecting
+    participant = std::make_unique<RendezvousParticipant>(config.multi.endpoint, options, config.multi.rendezvous,
+                                                          this_node_record(config), ev);
+    node = participant->node_id();
     if (pending_status) participant->publish_status(std::move(pending_status->first), pending_status->second);
     pending_status.reset();
   }
@@ -162,15 +173,6 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
-  void stop_joining() {
-    cancel->cancel();
-    {
-      std::lock_guard lock(mu);
-      if (participant) participant->abort();
-    }
-    if (joiner.joinable()) joiner.join();
-  }
-
   PostToLoop post_to_loop;
   RendezvousNodeConfig config;
   RendezvousListener listener;
@@ -180,12 +182,11 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   StoreClientOptions options;
   std::unique_ptr<StoreServer> server;
   std::unique_ptr<RendezvousCoordinator> coordinator;
-  std::mutex mu;  // guards `participant` against abort() from the loop while the join thread sets it
+  std::mutex mu;  // the loop's members read by other threads: node_id(), node_address(), job_status()
   std::unique_ptr<RendezvousParticipant> participant;
   std::string node;
   std::string address;
-  std::optional<std::pair<std::string, bool>> pending_status;  // guarded by mu: before connect()
-  std::thread joiner;
+  std::optional<std::pair<std::string, bool>> pending_status;  // guarded by mu: before the participant
 };
 
 C10dRendezvous::C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener)
@@ -193,10 +194,7 @@ C10dRendezvous::C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, Ren
 
 C10dRendezvous::~C10dRendezvous() { shutdown(std::chrono::milliseconds(0)); }
 
-void C10dRendezvous::request_round() {
-  if (impl_->joiner.joinable()) impl_->joiner.join();  // the previous join delivered its answer
-  impl_->joiner = std::thread([self = impl_] { self->join_once(); });
-}
+void C10dRendezvous::request_round() { impl_->join(); }
 
 void C10dRendezvous::publish_failure(int rendezvous_round, const RoundOutcome& failure) {
   RoundOutcome o = failure;
@@ -214,8 +212,15 @@ void C10dRendezvous::shutdown(std::chrono::milliseconds linger) {
   Impl& m = *impl_;
   if (m.stopped) return;
   m.stopped = true;
-  m.stop_joining();
-  m.participant.reset();  // our alive key goes with the connection
+  m.cancel->cancel();  // the coordinator's connections
+  {
+    std::unique_ptr<RendezvousParticipant> gone;
+    {
+      std::lock_guard lock(m.mu);
+      gone = std::move(m.participant);
+    }
+    gone.reset();  // its thread ends; our alive key goes with the connection
+  }
   if (m.coordinator) {
     // Keep the store up until the other agents have read the close and left.
     if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.config.multi.rendezvous.close_timeout)) {

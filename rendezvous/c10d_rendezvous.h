@@ -6,8 +6,9 @@
 //     host included, takes part through a RendezvousParticipant. When is_host was only inferred
 //     (join_if_taken) and the port is taken, another agent on this host listened first: this one
 //     joins it as a client (is_host() false).
-//   - request_round() joins the next round on a background thread; the answer (a RoundInfo, or an
-//     error with crun's exit code for it) is delivered through the listener's on_round.
+//   - request_round() returns at once: the participant's one I/O thread (connecting the first
+//     time) asks for the next round; the answer (a RoundInfo, or an error with crun's exit code
+//     for it) is delivered through the listener's on_round.
 //     With multi.workers_use_agent_store the RoundInfo's master address and port are the store's
 //     endpoint (agent_store set: the workers share this store); otherwise node rank 0's address
 //     and a port it found free (or master_port) for rank 0 to host the workers' own store.

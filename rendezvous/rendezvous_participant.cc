@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "base/random_bits.h"
 #include "store/store_channel.h"
@@ -34,31 +32,39 @@ StoreChannel::Clock::time_point after(Millis t) { return StoreChannel::Clock::no
 }  // namespace
 
 // One connection to the store (StoreChannel) carries it all: the control watch, the alive key,
-// join and report, heartbeats and statuses; its reader thread delivers the watch's events.
+// join and report, heartbeats and statuses; its I/O thread runs every callback and the heartbeat.
 struct RendezvousParticipant::Impl {
   Impl(StoreEndpoint ep, StoreClientOptions opt, RendezvousConfig c, NodeRecord s, ParticipantEvents ev)
       : keys(c.run_id),
         cfg(std::move(c)),
         self(std::move(s)),
+        node_id(self.node_id),
         events(std::move(ev)),
         timeout(opt.timeout),
-        channel(ep, with_connect_timeout(opt, cfg.join_timeout),
-                [this](const std::string& why) { lost("the rendezvous store's connection broke: " + why); }) {
-    if (self.addr.empty()) self.addr = channel.local_address();
-    // Watch first, so no control event published after our alive key can be missed.
-    channel.watch(keys.control_prefix(), [this](const StoreEvent& e) { on_control(e); }, after(timeout));
-    channel.set_ephemeral(keys.alive(self.node_id), self.hostname, after(timeout));
-    channel.set(keys.heartbeat(self.node_id), "0", after(cfg.heartbeat_timeout));
-    heartbeat = std::thread([this] { beat(); });
-  }
+        channel(ep, with_connect_timeout(opt, cfg.join_timeout), [this](const std::string& why) { channel_lost(why); },
+                [this] { on_connected(); }) {}
 
-  ~Impl() {
+  ~Impl() { stopping = true; }  // the channel (the last member) ends its thread first
+
+  // On the I/O thread, once, all in the connection's first write: the watch first, so that no
+  // control event published after our alive key can be missed; the first heartbeat; a join asked
+  // for before the connection.
+  void on_connected() {
     {
-      std::lock_guard lock(beat_mu);
-      stopping = true;
-      beat_cv.notify_all();
+      std::lock_guard lock(mu);
+      if (self.addr.empty()) self.addr = channel.local_address();
     }
-    heartbeat.join();  // the channel (the last member) closes after this
+    channel.watch(keys.control_prefix(), [this](const StoreEvent& e) { on_control(e); }, after(timeout),
+                  [this](std::exception_ptr e) { if (e) lost("cannot watch the coordinator's decisions: " + what(e)); });
+    beat();
+    std::optional<PendingJoin> waiting;
+    {
+      std::lock_guard lock(mu);  // from here on join() writes at once, after the watch
+      connected = true;
+      waiting = std::move(pending_join);
+      pending_join.reset();
+    }
+    if (waiting) send_join(std::move(*waiting));
   }
 
   void on_control(const StoreEvent& e) {
@@ -75,56 +81,179 @@ struct RendezvousParticipant::Impl {
     }
   }
 
+  // Before the connection: none could be made. A join waiting for it, and any later, fail with
+  // that. After: the store is lost.
+  void channel_lost(const std::string& why) {
+    std::optional<PendingJoin> waiting;
+    std::exception_ptr failure;
+    {
+      std::lock_guard lock(mu);
+      if (!connected) {
+        unreached = channel.failure();
+        if (!unreached) unreached = std::make_exception_ptr(StoreConnectionError(why));
+        failure = unreached;
+        waiting = std::move(pending_join);
+        pending_join.reset();
+      }
+    }
+    if (!failure) return lost("the rendezvous store's connection broke: " + why);
+    if (waiting) fail_unreached(waiting->done, failure);
+  }
+
+  static void fail_unreached(const std::function<void(JoinResult)>& done, std::exception_ptr e) {
+    JoinResult r;
+    r.error = std::move(e);
+    r.reached_store = false;
+    done(std::move(r));
+  }
+
+  // Only once connected: a store never reached is the join's error (JoinResult::reached_store).
   void lost(const std::string& why) {
+    {
+      std::lock_guard lock(mu);
+      if (!connected) return;
+    }
     if (stopping || lost_reported.exchange(true)) return;
     if (events.on_store_lost) events.on_store_lost(why);
   }
 
-  // Heartbeats every keep_alive_interval; between them, as soon as the agent hands one over,
-  // this node's status for operators (and, when gathering, every node's status read back). Each
-  // must be answered within heartbeat_timeout.
-  void beat() {
-    std::uint64_t n = 0;
-    auto next_beat = std::chrono::steady_clock::now() + cfg.keep_alive_interval;
-    std::unique_lock lock(beat_mu);
-    while (true) {
-      beat_cv.wait_until(lock, next_beat, [&] { return stopping.load() || status_dirty; });
-      if (stopping) return;
-      const bool due = std::chrono::steady_clock::now() >= next_beat;
-      std::optional<std::string> status;
-      if (status_dirty) status = status_json;
-      status_dirty = false;
-      const bool gather = gather_status;
-      lock.unlock();
-      try {
-        if (due) {
-          channel.set(keys.heartbeat(self.node_id), std::to_string(++n), after(cfg.heartbeat_timeout));
-          next_beat = std::chrono::steady_clock::now() + cfg.keep_alive_interval;
-        }
-        if (status) channel.set_ephemeral(keys.status(self.node_id), *status, after(cfg.heartbeat_timeout));
-        if (gather && (due || status)) read_job_status();
-      } catch (const StoreTimeout& e) {
-        lost(std::string("heartbeat failed: ") + e.what());
-        return;
-      } catch (const StoreRejected& e) {
-        // A record the store refuses (too large) is left out; heartbeats go on.
-      } catch (const StoreError& e) {
-        lost(std::string("heartbeat failed: ") + e.what());
-        return;
-      }
-      lock.lock();
+  static std::string what(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      return ex.what();
+    } catch (...) {
+      return "unknown error";
     }
   }
 
-  // Every node's published status, bounded by what the store lists in one answer.
-  void read_job_status() {
-    auto names = channel.list_keys(keys.status_prefix(), kMaxStatusRecords, after(cfg.heartbeat_timeout));
-    std::vector<std::string> records;
-    for (const auto& key : names) {
-      if (auto value = channel.try_get(key, after(cfg.heartbeat_timeout))) records.push_back(std::move(*value));
+  // A heartbeat or a status not taken in time: the store is lost. One the store refuses (too
+  // large) is left out, and heartbeats go on.
+  void beat_failed(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const StoreRejected&) {
+    } catch (const std::exception& ex) {
+      lost(std::string("heartbeat failed: ") + ex.what());
     }
-    std::lock_guard guard(job_mu);
+  }
+
+  // On the I/O thread, every keep_alive_interval from the connection on.
+  void beat() {
+    channel.set(keys.heartbeat(node_id), std::to_string(beats++), after(cfg.heartbeat_timeout),
+                [this](std::exception_ptr e) { if (e) beat_failed(e); });
+    if (gathering()) read_job_status();
+    channel.at(StoreChannel::Clock::now() + cfg.keep_alive_interval, [this] { beat(); });
+  }
+
+  bool gathering() {
+    std::lock_guard lock(mu);
+    return gather_status;
+  }
+
+  // Every node's published status, bounded by what the store lists in one answer; one reading
+  // at a time.
+  void read_job_status() {
+    if (reading.exchange(true)) return;
+    channel.list_keys(keys.status_prefix(), kMaxStatusRecords, after(cfg.heartbeat_timeout),
+                      [this](std::exception_ptr e, std::vector<std::string> names) {
+      if (e || names.empty()) {
+        if (!e) store_job_status({});
+        reading = false;
+        return;
+      }
+      auto read = std::make_shared<std::pair<std::size_t, std::vector<std::string>>>(names.size(), std::vector<std::string>{});
+      for (const auto& key : names) {
+        channel.try_get(key, after(cfg.heartbeat_timeout), [this, read](std::exception_ptr, std::optional<std::string> v) {
+          if (v) read->second.push_back(std::move(*v));
+          if (--read->first == 0) {
+            store_job_status(std::move(read->second));
+            reading = false;
+          }
+        });
+      }
+    });
+  }
+
+  void store_job_status(std::vector<std::string> records) {
+    std::lock_guard lock(mu);
     job_status = std::move(records);
+  }
+
+  struct PendingJoin {
+    std::function<std::uint16_t(const std::string&)> free_port;
+    std::function<void(JoinResult)> done;
+  };
+
+  // What the replies to one join's requests came to, as they arrive (in order, on the I/O thread).
+  struct JoinAttempt {
+    std::function<void(JoinResult)> done;
+    std::string address;
+    std::exception_ptr error;  // the first failed request's
+    bool finished = false;
+    void finish(JoinResult r) {
+      if (finished) return;
+      finished = true;
+      r.address = address;
+      done(std::move(r));
+    }
+  };
+
+  void send_join(PendingJoin j) {
+    std::uint32_t seq = 0;
+    auto attempt = std::make_shared<JoinAttempt>();
+    attempt->done = std::move(j.done);
+    std::string record;
+    {
+      std::lock_guard lock(mu);
+      self.free_port = j.free_port(self.addr);
+      seq = ++self.seq;
+      record = self.to_json();
+      attempt->address = self.addr;
+    }
+    auto note = [attempt](std::exception_ptr e) {
+      if (e && !attempt->error) attempt->error = e;
+    };
+    // Alive again first: after an eviction (no heartbeat in time) the coordinator deleted our
+    // ephemeral key, and it counts heartbeats only from nodes that are alive.
+    channel.set_ephemeral(keys.alive(node_id), self.hostname, after(timeout), note);
+    channel.try_get(keys.closed(), after(timeout), [this, attempt, note](std::exception_ptr e, std::optional<std::string> closed) {
+      note(e);
+      if (!closed) return;
+      RoundAnswer a;
+      a.closed = true;
+      try {
+        a.error = "the rendezvous of run '" + cfg.run_id + "' is closed (" + ControlEvent::from_json(*closed).detail + ")";
+      } catch (const std::exception& ex) {
+        a.error = "the rendezvous of run '" + cfg.run_id + "' is closed";
+      }
+      JoinResult r;
+      r.answer = std::move(a);
+      attempt->finish(std::move(r));  // the answer's get stays parked until this agent leaves
+    });
+    channel.set(keys.join(node_id), record, after(timeout), note);
+    channel.get(keys.answer(node_id, seq), cfg.join_timeout, waiting_deadline(cfg.join_timeout),
+                [this, attempt](std::exception_ptr e, std::optional<std::string> answer) {
+      JoinResult r;
+      r.error = attempt->error ? attempt->error : e;
+      if (!r.error) {
+        try {
+          r.answer = RoundAnswer::from_json(*answer);
+        } catch (const std::exception&) {
+          r.error = std::current_exception();
+        }
+      } else if (!attempt->error) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const StoreTimeout&) {
+          r.error = std::make_exception_ptr(RendezvousTimeout(
+              "no round formed within the join timeout of " + std::to_string(cfg.join_timeout.count() / 1000.0).substr(0, 5) +
+              " s (run '" + cfg.run_id + "', " + std::to_string(cfg.min_nodes) + " node(s) needed)"));
+        } catch (...) {
+        }
+      }
+      attempt->finish(std::move(r));
+    });
   }
 
   // The deadline of a request that waits at the server up to `wait`: that, plus slack to answer.
@@ -134,23 +263,21 @@ struct RendezvousParticipant::Impl {
 
   RendezvousKeys keys;
   RendezvousConfig cfg;
-  NodeRecord self;
+  NodeRecord self;  // guarded by mu (addr, seq, free_port change)
+  const std::string node_id;
   ParticipantEvents events;
-  Millis timeout;       // deadline of join's and report's requests
-  std::mutex join_mu;   // join() and report(): one at a time
-  std::atomic<bool> aborted{false};
-  std::thread heartbeat;
-  std::mutex beat_mu;
-  std::condition_variable beat_cv;
+  Millis timeout;  // deadline of the rendezvous' requests
+  std::uint64_t beats = 0;  // the I/O thread's
+  std::atomic<bool> reading{false};
   std::atomic<bool> stopping{false};
-  std::string status_json;     // guarded by beat_mu: the newest status handed over
-  bool status_dirty = false;   // guarded by beat_mu: not yet written
-  bool gather_status = false;  // guarded by beat_mu
-  std::mutex job_mu;
-  std::vector<std::string> job_status;  // guarded by job_mu
   std::atomic<bool> lost_reported{false};
-  bool announced = true;  // guarded by join_mu: the alive key was just written (the constructor)
-  StoreChannel channel;   // last: its reader thread calls into the members above until it closes
+  mutable std::mutex mu;
+  bool connected = false;                   // guarded by mu
+  std::exception_ptr unreached;             // guarded by mu: why no connection could be made
+  std::optional<PendingJoin> pending_join;  // guarded by mu: asked for before the connection
+  bool gather_status = false;               // guarded by mu
+  std::vector<std::string> job_status;      // guarded by mu
+  StoreChannel channel;  // last: its thread calls into the members above until it ends
 };
 
 RendezvousParticipant::RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
@@ -160,59 +287,46 @@ RendezvousParticipant::RendezvousParticipant(StoreEndpoint store, StoreClientOpt
 
 RendezvousParticipant::~RendezvousParticipant() = default;
 
-RoundAnswer RendezvousParticipant::join(std::uint16_t free_port) {
+void RendezvousParticipant::join(std::function<std::uint16_t(const std::string& addr)> free_port,
+                                 std::function<void(JoinResult)> done) {
   Impl& m = *impl_;
-  std::lock_guard lock(m.join_mu);
-  if (auto closed = m.channel.try_get(m.keys.closed(), after(m.timeout), &m.aborted)) {
-    RoundAnswer a;
-    a.closed = true;
-    a.error = "the rendezvous of run '" + m.cfg.run_id + "' is closed (" + ControlEvent::from_json(*closed).detail + ")";
-    return a;
+  Impl::PendingJoin j{std::move(free_port), std::move(done)};
+  std::exception_ptr unreached;
+  {
+    std::lock_guard lock(m.mu);
+    if (!m.connected && !m.unreached) {
+      m.pending_join = std::move(j);
+      return;
+    }
+    unreached = m.unreached;
   }
-  ++m.self.seq;
-  m.self.free_port = free_port;
-  // Alive again first: after an eviction (no heartbeat in time) the coordinator deleted our
-  // ephemeral key, and it counts heartbeats only from nodes that are alive. The first join
-  // follows the constructor's announcement at once: one request fewer per agent.
-  if (!m.announced) m.channel.set_ephemeral(m.keys.alive(m.self.node_id), m.self.hostname, after(m.timeout), &m.aborted);
-  m.announced = false;
-  m.channel.set(m.keys.join(m.self.node_id), m.self.to_json(), after(m.timeout), &m.aborted);
-  try {
-    return RoundAnswer::from_json(m.channel.get(m.keys.answer(m.self.node_id, m.self.seq), m.cfg.join_timeout,
-                                                m.waiting_deadline(m.cfg.join_timeout), &m.aborted));
-  } catch (const StoreTimeout&) {
-    throw RendezvousTimeout("no round formed within the join timeout of " +
-                            std::to_string(m.cfg.join_timeout.count() / 1000.0).substr(0, 5) + " s (run '" +
-                            m.cfg.run_id + "', " + std::to_string(m.cfg.min_nodes) + " node(s) needed)");
-  }
+  if (unreached) return Impl::fail_unreached(j.done, unreached);
+  m.channel.corked([&] { m.send_join(std::move(j)); });  // its four requests in one write
 }
 
 void RendezvousParticipant::report(int round, const RoundOutcome& outcome) {
-  Impl& m = *impl_;
-  std::lock_guard lock(m.join_mu);
-  m.channel.set(m.keys.report(round, m.self.node_id), outcome.to_json(), after(m.timeout), &m.aborted);
+  impl_->channel.set(impl_->keys.report(round, impl_->node_id), outcome.to_json(), after(impl_->timeout));
 }
 
 void RendezvousParticipant::publish_status(std::string status_json, bool gather) {
   Impl& m = *impl_;
-  std::lock_guard lock(m.beat_mu);
-  m.status_json = std::move(status_json);
-  m.status_dirty = true;
-  m.gather_status = gather;
-  m.beat_cv.notify_all();
+  {
+    std::lock_guard lock(m.mu);
+    m.gather_status = gather;
+  }
+  m.channel.set_ephemeral(m.keys.status(m.node_id), status_json, after(m.cfg.heartbeat_timeout),
+                          [&m, gather](std::exception_ptr e) {
+    if (e) m.beat_failed(e);
+    if (gather) m.read_job_status();
+  });
 }
 
 std::vector<std::string> RendezvousParticipant::job_status() const {
-  std::lock_guard lock(impl_->job_mu);
+  std::lock_guard lock(impl_->mu);
   return impl_->job_status;
 }
 
-void RendezvousParticipant::abort() {
-  impl_->aborted = true;
-  impl_->channel.wake();
-}
-
-const NodeRecord& RendezvousParticipant::self() const { return impl_->self; }
+const std::string& RendezvousParticipant::node_id() const { return impl_->node_id; }
 const RendezvousKeys& RendezvousParticipant::keys() const { return impl_->keys; }
 
 }  // namespace crun

@@ -1,34 +1,40 @@
 // RendezvousParticipant: one agent's side of the c10d-style rendezvous.
 //
 // Contract
-//   - The constructor connects to the store (retrying until join_timeout), watches the
-//     coordinator's control keys, announces this node as alive (an ephemeral key: it disappears
-//     the moment this process or its connection dies) and starts heartbeats every
-//     keep_alive_interval. All of it on one connection (store/store_channel.h), whose reader
-//     thread delivers the watch's events; a second thread sends the heartbeats.
-//   - join() publishes this node's record and blocks until the coordinator answers: a round
-//     (rank, node count, master address, restart count), or an error (configuration mismatch,
-//     rendezvous closed). It throws RendezvousTimeout after join_timeout and StoreError when the
-//     store is unreachable.
-//   - report() publishes this node's outcome of a round (success, or the failure report).
-//   - publish_status() hands over this node's status for operators (agent/node_status.h's JSON):
-//     the heartbeat thread writes it as soon as it can, as an ephemeral key (gone with this
-//     agent). With `gather` (node rank 0) that thread also reads every node's status back, at
-//     each heartbeat and each new status of its own; job_status() returns the newest it read.
-//   - Events arrive through ParticipantEvents callbacks: a control event (stop a round, or the job
-//     closed), progress lines while a round forms, and the loss of the store (the watch
-//     connection broke, or a heartbeat could not be delivered within heartbeat_timeout). Each
-//     callback runs on an internal thread: post to your event loop, do not block.
+//   - The constructor returns at once. The participant's one connection (store/store_channel.h)
+//     connects on its own I/O thread, retrying until join_timeout; once connected it watches the
+//     coordinator's control keys and writes this node's first heartbeat, then one every
+//     keep_alive_interval. That thread is the participant's only one.
+//   - join(free_port, done) announces this node as alive (an ephemeral key: gone the moment this
+//     process or its connection dies), publishes its record and asks for the coordinator's
+//     answer, all in one write. `free_port(addr)` runs once this node's address is known (at
+//     once, or on the I/O thread when it connects; an empty `self.addr` becomes the local address
+//     of the store connection): a port free on this node now (MASTER_PORT if it becomes rank 0).
+//     `done` runs once, on the I/O thread: a round (rank, node count, master address, restart
+//     count), an error answer (configuration mismatch, rendezvous closed), or `error`:
+//     RendezvousTimeout after join_timeout, or the StoreError that stopped it, with
+//     `reached_store` false when the store could not be reached at all. One join at a time: the
+//     next once `done` ran.
+//   - report() publishes this node's outcome of a round and blocks until the store has it.
+//   - publish_status() writes this node's status for operators (agent/node_status.h's JSON) as
+//     an ephemeral key (gone with this agent). With `gather` (node rank 0) every node's status is
+//     read back at each heartbeat and after each status of its own; job_status() returns the
+//     newest it read.
+//   - Events arrive through ParticipantEvents callbacks on the I/O thread: a control event (stop
+//     a round, or the job closed), progress lines while a round forms, and the loss of the store
+//     (the connection broke after it was made, or a heartbeat or status was not answered within
+//     heartbeat_timeout). Post them to your event loop; do not block.
 //
 // Threading
-//   join() and report() may be called from any thread, one call at a time (under a mutex).
-//   abort() from any thread: join() and report() fail at once then and from then on; heartbeats
-//   and the watch go on. Destruction stops heartbeats and the watch; it must not happen on a
-//   callback thread.
+//   join(), publish_status() and job_status() from any thread; report() from any thread but the
+//   I/O thread. Destruction ends the I/O thread, with no callback after it began; it must not
+//   happen on a callback.
 #pragma once
 
+#include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,9 +55,16 @@ struct ParticipantEvents {
   std::function<void(const std::string&)> on_store_lost;
 };
 
+// What a join came to.
+struct JoinResult {
+  std::optional<RoundAnswer> answer;  // the coordinator's answer; absent: `error`
+  std::exception_ptr error;           // RendezvousTimeout or StoreError
+  bool reached_store = true;          // false: no connection to the store could be made
+  std::string address;                // this node's address as published
+};
+
 class RendezvousParticipant {
  public:
-  // Connects (retrying until join_timeout, or until options.cancel is cancelled).
   // `self` carries the node's identity and configuration; its addr may be empty, in which case the
   // local address of the store connection is used (the interface that reaches the store).
   RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config, NodeRecord self,
@@ -60,16 +73,12 @@ class RendezvousParticipant {
   RendezvousParticipant(const RendezvousParticipant&) = delete;
   RendezvousParticipant& operator=(const RendezvousParticipant&) = delete;
 
-  // `free_port`: a port free on this node now (MASTER_PORT if this node becomes rank 0).
-  RoundAnswer join(std::uint16_t free_port);
+  void join(std::function<std::uint16_t(const std::string& addr)> free_port, std::function<void(JoinResult)> done);
   void report(int round, const RoundOutcome& outcome);
   void publish_status(std::string status_json, bool gather);
   std::vector<std::string> job_status() const;
-  // From another thread: a join() blocked on the coordinator's answer fails at once, and so does
-  // every later join() or report().
-  void abort();
 
-  const NodeRecord& self() const;
+  const std::string& node_id() const;
   const RendezvousKeys& keys() const;
 
  private:

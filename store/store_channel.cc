@@ -5,141 +5,457 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "store/store_connection.h"
 
 namespace crun {
 
-struct StoreChannel::Impl {
-  Impl(const StoreEndpoint& endpoint, const StoreClientOptions& options, std::function<void(const std::string&)> lost)
-      : conn(endpoint, options), on_lost(std::move(lost)) {}
+namespace {
+using Fill = std::function<void(wire::Writer&)>;
+// A reply's payload (valid during the call) or the error in its place.
+using Raw = std::function<void(std::exception_ptr, std::string_view)>;
 
-  struct Waiting {
-    bool done = false;
-    wire::Status status = wire::Status::kOk;
-    std::string payload;
+std::string named(const char* op, const std::string& key) { return std::string(op) + " '" + key.substr(0, 200) + "'"; }
+
+std::string decode_value(std::string_view payload) {
+  wire::Reader r(payload);
+  return std::string(r.str());
+}
+
+std::optional<std::string> decode_maybe_value(std::string_view payload) {
+  wire::Reader r(payload);
+  const bool found = r.u8() != 0;
+  const std::string_view value = r.str();
+  if (!found) return std::nullopt;
+  return std::string(value);
+}
+
+std::vector<std::string> decode_keys(std::string_view payload) {
+  wire::Reader r(payload);
+  const std::uint32_t n = r.count(4);
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) keys.emplace_back(r.str());
+  return keys;
+}
+
+Fill key_value(const std::string& key, std::string_view value) {
+  return [&key, value](wire::Writer& w) {
+    w.str(key);
+    w.str(value);
   };
+}
 
-  StoreConnection conn;
-  std::function<void(const std::string&)> on_lost;
-  std::mutex send_mu;  // one frame on the wire at a time
-  std::mutex mu;       // the rest
-  std::condition_variable cv;
-  std::map<std::uint32_t, Waiting*> waiting;                                  // guarded by mu
-  std::map<std::uint32_t, std::function<void(const StoreEvent&)>> watches;   // guarded by mu; never erased
-  std::uint32_t next_id = 1;                                                  // guarded by mu
-  std::string broken;                                                         // guarded by mu: why it is unusable
-  std::atomic<bool> closing{false};
-  std::thread reader;
+Fill key_wait(const std::string& key, Millis wait) {
+  const auto wire_wait = static_cast<std::uint32_t>(std::clamp<long long>(wait.count(), 0, wire::kForever));
+  return [&key, wire_wait](wire::Writer& w) {
+    w.str(key);
+    w.u32(wire_wait);
+  };
+}
 
-  // The reader thread: replies to their waiting callers, notifications to their watches.
-  void run() {
-    try {
-      for (;;) {
-        const StoreConnection::Reply reply = conn.receive(Clock::time_point::max());
-        if (reply.status == wire::Status::kNotify) {
-          std::function<void(const StoreEvent&)>* handler = nullptr;
-          {
-            std::lock_guard lock(mu);
-            auto it = watches.find(reply.id);
-            if (it != watches.end()) handler = &it->second;  // stable: map nodes stay put
-          }
-          if (handler == nullptr) continue;
-          wire::Reader r(reply.payload);
-          StoreEvent event;
-          event.kind = static_cast<StoreEvent::Kind>(r.u8());
-          event.key = std::string(r.str());
-          event.value = std::string(r.str());
-          (*handler)(event);
-          continue;
-        }
-        std::lock_guard lock(mu);
-        auto it = waiting.find(reply.id);
-        if (it == waiting.end()) continue;  // its caller gave up (deadline, cancel)
-        it->second->done = true;
-        it->second->status = reply.status;
-        it->second->payload = std::string(reply.payload);
-        waiting.erase(it);
-        cv.notify_all();
-      }
-    } catch (const std::exception& e) {
-      {
-        std::lock_guard lock(mu);
-        if (broken.empty()) broken = e.what();
-        cv.notify_all();
-      }
-      if (!closing && on_lost) on_lost(e.what());
-    }
+Fill prefix_limit(const std::string& prefix, std::uint32_t limit) {
+  return [&prefix, limit](wire::Writer& w) {
+    w.str(prefix);
+    w.u32(limit);
+  };
+}
+}  // namespace
+
+struct StoreChannel::Impl {
+  Impl(const StoreEndpoint& ep, const StoreClientOptions& opt, std::function<void(const std::string&)> lost,
+       std::function<void()> connected)
+      : endpoint(ep), options(opt), name("store " + ep.str()), on_lost(std::move(lost)), on_connected(std::move(connected)) {
+    options.cancel = cancel;  // the destructor ends a connect retry loop
   }
 
-  std::string request(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline,
-                      const std::atomic<bool>* cancel, std::function<void(const StoreEvent&)>* on_event) {
-    Waiting w;
+  struct Pending {
+    std::string what;
+    Clock::time_point deadline;
+    Raw done;
+  };
+
+  StoreEndpoint endpoint;
+  StoreClientOptions options;
+  std::string name;
+  std::function<void(const std::string&)> on_lost;
+  std::function<void()> on_connected;
+  std::shared_ptr<ConnectCancel> cancel = std::make_shared<ConnectCancel>();
+
+  std::mutex mu;  // everything below but what send_mu guards
+  std::condition_variable cv;
+  std::map<std::uint32_t, Pending> pending;
+  std::map<std::uint32_t, std::function<void(const StoreEvent&)>> watches;  // never erased
+  std::uint32_t next_id = 1;
+  std::string broken;  // why it is unusable
+  std::exception_ptr failure;  // what made it so
+  bool closing = false;
+  std::unique_ptr<StoreConnection> conn;  // set once by the I/O thread
+  Clock::time_point timer_at = Clock::time_point::max();
+  std::function<void()> timer_fn;
+
+  std::mutex send_mu;    // one frame on the wire at a time
+  bool connected = false;  // guarded by send_mu: frames go to the socket, not to `queued`
+  std::string queued;      // guarded by send_mu: frames made before the handshake
+  std::thread::id corker;  // guarded by send_mu: the thread inside corked(), whose frames wait in `cork`
+  std::string cork;        // guarded by send_mu
+
+  std::thread io;
+
+  // Registers the request, then writes its frame (or queues it before the handshake). Returns its
+  // id, 0 when the channel was already unusable (`done` then ran at once).
+  std::uint32_t start(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline, Raw done,
+                      std::function<void(const StoreEvent&)>* on_event) {
     std::uint32_t id = 0;
     {
-      std::lock_guard lock(mu);
-      if (!broken.empty()) throw StoreConnectionError(conn.name() + ": " + what + ": connection unusable (" + broken + ")");
-      if (cancel != nullptr && *cancel) throw StoreConnectionError(conn.name() + ": " + what + ": cancelled");
+      std::unique_lock lock(mu);
+      if (!broken.empty() || closing) {
+        const std::string why = closing ? std::string("the channel is closing") : broken;
+        lock.unlock();
+        if (done) done(std::make_exception_ptr(StoreConnectionError(name + ": " + what + ": connection unusable (" + why + ")")), {});
+        return 0;
+      }
       id = next_id++;
-      waiting[id] = &w;
-      if (on_event != nullptr) watches[id] = std::move(*on_event);  // before any notification can come
+      pending.emplace(id, Pending{what, deadline, std::move(done)});
+      // A watch's handler stays even when its request fails: the server may have registered it.
+      if (on_event != nullptr) watches[id] = std::move(*on_event);
     }
-    // A watch's handler stays even when its request fails: the server may have registered it, and
-    // the reader may be calling it (it lives as long as the channel, like what it captures).
-    auto forget = [&] { waiting.erase(id); };
-    std::string out;
-    wire::Writer writer(out);
+    std::string frame;
+    wire::Writer writer(frame);
     const std::size_t at = writer.begin_frame(static_cast<std::uint8_t>(op), id);
     fill(writer);
     writer.finish_frame(at);
-    try {
+    transmit(frame, deadline);
+    return id;
+  }
+
+  // Runs `body`; the frames this thread makes meanwhile go out in one write after it.
+  void corked(const std::function<void()>& body) {
+    bool claimed = false;
+    {
       std::lock_guard lock(send_mu);
-      conn.send(out, deadline);
-    } catch (const StoreError& e) {
-      std::lock_guard lock(mu);
-      forget();
-      if (broken.empty()) broken = e.what();  // part of a frame may have gone: the stream is out of step
-      cv.notify_all();
-      throw;
+      // Already inside, or another thread is: then this body's frames go out one by one.
+      claimed = corker == std::thread::id();
+      if (claimed) corker = std::this_thread::get_id();
     }
-    std::unique_lock lock(mu);
-    while (!w.done) {
-      if (!broken.empty()) {
-        forget();
-        throw StoreConnectionError(conn.name() + ": " + what + ": " + broken);
+    body();
+    if (claimed) uncork();
+  }
+
+  void uncork() {
+    std::string frames;
+    {
+      std::lock_guard lock(send_mu);
+      corker = std::thread::id();
+      frames.swap(cork);
+    }
+    if (!frames.empty()) transmit(frames, Clock::now() + options.timeout);
+  }
+
+  void transmit(const std::string& frame, Clock::time_point deadline) {
+    std::lock_guard lock(send_mu);
+    if (corker == std::this_thread::get_id()) {
+      cork += frame;
+      return;
+    }
+    if (!connected) {
+      queued += frame;
+      return;
+    }
+    try {
+      conn->send(frame, deadline);
+    } catch (const StoreError& e) {
+      // Part of a frame may have gone: the stream is out of step. The I/O thread fails the rest.
+      {
+        std::lock_guard guard(mu);
+        if (broken.empty()) broken = e.what();
       }
-      if (cancel != nullptr && *cancel) {
-        forget();
-        throw StoreConnectionError(conn.name() + ": " + what + ": cancelled");
+      conn->interrupt();
+    }
+  }
+
+  // Synchronous: waits for the reply of a request started here.
+  std::string request(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline,
+                      const std::atomic<bool>* cancel_flag, std::function<void(const StoreEvent&)>* on_event) {
+    if (cancel_flag != nullptr && *cancel_flag) throw StoreConnectionError(name + ": " + what + ": cancelled");
+    struct Result {
+      bool done = false;
+      std::exception_ptr error;
+      std::string payload;
+    };
+    auto result = std::make_shared<Result>();
+    const std::uint32_t id = start(op, what, fill, deadline, [this, result](std::exception_ptr e, std::string_view p) {
+      std::lock_guard lock(mu);
+      result->done = true;
+      result->error = std::move(e);
+      result->payload = std::string(p);
+      cv.notify_all();
+    }, on_event);
+    std::unique_lock lock(mu);
+    while (!result->done) {
+      if (!broken.empty()) {
+        pending.erase(id);
+        throw StoreConnectionError(name + ": " + what + ": " + broken);
+      }
+      if (cancel_flag != nullptr && *cancel_flag) {
+        pending.erase(id);
+        throw StoreConnectionError(name + ": " + what + ": cancelled");
       }
       if (deadline == Clock::time_point::max()) {
         cv.wait(lock);
-      } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !w.done) {
-        forget();  // a late reply finds nobody waiting and is dropped: the stream stays in step
-        throw StoreTimeout(conn.name() + ": " + what + ": no reply within the deadline (server stalled or unreachable)");
+      } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !result->done) {
+        pending.erase(id);  // a late reply finds nobody waiting and is dropped: the stream stays in step
+        throw StoreTimeout(name + ": " + what + ": no reply within the deadline (server stalled or unreachable)");
       }
     }
     lock.unlock();
-    if (w.status != wire::Status::kOk) raise_reply_error(conn.name() + ": " + what, w.status, w.payload);
-    return std::move(w.payload);
+    if (result->error) std::rethrow_exception(result->error);
+    return std::move(result->payload);
+  }
+
+  // The I/O thread: connect, send what was queued, then replies to their requests, notifications
+  // to their watches, expired deadlines and the timer.
+  void run() {
+    std::string why;
+    std::exception_ptr unreached;  // why the connection could not be made (StoreConnectionError, StoreRejected)
+    try {
+      auto made = std::make_unique<StoreConnection>(endpoint, options);
+      {
+        std::lock_guard lock(mu);
+        if (closing) throw StoreConnectionError(name + ": the channel is closing");
+        conn = std::move(made);
+      }
+      // One first write: the frames made before the handshake, what on_connected makes, and what
+      // other threads make meanwhile, in that order.
+      {
+        std::lock_guard lock(send_mu);
+        corker = std::this_thread::get_id();
+        cork.swap(queued);
+      }
+      if (on_connected) on_connected();
+      {
+        std::lock_guard lock(send_mu);
+        corker = std::thread::id();
+        cork += queued;
+        std::string().swap(queued);
+        connected = true;
+        conn->send(cork, Clock::now() + options.timeout);  // others wait for send_mu: order kept
+        std::string().swap(cork);
+      }
+      for (;;) {
+        bool got = false;
+        StoreConnection::Reply reply{};
+        try {
+          reply = conn->receive(next_wake());
+          got = true;
+        } catch (const StoreTimeout&) {
+        }
+        if (got) dispatch(reply);
+        expire_and_tick();
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+      std::lock_guard lock(mu);
+      if (!conn) unreached = std::current_exception();
+      if (!failure) failure = conn ? std::make_exception_ptr(StoreConnectionError(why)) : unreached;
+    }
+    fail_all(why, unreached);
+  }
+
+  Clock::time_point next_wake() {
+    std::lock_guard lock(mu);
+    Clock::time_point wake = timer_at;
+    for (const auto& [id, p] : pending) wake = std::min(wake, p.deadline);
+    return wake;
+  }
+
+  void dispatch(const StoreConnection::Reply& reply) {
+    if (reply.status == wire::Status::kNotify) {
+      std::function<void(const StoreEvent&)>* handler = nullptr;
+      {
+        std::lock_guard lock(mu);
+        if (closing) return;
+        auto it = watches.find(reply.id);
+        if (it != watches.end()) handler = &it->second;  // stable: map nodes stay put
+      }
+      if (handler == nullptr) return;
+      wire::Reader r(reply.payload);
+      StoreEvent event;
+      event.kind = static_cast<StoreEvent::Kind>(r.u8());
+      event.key = std::string(r.str());
+      event.value = std::string(r.str());
+      (*handler)(event);
+      return;
+    }
+    Pending p;
+    {
+      std::lock_guard lock(mu);
+      auto it = pending.find(reply.id);
+      if (it == pending.end() || closing) return;  // its caller gave up (deadline, cancel)
+      p = std::move(it->second);
+      pending.erase(it);
+    }
+    std::exception_ptr error;
+    if (reply.status != wire::Status::kOk) {
+      try {
+        raise_reply_error(name + ": " + p.what, reply.status, reply.payload);
+      } catch (const StoreError&) {
+        error = std::current_exception();
+      }
+    }
+    if (p.done) p.done(error, error ? std::string_view() : reply.payload);
+  }
+
+  void expire_and_tick() {
+    std::vector<Pending> expired;
+    std::function<void()> tick;
+    {
+      std::lock_guard lock(mu);
+      if (closing) return;
+      const auto now = Clock::now();
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (it->second.deadline > now) {
+          ++it;
+          continue;
+        }
+        expired.push_back(std::move(it->second));
+        it = pending.erase(it);
+      }
+      if (timer_at <= now) {
+        tick = std::move(timer_fn);
+        timer_fn = nullptr;
+        timer_at = Clock::time_point::max();
+      }
+    }
+    for (auto& p : expired) {
+      if (p.done) {
+        p.done(std::make_exception_ptr(StoreTimeout(name + ": " + p.what + ": no reply within the deadline (server stalled or unreachable)")), {});
+      }
+    }
+    if (tick) tick();
+  }
+
+  // Every pending request fails: with `unreached` itself when there never was a connection.
+  void fail_all(const std::string& why, std::exception_ptr unreached) {
+    std::vector<Pending> failed;
+    bool report = false;
+    {
+      std::lock_guard lock(mu);
+      if (broken.empty()) broken = why;
+      report = !closing;
+      for (auto& [id, p] : pending) failed.push_back(std::move(p));
+      pending.clear();
+      cv.notify_all();
+    }
+    if (!report) return;
+    for (auto& p : failed) {
+      if (!p.done) continue;
+      p.done(unreached ? unreached : std::make_exception_ptr(StoreConnectionError(name + ": " + p.what + ": " + why)), {});
+    }
+    if (on_lost) on_lost(why);
+  }
+
+  // The asynchronous form of each request: `decode` turns the OK payload into what `done` gets.
+  template <typename T, typename Decode, typename Then>
+  void async(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline, Decode decode, Then done) {
+    start(op, what, fill, deadline, [this, what, decode, done = std::move(done)](std::exception_ptr e, std::string_view p) {
+      T value{};
+      if (!e) {
+        try {
+          value = decode(p);
+        } catch (const wire::ProtocolError& bad) {
+          e = std::make_exception_ptr(StoreConnectionError(name + ": " + what + ": malformed reply: " + bad.what()));
+        }
+      }
+      done(e, std::move(value));
+    }, nullptr);
   }
 };
 
 StoreChannel::StoreChannel(const StoreEndpoint& endpoint, const StoreClientOptions& options,
-                           std::function<void(const std::string& why)> on_lost)
-    : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost))) {
-  impl_->reader = std::thread([impl = impl_.get()] { impl->run(); });
+                           std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected)
+    : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost), std::move(on_connected))) {
+  impl_->io = std::thread([impl = impl_.get()] { impl->run(); });
 }
 
 StoreChannel::~StoreChannel() {
-  impl_->closing = true;
-  impl_->conn.interrupt();
-  impl_->reader.join();
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->closing = true;
+    if (impl_->conn) impl_->conn->interrupt();
+    impl_->cv.notify_all();
+  }
+  impl_->cancel->cancel();
+  impl_->io.join();
 }
 
-std::string StoreChannel::request(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline,
-                                  const std::atomic<bool>* cancel) {
-  return impl_->request(op, what, fill, deadline, cancel, nullptr);
+void StoreChannel::set(const std::string& key, std::string_view value, Clock::time_point deadline, Done done) {
+  impl_->start(wire::Op::kSet, named("set", key), key_value(key, value), deadline,
+               [done = std::move(done)](std::exception_ptr e, std::string_view) { done(e); }, nullptr);
+}
+
+void StoreChannel::set_ephemeral(const std::string& key, std::string_view value, Clock::time_point deadline, Done done) {
+  impl_->start(wire::Op::kSetEphemeral, named("set_ephemeral", key), key_value(key, value), deadline,
+               [done = std::move(done)](std::exception_ptr e, std::string_view) { done(e); }, nullptr);
+}
+
+void StoreChannel::get(const std::string& key, Millis wait, Clock::time_point deadline, GotValue done) {
+  impl_->async<std::optional<std::string>>(wire::Op::kGet, named("get", key), key_wait(key, wait), deadline,
+                                           [](std::string_view p) { return std::optional<std::string>(decode_value(p)); },
+                                           std::move(done));
+}
+
+void StoreChannel::try_get(const std::string& key, Clock::time_point deadline, GotValue done) {
+  impl_->async<std::optional<std::string>>(wire::Op::kTryGet, named("try_get", key),
+                                           [&key](wire::Writer& w) { w.str(key); }, deadline, decode_maybe_value,
+                                           std::move(done));
+}
+
+void StoreChannel::list_keys(const std::string& prefix, std::uint32_t limit, Clock::time_point deadline, GotKeys done) {
+  impl_->async<std::vector<std::string>>(wire::Op::kListKeys, named("list_keys", prefix), prefix_limit(prefix, limit),
+                                         deadline, decode_keys, std::move(done));
+}
+
+void StoreChannel::watch(const std::string& prefix, std::function<void(const StoreEvent&)> on_event,
+                         Clock::time_point deadline, Done done) {
+  impl_->start(wire::Op::kWatch, "watch '" + prefix + "'", [&](wire::Writer& w) { w.str(prefix); }, deadline,
+               [done = std::move(done)](std::exception_ptr e, std::string_view) { done(e); }, &on_event);
+}
+
+void StoreChannel::corked(const std::function<void()>& body) { impl_->corked(body); }
+
+void StoreChannel::at(Clock::time_point when, std::function<void()> fn) {
+  std::lock_guard lock(impl_->mu);
+  impl_->timer_at = when;
+  impl_->timer_fn = std::move(fn);
+}
+
+void StoreChannel::set(const std::string& key, std::string_view value, Clock::time_point deadline,
+                       const std::atomic<bool>* cancel) {
+  impl_->request(wire::Op::kSet, named("set", key), key_value(key, value), deadline, cancel, nullptr);
+}
+
+void StoreChannel::set_ephemeral(const std::string& key, std::string_view value, Clock::time_point deadline,
+                                 const std::atomic<bool>* cancel) {
+  impl_->request(wire::Op::kSetEphemeral, named("set_ephemeral", key), key_value(key, value), deadline, cancel, nullptr);
+}
+
+std::string StoreChannel::get(const std::string& key, Millis wait, Clock::time_point deadline,
+                              const std::atomic<bool>* cancel) {
+  return decode_value(impl_->request(wire::Op::kGet, named("get", key), key_wait(key, wait), deadline, cancel, nullptr));
+}
+
+std::optional<std::string> StoreChannel::try_get(const std::string& key, Clock::time_point deadline,
+                                                 const std::atomic<bool>* cancel) {
+  return decode_maybe_value(
+      impl_->request(wire::Op::kTryGet, named("try_get", key), [&](wire::Writer& w) { w.str(key); }, deadline, cancel, nullptr));
+}
+
+std::vector<std::string> StoreChannel::list_keys(const std::string& prefix, std::uint32_t limit,
+                                                 Clock::time_point deadline) {
+  return decode_keys(impl_->request(wire::Op::kListKeys, named("list_keys", prefix), prefix_limit(prefix, limit),
+                                    deadline, nullptr, nullptr));
 }
 
 void StoreChannel::watch(const std::string& prefix, std::function<void(const StoreEvent&)> on_event,
@@ -153,65 +469,14 @@ void StoreChannel::wake() {
   impl_->cv.notify_all();
 }
 
-std::string StoreChannel::local_address() const { return impl_->conn.local_address(); }
-
-namespace {
-std::string named(const char* op, const std::string& key) { return std::string(op) + " '" + key.substr(0, 200) + "'"; }
-}  // namespace
-
-void StoreChannel::set(const std::string& key, std::string_view value, Clock::time_point deadline,
-                       const std::atomic<bool>* cancel) {
-  request(wire::Op::kSet, named("set", key), [&](wire::Writer& w) {
-    w.str(key);
-    w.str(value);
-  }, deadline, cancel);
+std::exception_ptr StoreChannel::failure() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->failure;
 }
 
-void StoreChannel::set_ephemeral(const std::string& key, std::string_view value, Clock::time_point deadline,
-                                 const std::atomic<bool>* cancel) {
-  request(wire::Op::kSetEphemeral, named("set_ephemeral", key), [&](wire::Writer& w) {
-    w.str(key);
-    w.str(value);
-  },
-          deadline, cancel);
-}
-
-std::string StoreChannel::get(const std::string& key, Millis wait, Clock::time_point deadline,
-                              const std::atomic<bool>* cancel) {
-  const auto wire_wait = static_cast<std::uint32_t>(std::clamp<long long>(wait.count(), 0, wire::kForever));
-  const std::string payload = request(
-      wire::Op::kGet, named("get", key), [&](wire::Writer& w) {
-        w.str(key);
-        w.u32(wire_wait);
-      }, deadline, cancel);
-  wire::Reader r(payload);
-  return std::string(r.str());
-}
-
-std::optional<std::string> StoreChannel::try_get(const std::string& key, Clock::time_point deadline,
-                                                 const std::atomic<bool>* cancel) {
-  const std::string payload =
-      request(wire::Op::kTryGet, named("try_get", key), [&](wire::Writer& w) { w.str(key); }, deadline, cancel);
-  wire::Reader r(payload);
-  const bool found = r.u8() != 0;
-  const std::string_view value = r.str();
-  if (!found) return std::nullopt;
-  return std::string(value);
-}
-
-std::vector<std::string> StoreChannel::list_keys(const std::string& prefix, std::uint32_t limit,
-                                                 Clock::time_point deadline) {
-  const std::string payload = request(
-      wire::Op::kListKeys, named("list_keys", prefix), [&](wire::Writer& w) {
-        w.str(prefix);
-        w.u32(limit);
-      }, deadline);
-  wire::Reader r(payload);
-  const std::uint32_t n = r.count(4);
-  std::vector<std::string> keys;
-  keys.reserve(n);
-  for (std::uint32_t i = 0; i < n; ++i) keys.emplace_back(r.str());
-  return keys;
+std::string StoreChannel::local_address() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->conn ? impl_->conn->local_address() : std::string();
 }
 
 }  // namespace crun

@@ -1,34 +1,46 @@
-// StoreChannel: one connection to the store that several threads share (docs/store-protocol.md:
-// requests are matched to replies by id, notifications carry the watch's id).
+// StoreChannel: one connection to the store with one I/O thread of its own, shared by every thread
+// of its owner (docs/store-protocol.md: requests are matched to replies by id, notifications
+// carry the watch's id).
 //
 // Contract
-//   - The constructor connects and shakes hands (StoreConnection: retries until
-//     options.connect_timeout, honours options.cancel), then starts the reader thread; it throws
-//     what StoreConnection throws.
-//   - request(op, fill, deadline, cancel) sends one request, its payload written by `fill`, and
-//     blocks the calling thread until the reply with its id: the OK payload, or StoreTimeout (the
-//     server's timeout status, or no reply by `deadline`: the channel is then unusable, the
-//     stream being out of step), StoreRejected (any other error status), StoreConnectionError
-//     (the connection is lost or the channel closed; or `cancel` is set, also while waiting).
-//     Requests from several threads interleave on the wire; frames never do.
-//   - watch(prefix, on_event) registers a watch (a request like the others); from then on
-//     on_event runs on the reader thread for every set or delete under `prefix`, in mutation
-//     order. It must not block, nor make requests (their replies come through that thread).
-//   - on_lost(why) runs once, on the reader thread, when the connection breaks; not when the
-//     channel is being destroyed. Every blocked request fails then too.
-//   - wake() makes every waiting request look at its `cancel` flag again.
-//   - set, set_ephemeral, get, try_get, list_keys: those requests, encoded and decoded as TcpStore
-//     does (docs/store-protocol.md); an ephemeral key belongs to this one connection.
-//   - Memory: one reply buffer (StoreConnection's, growing with the replies), the waiting
-//     requests' replies until their callers take them.
+//   - The constructor returns at once. The I/O thread connects and shakes hands (StoreConnection:
+//     retrying until options.connect_timeout; the destructor cuts that short), runs on_connected,
+//     then reads replies and notifications until the connection breaks or the channel is
+//     destroyed. Requests made before the handshake wait in memory and go out right after it, in
+//     the order they were made, in one write with what on_connected makes.
+//   - Asynchronous requests (set, set_ephemeral, get, try_get, list_keys, watch with a `done`
+//     callback; encoded and decoded as TcpStore's of the same names): the frame is written at once
+//     by the calling thread (or queued before the handshake) and `done` runs once, on the I/O
+//     thread, with the result or the error: StoreRejected or StoreTimeout (the reply's status),
+//     StoreConnectionError (the connection could not be made, broke, or was already unusable: then
+//     `done` may run at once on the caller's thread), StoreTimeout (no reply by the deadline; a
+//     late reply is dropped and the stream stays in step). The I/O thread notices a deadline when
+//     it next wakes: a reply, a notification, its timer, or the earliest deadline it knew of when
+//     it went to sleep; an owner that makes requests from other threads keeps its timer running.
+//   - Synchronous requests (the same names with an optional `cancel` instead of `done`) block the
+//     calling thread until the reply, `deadline` or `cancel` (StoreConnectionError "cancelled";
+//     wake() makes waiting requests look at their flag again).
+//   - watch(): from its reply on, on_event runs on the I/O thread for every set or delete under
+//     `prefix`, in mutation order. It must not block.
+//   - at(when, fn): fn runs once on the I/O thread at `when` (one timer: a new call replaces it).
+//     Set it from the I/O thread's callbacks (on_connected, done, the timer's fn): a sleeping I/O
+//     thread does not see a timer set by another thread before it wakes.
+//   - on_lost(why) runs once, on the I/O thread, when the connection cannot be made or breaks,
+//     after every pending request's `done` got the error; never once the destructor began, and
+//     no callback runs from then on.
+//   - Memory: one reply buffer (StoreConnection's, growing with the replies), the frames made
+//     before the handshake, one entry per request awaiting its reply.
 //
 // Threading
-//   request(), watch(), wake() from any thread but the reader's; the destructor from any thread
-//   but the reader's (it interrupts the connection and joins the reader).
+//   Requests of either kind and wake() from any thread; asynchronous ones also from the I/O
+//   thread's callbacks (writing does not wait for replies). Synchronous requests and the
+//   destructor never from the I/O thread. local_address(): once on_connected ran ("" before).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -43,35 +55,48 @@ namespace crun {
 
 class StoreChannel {
  public:
+  using Clock = std::chrono::steady_clock;
   StoreChannel(const StoreEndpoint& endpoint, const StoreClientOptions& options,
-               std::function<void(const std::string& why)> on_lost);
+               std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected = {});
   ~StoreChannel();
   StoreChannel(const StoreChannel&) = delete;
   StoreChannel& operator=(const StoreChannel&) = delete;
 
-  using Fill = std::function<void(wire::Writer&)>;
-  using Clock = std::chrono::steady_clock;
-  // `what` names the request in errors ("set 'key'").
-  std::string request(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline,
-                      const std::atomic<bool>* cancel = nullptr);
-  void watch(const std::string& prefix, std::function<void(const StoreEvent&)> on_event,
-             Clock::time_point deadline);
-  void wake();
+  // Asynchronous: the error (null: done), and what the request returns.
+  using Done = std::function<void(std::exception_ptr)>;
+  using GotValue = std::function<void(std::exception_ptr, std::optional<std::string>)>;
+  using GotKeys = std::function<void(std::exception_ptr, std::vector<std::string>)>;
+  void set(const std::string& key, std::string_view value, Clock::time_point deadline, Done done);
+  void set_ephemeral(const std::string& key, std::string_view value, Clock::time_point deadline, Done done);
+  // Waits at the server up to `wait` for the key; the value is always there on success.
+  void get(const std::string& key, Millis wait, Clock::time_point deadline, GotValue done);
+  void try_get(const std::string& key, Clock::time_point deadline, GotValue done);
+  void list_keys(const std::string& prefix, std::uint32_t limit, Clock::time_point deadline, GotKeys done);
+  void watch(const std::string& prefix, std::function<void(const StoreEvent&)> on_event, Clock::time_point deadline,
+             Done done);
+  void at(Clock::time_point when, std::function<void()> fn);
+  // Runs `body`; the frames the calling thread makes meanwhile go out in one write after it (no
+  // synchronous request inside: its frame would wait for the end of `body`).
+  void corked(const std::function<void()>& body);
 
-  // The requests the rendezvous makes, over request(): as TcpStore's of the same names.
+  // Synchronous.
   void set(const std::string& key, std::string_view value, Clock::time_point deadline,
            const std::atomic<bool>* cancel = nullptr);
   void set_ephemeral(const std::string& key, std::string_view value, Clock::time_point deadline,
                      const std::atomic<bool>* cancel = nullptr);
-  // Waits at the server up to `wait` for the key.
   std::string get(const std::string& key, Millis wait, Clock::time_point deadline,
                   const std::atomic<bool>* cancel = nullptr);
   std::optional<std::string> try_get(const std::string& key, Clock::time_point deadline,
                                      const std::atomic<bool>* cancel = nullptr);
   std::vector<std::string> list_keys(const std::string& prefix, std::uint32_t limit, Clock::time_point deadline);
+  void watch(const std::string& prefix, std::function<void(const StoreEvent&)> on_event, Clock::time_point deadline);
+  void wake();
 
   // The local IP address of the connection (the interface that reaches the store).
   std::string local_address() const;
+  // What made the channel unusable (StoreConnectionError; StoreRejected for a refused handshake),
+  // set before on_lost runs; null while it works.
+  std::exception_ptr failure() const;
 
  private:
   struct Impl;

@@ -1,4 +1,6 @@
 // The c10d-style rendezvous: a real store and coordinator on loopback, agents as threads.
+#include <dirent.h>
+
 #include <catch2/catch.hpp>
 #include <future>
 #include <map>
@@ -35,6 +37,27 @@ struct Job {
   RendezvousCoordinator coordinator;
 };
 
+// A join as the agent makes it, waited for by the caller: the answer, or what the join failed
+// with (thrown by get()).
+std::future<RoundAnswer> start_join(RendezvousParticipant& p, std::uint16_t port) {
+  auto promise = std::make_shared<std::promise<RoundAnswer>>();
+  auto answer = promise->get_future();
+  p.join([port](const std::string&) { return port; }, [promise](JoinResult r) {
+    if (r.answer) {
+      promise->set_value(*r.answer);
+    } else {
+      promise->set_exception(r.error);
+    }
+  });
+  return answer;
+}
+
+RoundAnswer join_now(RendezvousParticipant& p, std::uint16_t port) {
+  auto answer = start_join(p, port);
+  REQUIRE(answer.wait_for(20s) == std::future_status::ready);
+  return answer.get();
+}
+
 struct Node {
   Node(Job& job, const std::string& name, int hint = -1, int nproc = 2) {
     NodeRecord r;
@@ -57,7 +80,7 @@ struct Node {
     participant = std::make_unique<RendezvousParticipant>(job.fixture.endpoint(), StoreClientOptions{}, job.cfg, r, ev);
   }
   std::future<RoundAnswer> join_async(std::uint16_t port = 29500) {
-    return std::async(std::launch::async, [this, port] { return participant->join(port); });
+    return start_join(*participant, port);
   }
   // The queues outlive the participant, whose threads push into them until it is destroyed.
   EventQueue<ControlEvent> control;
@@ -349,7 +372,7 @@ TEST_CASE("join times out with a clear error when too few nodes come", "[rendezv
   Job job(cfg);
   Node a(job, "a1");
   try {
-    a.participant->join(1);
+    join_now(*a.participant, 1);
     FAIL("join must time out");
   } catch (const RendezvousTimeout& e) {
     CHECK_THAT(e.what(), Catch::Contains("join timeout") && Catch::Contains("job42"));
@@ -424,12 +447,12 @@ TEST_CASE("the host's configuration is the reference, not the first joiner's", "
     return std::make_unique<RendezvousParticipant>(fixture.endpoint(), StoreClientOptions{}, cfg, r, ParticipantEvents{});
   };
   auto stale = make("z9", 8);  // a stale command joins first
-  auto rz = std::async(std::launch::async, [&] { return stale->join(1); });
+  auto rz = start_join(*stale, 1);
   REQUIRE(rz.wait_for(10s) == std::future_status::ready);
   CHECK_THAT(rz.get().error, Catch::Contains("nproc 8 vs 2") && Catch::Contains("host"));
   auto a = make("a1", 2), b = make("b2", 2);
-  auto fa = std::async(std::launch::async, [&] { return a->join(1); });
-  auto fb = std::async(std::launch::async, [&] { return b->join(2); });
+  auto fa = start_join(*a, 1);
+  auto fb = start_join(*b, 2);
   REQUIRE(fa.wait_for(10s) == std::future_status::ready);
   REQUIRE(fb.wait_for(10s) == std::future_status::ready);
   CHECK(fa.get().error.empty());
@@ -446,7 +469,7 @@ TEST_CASE("an evicted node that rejoins is counted alive again", "[rendezvous]")
   get(fb);
   // Evict b as a missed heartbeat would: its ephemeral alive key disappears.
   TcpStore admin(job.fixture.endpoint());
-  admin.remove(RendezvousKeys(cfg.run_id).alive(b.participant->self().node_id));
+  admin.remove(RendezvousKeys(cfg.run_id).alive(b.participant->node_id()));
   REQUIRE(a.control.pop());
   REQUIRE(b.control.pop());
   fa = a.join_async();
@@ -486,11 +509,11 @@ TEST_CASE("keys no agent can still need are pruned: ten restarts leave the last 
     }
   }
   // Round 9 formed (round 7's keys went) and ended.
-  const std::string an = "answer/" + a.participant->self().node_id + "/", bn = "answer/" + b.participant->self().node_id + "/";
+  const std::string an = "answer/" + a.participant->node_id() + "/", bn = "answer/" + b.participant->node_id() + "/";
   CHECK(keys_under(job, "answer/") == std::set<std::string>{an + "10", bn + "10"});
   CHECK(keys_under(job, "ctl/stop/") == std::set<std::string>{"ctl/stop/8", "ctl/stop/9"});
-  CHECK(keys_under(job, "report/") == std::set<std::string>{"report/8/" + b.participant->self().node_id,
-                                                            "report/9/" + b.participant->self().node_id});
+  CHECK(keys_under(job, "report/") == std::set<std::string>{"report/8/" + b.participant->node_id(),
+                                                            "report/9/" + b.participant->node_id()});
   CHECK(keys_under(job, "round/") == std::set<std::string>{"round/8/worker-key", "round/9/worker-key"});
   CHECK(keys_under(job, "join/").size() == 2);
   CHECK(keys_under(job, "hb/").size() == 2);
@@ -505,7 +528,7 @@ TEST_CASE("keys no agent can still need are pruned: ten restarts leave the last 
   auto gone = events.pop();
   REQUIRE(gone);
   CHECK(gone->kind == StoreEvent::Kind::kDelete);
-  CHECK(gone->key == k.report(0, a.participant->self().node_id));
+  CHECK(gone->key == k.report(0, a.participant->node_id()));
 }
 
 TEST_CASE("a lost node's records are pruned once the others re-formed", "[rendezvous]") {
@@ -519,7 +542,7 @@ TEST_CASE("a lost node's records are pruned once the others re-formed", "[rendez
   get(fa);
   get(fb);
   get(fc);
-  const std::string lost = c->participant->self().node_id;
+  const std::string lost = c->participant->node_id();
   CHECK(keys_under(job, "join/").count("join/" + lost) == 1);
   c.reset();
   for (Node* n : {a.get(), b.get()}) REQUIRE(n->control.pop());
@@ -532,4 +555,55 @@ TEST_CASE("a lost node's records are pruned once the others re-formed", "[rendez
     for (const auto& key : keys_under(job, sub)) CHECK(key.find(lost) == std::string::npos);
   }
   CHECK(keys_under(job, "join/").size() == 2);
+}
+
+namespace {
+int threads_of_this_process() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (const dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("a participant runs on one thread of its own, from its connection to its last round", "[rendezvous]") {
+  Job job(config(1, 1));
+  const int before = threads_of_this_process();
+  {
+    Node a(job, "a1");
+    RoundAnswer r = join_now(*a.participant, 1);
+    CHECK(r.error.empty());
+    a.participant->publish_status("{}", true);  // node rank 0 reads every status back, on that thread too
+    REQUIRE(eventually([&] { return a.participant->job_status().size() == 1; }));
+    CHECK(threads_of_this_process() == before + 1);
+  }
+  CHECK(threads_of_this_process() == before);
+}
+
+TEST_CASE("a store that cannot be reached fails the join as unreached", "[rendezvous]") {
+  auto cfg = config(1, 1);
+  cfg.join_timeout = 200ms;  // also the connection's retry bound
+  NodeRecord r;
+  r.node_id = make_node_id("a1");
+  r.hostname = "a1";
+  std::uint16_t port = 0;
+  {
+    ServerFixture gone;  // a port that was a store's and is closed now
+    port = gone.server.port();
+  }
+  RendezvousParticipant p({"127.0.0.1", port}, StoreClientOptions{}, cfg, r, ParticipantEvents{});
+  auto done = std::make_shared<std::promise<JoinResult>>();
+  p.join([](const std::string&) { return std::uint16_t{1}; }, [done](JoinResult jr) { done->set_value(std::move(jr)); });
+  auto result = done->get_future();
+  REQUIRE(result.wait_for(10s) == std::future_status::ready);
+  JoinResult jr = result.get();
+  CHECK_FALSE(jr.reached_store);
+  CHECK_FALSE(jr.answer);
+  CHECK_THROWS_WITH(std::rethrow_exception(jr.error), Catch::Contains("cannot connect"));
+  // A later join fails the same way at once.
+  auto again = std::make_shared<std::promise<JoinResult>>();
+  p.join([](const std::string&) { return std::uint16_t{1}; }, [again](JoinResult j) { again->set_value(std::move(j)); });
+  CHECK_FALSE(again->get_future().get().reached_store);
 }

@@ -1,7 +1,13 @@
 // StoreChannel: one connection, several threads, a watch, against a real server.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -150,5 +156,132 @@ TEST_CASE("a server that goes away fails the waiting request and is reported los
   CHECK_THAT(error, Catch::Contains("closed the connection"));
   REQUIRE(eventually([&] { return lost.count() == 1; }));
   CHECK_THROWS_AS(ch.set("k", "v", in(1s)), StoreConnectionError);  // unusable from then on, never hangs
+  CHECK(lost.count() == 1);
+}
+
+namespace {
+// A listening socket on 127.0.0.1 that the test drives by hand (accept, handshake, read).
+struct HandServer {
+  HandServer() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~HandServer() {
+    if (peer >= 0) ::close(peer);
+    ::close(fd);
+  }
+  // Accepts the channel and answers its handshake (the hello is 8 bytes without a token).
+  void handshake() {
+    peer = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    REQUIRE(peer >= 0);
+    char hello[8];
+    REQUIRE(::recv(peer, hello, sizeof hello, MSG_WAITALL) == 8);
+    std::string reply;
+    wire::Writer w(reply);
+    w.u32(wire::kMagic);
+    w.u16(wire::kVersion);
+    w.u16(static_cast<std::uint16_t>(wire::HelloStatus::kOk));
+    REQUIRE(::send(peer, reply.data(), reply.size(), MSG_NOSIGNAL) == 8);
+  }
+  // The number of whole frames one recv() returns (waiting up to 5 s for the first byte).
+  int frames_in_one_read() {
+    pollfd p{peer, POLLIN, 0};
+    if (::poll(&p, 1, 5000) != 1) return 0;
+    char buf[65536];
+    const ssize_t n = ::recv(peer, buf, sizeof buf, 0);
+    int frames = 0;
+    for (ssize_t at = 0; at + 4 <= n; ++frames) at += 4 + wire::decode_frame_length(buf + at, sizeof buf);
+    return frames;
+  }
+  int fd = -1;
+  int peer = -1;
+  std::uint16_t port = 0;
+};
+}  // namespace
+
+TEST_CASE("requests made before the handshake go out right after it in one write, and so does a corked batch", "[channel]") {
+  HandServer hand;
+  LostLog lost;
+  StoreChannel ch({"127.0.0.1", hand.port}, {}, lost.callback());
+  for (const char* key : {"a", "b", "c"}) ch.set(key, "v", in(5s), [](std::exception_ptr) {});
+  hand.handshake();  // only now can the channel send: the three frames wait for it
+  CHECK(hand.frames_in_one_read() == 3);
+  ch.corked([&] {
+    ch.set("d", "v", in(5s), [](std::exception_ptr) {});
+    ch.try_get("e", in(5s), [](std::exception_ptr, std::optional<std::string>) {});
+  });
+  CHECK(hand.frames_in_one_read() == 2);
+}
+
+TEST_CASE("asynchronous requests complete on the I/O thread in order; a missed deadline fails alone", "[channel]") {
+  ServerFixture f;
+  LostLog lost;
+  std::promise<std::thread::id> io_thread;
+  StoreChannel ch(f.endpoint(), {}, lost.callback(), [&] { io_thread.set_value(std::this_thread::get_id()); });
+  const std::thread::id io = io_thread.get_future().get();
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::vector<std::thread::id> threads;
+  auto note = [&](const std::string& what) {
+    std::lock_guard lock(mu);
+    order.push_back(what);
+    threads.push_back(std::this_thread::get_id());
+  };
+  ch.get("slow", 2000ms, in(200ms), [&](std::exception_ptr e, std::optional<std::string>) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const StoreTimeout&) {
+      note("get timed out");
+    } catch (...) {
+      note("get failed otherwise");
+    }
+  });
+  ch.set("k", "v", in(5s), [&](std::exception_ptr e) { note(e ? "set failed" : "set"); });
+  ch.try_get("k", in(5s), [&](std::exception_ptr, std::optional<std::string> v) { note("try_get " + v.value_or("-")); });
+  ch.list_keys("", 10, in(5s), [&](std::exception_ptr, std::vector<std::string> keys) { note("list " + std::to_string(keys.size())); });
+  // The I/O thread learns of the get's 200 ms deadline when it next wakes: its timer does that.
+  ch.at(StoreChannel::Clock::now() + 300ms, [] {});
+  REQUIRE(eventually([&] {
+    std::lock_guard lock(mu);
+    return order.size() == 4;
+  }, 5s));
+  std::lock_guard lock(mu);
+  CHECK(order == std::vector<std::string>{"set", "try_get v", "list 1", "get timed out"});
+  for (auto t : threads) CHECK(t == io);
+  CHECK(ch.try_get("k", in(5s)) == "v");  // the late reply to the get (at 2 s) will be dropped
+  CHECK(lost.count() == 0);
+}
+
+TEST_CASE("a store that cannot be reached fails every request with why, and is reported lost once", "[channel]") {
+  HandServer closed;  // a port that was listening and is not any more
+  const std::uint16_t port = closed.port;
+  ::close(closed.fd);
+  closed.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  LostLog lost;
+  StoreClientOptions o;
+  o.connect_timeout = 200ms;
+  StoreChannel ch({"127.0.0.1", port}, o, lost.callback());
+  std::promise<std::string> failed;
+  ch.set("k", "v", in(5s), [&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const StoreConnectionError& x) {
+      failed.set_value(x.what());
+    } catch (...) {
+      failed.set_value("another error");
+    }
+  });
+  auto why = failed.get_future();
+  REQUIRE(why.wait_for(5s) == std::future_status::ready);
+  CHECK_THAT(why.get(), Catch::Contains("cannot connect"));
+  REQUIRE(eventually([&] { return lost.count() == 1; }));
+  CHECK_THROWS_AS(ch.set("k", "v", in(1s)), StoreConnectionError);  // and every later one, at once
   CHECK(lost.count() == 1);
 }
