@@ -56,7 +56,10 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       coordinator = std::make_unique<RendezvousCoordinator>(
           StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
           [](const std::string& line) { say(line); }, this_node_record(config),
-          [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); });
+          [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); },
+          // The round's progress is the store host's to print: at 1,024 agents every joiner
+          // printing every line made 5,401 lines; a joiner says once that it joins (agent.cc).
+          [this](const std::string& line) { post([line](Impl& self) { self.listener.on_progress(line); }); });
     }
   }
 
@@ -147,11 +150,6 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     std::weak_ptr<Impl> weak = weak_from_this();
     ev.on_control = [weak](const ControlEvent& e) {
       if (auto s = weak.lock()) s->post([e](Impl& self) { self.listener.on_control(e); });
-    };
-    // The round's progress is the store host's to print: at 1,024 agents every joiner printing
-    // every line made 5,401 lines; a joiner says once that it joins (agent.cc) and that is all.
-    ev.on_progress = [weak](const std::string& line) {
-      if (auto s = weak.lock(); s && s->host) s->post([line](Impl& self) { self.listener.on_progress(line); });
     };
     ev.on_store_lost = [weak](const std::string& why) {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });

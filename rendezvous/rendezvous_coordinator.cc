@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "rendezvous/coordinator_core.h"
+#include "store/store_channel.h"
 #include "store/torch_keys.h"
 
 namespace crun {
@@ -19,16 +20,21 @@ using Clock = CoordinatorClock;
 
 struct RendezvousCoordinator::Impl {
   Impl(StoreEndpoint ep, StoreClientOptions opt, RendezvousConfig c, std::function<void(const std::string&)> l,
-       std::optional<NodeRecord> ref, std::function<void(const std::string&)> failed_cb)
+       std::optional<NodeRecord> ref, std::function<void(const std::string&)> failed_cb,
+       std::function<void(const std::string&)> progress_cb)
       : keys(c.run_id), core(std::move(c), std::move(ref)), log(std::move(l)), on_failed(std::move(failed_cb)),
-        store(ep, opt) {
-    watch = store.watch(
-        keys.base, [this](const StoreEvent& e) { push(e); },
-        [this](const std::string& why) {
-          std::lock_guard lock(mu);
-          lost = why;
-          cv.notify_all();
-        });
+        on_progress(std::move(progress_cb)), store(ep, opt) {
+    // What the core reads, and only that: the answers, prunes and decisions this coordinator
+    // writes itself (two or three per node and round) do not come back to it.
+    watches = std::make_unique<StoreChannel>(ep, opt, [this](const std::string& why) {
+      std::lock_guard lock(mu);
+      lost = why;
+      cv.notify_all();
+    });
+    const auto deadline = StoreChannel::Clock::now() + opt.timeout;
+    for (const auto& prefix : {keys.join_prefix(), keys.alive_prefix(), keys.heartbeat_prefix(), keys.report_prefix()}) {
+      watches->watch(prefix, [this](const StoreEvent& e) { push(e); }, deadline);
+    }
     thread = std::thread([this] { run(); });
   }
 
@@ -39,7 +45,7 @@ struct RendezvousCoordinator::Impl {
       cv.notify_all();
     }
     thread.join();
-    watch.reset();
+    watches.reset();
   }
 
   void push(const StoreEvent& e) {
@@ -146,7 +152,7 @@ struct RendezvousCoordinator::Impl {
         std::lock_guard lock(mu);
         job_closed = true;
       } else if (auto* p = std::get_if<fx::Progress>(&effect)) {
-        store.set(keys.progress(), p->line);
+        if (on_progress) on_progress(p->line);
       } else if (auto* end = std::get_if<fx::EndAlive>(&effect)) {
         store.remove(keys.alive(end->node_id));
       } else if (auto* prune = std::get_if<fx::Prune>(&effect)) {
@@ -185,8 +191,9 @@ struct RendezvousCoordinator::Impl {
   CoordinatorCore core;  // touched by the coordinator thread only
   std::function<void(const std::string&)> log;
   std::function<void(const std::string&)> on_failed;
+  std::function<void(const std::string&)> on_progress;
   TcpStore store;
-  std::unique_ptr<StoreWatch> watch;
+  std::unique_ptr<StoreChannel> watches;  // one connection, its own thread: the four watches
   std::thread thread;
   std::vector<std::string> prunes;  // keys to delete after this batch
 
@@ -202,9 +209,10 @@ struct RendezvousCoordinator::Impl {
 
 RendezvousCoordinator::RendezvousCoordinator(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
                                              std::function<void(const std::string&)> log, std::optional<NodeRecord> reference,
-                                             std::function<void(const std::string&)> on_failed)
+                                             std::function<void(const std::string&)> on_failed,
+                                             std::function<void(const std::string&)> on_progress)
     : impl_(std::make_unique<Impl>(std::move(store), std::move(options), std::move(config), std::move(log),
-                                   std::move(reference), std::move(on_failed))) {}
+                                   std::move(reference), std::move(on_failed), std::move(on_progress))) {}
 
 RendezvousCoordinator::~RendezvousCoordinator() = default;
 

@@ -15,15 +15,17 @@
 //     participant that is lost (its connection closed, or no heartbeat for heartbeat_timeout),
 //     ends it without counting a restart; all participants reporting success close the job.
 //   - Every decision is one key write that agents watch (ctl/stop/<round>, ctl/closed), so
-//     messages per round are O(nodes).
+//     messages per round are O(nodes). It watches only what it reads (join/, alive/, hb/,
+//     report/), on one connection. While a round forms, a progress line at most once a second
+//     goes to on_progress (the hosting agent prints it; no other agent is told).
 //   - It deletes the keys no agent can still need (docs/rendezvous.md, "Pruning": answers a node
 //     has read, a lost node's records, stop keys, reports and round/<r>/ of rounds older than
 //     the previous one), in one pipelined batch per batch of events: the store holds O(nodes)
 //     keys however many rounds the job goes through.
 //
 // Threading
-//   Runs on a thread of its own, started by the constructor and joined by the destructor. Its
-//   store connections are its own. wait_until_drained() may be called from any one thread.
+//   Runs on a thread of its own, started by the constructor and joined by the destructor; its
+//   watches' connection has its I/O thread. Its store connections are its own. wait_until_drained() may be called from any one thread.
 #pragma once
 
 #include <functional>
@@ -41,9 +43,11 @@ class RendezvousCoordinator {
   // `reference`: the hosting agent's own record; every node's configuration must match it (when
   // absent, the first node to join sets it). `on_failed` runs once, on the coordinator's thread,
   // if the coordinator cannot go on (its store connection broke): the host should end the job.
+  // `on_progress` runs on the coordinator's thread too.
   RendezvousCoordinator(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
                         std::function<void(const std::string&)> log, std::optional<NodeRecord> reference = std::nullopt,
-                        std::function<void(const std::string&)> on_failed = {});
+                        std::function<void(const std::string&)> on_failed = {},
+                        std::function<void(const std::string&)> on_progress = {});
   ~RendezvousCoordinator();
   RendezvousCoordinator(const RendezvousCoordinator&) = delete;
   RendezvousCoordinator& operator=(const RendezvousCoordinator&) = delete;

@@ -69,10 +69,6 @@ struct RendezvousParticipant::Impl {
 
   void on_control(const StoreEvent& e) {
     if (e.kind != StoreEvent::Kind::kSet) return;
-    if (e.key == keys.progress()) {
-      if (events.on_progress) events.on_progress(e.value);
-      return;
-    }
     try {
       ControlEvent ev = ControlEvent::from_json(e.value);
       if (events.on_control) events.on_control(ev);

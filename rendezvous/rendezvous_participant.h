@@ -21,7 +21,7 @@
 //     read back at each heartbeat and after each status of its own; job_status() returns the
 //     newest it read.
 //   - Events arrive through ParticipantEvents callbacks on the I/O thread: a control event (stop
-//     a round, or the job closed), progress lines while a round forms, and the loss of the store
+//     a round, or the job closed), and the loss of the store
 //     (the connection broke after it was made, or a heartbeat or status was not answered within
 //     heartbeat_timeout). Post them to your event loop; do not block.
 //
@@ -51,7 +51,6 @@ class RendezvousTimeout : public std::runtime_error {
 
 struct ParticipantEvents {
   std::function<void(const ControlEvent&)> on_control;
-  std::function<void(const std::string&)> on_progress;
   std::function<void(const std::string&)> on_store_lost;
 };
 

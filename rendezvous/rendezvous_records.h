@@ -120,7 +120,6 @@ struct RendezvousKeys {
   std::string control_prefix() const { return base + "ctl/"; }
   std::string stop(int round) const { return control_prefix() + "stop/" + std::to_string(round); }
   std::string closed() const { return control_prefix() + "closed"; }
-  std::string progress() const { return control_prefix() + "progress"; }
   // Worker-facing keys of one round (fresh per round, never reused).
   std::string round_prefix(int round) const { return base + "round/" + std::to_string(round) + "/"; }
 };

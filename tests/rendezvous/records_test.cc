@@ -155,6 +155,5 @@ TEST_CASE("records: every key of a run lives under crun/rdzv/<run>/", "[records]
   CHECK(k.report(2, "n1") == "crun/rdzv/job7/report/2/n1");
   CHECK(k.stop(2) == "crun/rdzv/job7/ctl/stop/2");
   CHECK(k.closed() == "crun/rdzv/job7/ctl/closed");
-  CHECK(k.progress() == "crun/rdzv/job7/ctl/progress");
   CHECK(k.round_prefix(2) == "crun/rdzv/job7/round/2/");
 }

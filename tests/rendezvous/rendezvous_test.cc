@@ -30,10 +30,13 @@ RendezvousConfig config(int min_nodes, int max_nodes, int max_restarts = 0) {
 
 struct Job {
   explicit Job(RendezvousConfig c)
-      : cfg(c), coordinator(fixture.endpoint(), {}, c, [this](const std::string& line) { log.push(line); }) {}
+      : cfg(c),
+        coordinator(fixture.endpoint(), {}, c, [this](const std::string& line) { log.push(line); }, std::nullopt, {},
+                    [this](const std::string& line) { progress.push(line); }) {}
   ServerFixture fixture;
   RendezvousConfig cfg;
   EventQueue<std::string> log;
+  EventQueue<std::string> progress;  // what the hosting agent prints while a round forms
   RendezvousCoordinator coordinator;
 };
 
@@ -75,7 +78,6 @@ struct Node {
       if (e.kind == ControlEvent::Kind::kClosed) coordinator_closed_at_close.push(job.coordinator.closed());
       control.push(e);
     };
-    ev.on_progress = [this](const std::string& p) { progress.push(p); };
     ev.on_store_lost = [this](const std::string& w) { lost.push(w); };
     participant = std::make_unique<RendezvousParticipant>(job.fixture.endpoint(), StoreClientOptions{}, job.cfg, r, ev);
   }
@@ -85,7 +87,6 @@ struct Node {
   // The queues outlive the participant, whose threads push into them until it is destroyed.
   EventQueue<ControlEvent> control;
   EventQueue<bool> coordinator_closed_at_close;  // what closed() said while the close event was handled
-  EventQueue<std::string> progress;
   EventQueue<std::string> lost;
   std::unique_ptr<RendezvousParticipant> participant;
 };
@@ -150,10 +151,10 @@ TEST_CASE("between min and max nodes a round waits for the last call", "[rendezv
   get(fb);
   CHECK(std::chrono::steady_clock::now() - t0 >= 1500ms);
   CHECK(ra.nnodes == 2);
-  // Progress lines told the waiting nodes where the round stood.
+  // Progress lines told the host where the round stood.
   bool saw_last_call = false;
   std::string seen;
-  while (auto p = a.progress.pop(100ms)) {
+  while (auto p = job.progress.pop(100ms)) {
     seen += *p + "\n";
     saw_last_call |= p->find("2/2..3 nodes, last call in") != std::string::npos;
   }
@@ -179,7 +180,7 @@ TEST_CASE("a node with a different configuration is rejected with both names", "
   // else z9 would be the reference and a1 the one rejected.
   bool a_counted = false;
   while (!a_counted) {
-    auto p = a.progress.pop(10s);
+    auto p = job.progress.pop(10s);
     REQUIRE(p);
     a_counted = p->find("1/2 nodes") != std::string::npos;
   }
