@@ -84,7 +84,8 @@ struct RendezvousParticipant::Impl {
     std::exception_ptr failure;
     {
       std::lock_guard lock(mu);
-      if (!connected) {
+      if (!channel.reached()) {
+        connected = false;  // a refused hello: joins fail as for a store never reached
         unreached = channel.failure();
         if (!unreached) unreached = std::make_exception_ptr(StoreConnectionError(why));
         failure = unreached;
@@ -105,10 +106,7 @@ struct RendezvousParticipant::Impl {
 
   // Only once connected: a store never reached is the join's error (JoinResult::reached_store).
   void lost(const std::string& why) {
-    {
-      std::lock_guard lock(mu);
-      if (!connected) return;
-    }
+    if (!channel.reached()) return;
     if (stopping || lost_reported.exchange(true)) return;
     if (events.on_store_lost) events.on_store_lost(why);
   }
@@ -184,6 +182,7 @@ struct RendezvousParticipant::Impl {
   // What the replies to one join's requests came to, as they arrive (in order, on the I/O thread).
   struct JoinAttempt {
     std::function<void(JoinResult)> done;
+    std::function<bool()> reached;  // the store accepted the connection's handshake
     std::string address;
     std::exception_ptr error;  // the first failed request's
     bool finished = false;
@@ -191,6 +190,7 @@ struct RendezvousParticipant::Impl {
       if (finished) return;
       finished = true;
       r.address = address;
+      if (r.error) r.reached_store = reached();
       done(std::move(r));
     }
   };
@@ -199,6 +199,7 @@ struct RendezvousParticipant::Impl {
     std::uint32_t seq = 0;
     auto attempt = std::make_shared<JoinAttempt>();
     attempt->done = std::move(j.done);
+    attempt->reached = [this] { return channel.reached(); };
     std::string record;
     {
       std::lock_guard lock(mu);

@@ -92,6 +92,7 @@ struct StoreChannel::Impl {
   std::exception_ptr failure;  // what made it so
   bool closing = false;
   std::unique_ptr<StoreConnection> conn;  // set once by the I/O thread
+  bool handshaken = false;                // the server accepted the hello
   Clock::time_point timer_at = Clock::time_point::max();
   std::function<void()> timer_fn;
 
@@ -220,18 +221,20 @@ struct StoreChannel::Impl {
     std::string why;
     std::exception_ptr unreached;  // why the connection could not be made (StoreConnectionError, StoreRejected)
     try {
-      auto made = std::make_unique<StoreConnection>(endpoint, options);
+      auto made = std::make_unique<StoreConnection>(endpoint, options, StoreConnection::Handshake::kPipelined);
       {
         std::lock_guard lock(mu);
         if (closing) throw StoreConnectionError(name + ": the channel is closing");
         conn = std::move(made);
       }
-      // One first write: the frames made before the handshake, what on_connected makes, and what
-      // other threads make meanwhile, in that order.
+      // One first write: the hello, the frames made before the connection, what on_connected
+      // makes, and what other threads make meanwhile, in that order; the server's answer to the
+      // hello comes before any reply.
       {
         std::lock_guard lock(send_mu);
         corker = std::this_thread::get_id();
-        cork.swap(queued);
+        cork = StoreConnection::hello(options) + queued;
+        std::string().swap(queued);
       }
       if (on_connected) on_connected();
       {
@@ -242,6 +245,11 @@ struct StoreChannel::Impl {
         connected = true;
         conn->send(cork, Clock::now() + options.timeout);  // others wait for send_mu: order kept
         std::string().swap(cork);
+      }
+      conn->await_hello();
+      {
+        std::lock_guard lock(mu);
+        handshaken = true;
       }
       for (;;) {
         bool got = false;
@@ -257,8 +265,8 @@ struct StoreChannel::Impl {
     } catch (const std::exception& e) {
       why = e.what();
       std::lock_guard lock(mu);
-      if (!conn) unreached = std::current_exception();
-      if (!failure) failure = conn ? std::make_exception_ptr(StoreConnectionError(why)) : unreached;
+      if (!handshaken) unreached = std::current_exception();
+      if (!failure) failure = handshaken ? std::make_exception_ptr(StoreConnectionError(why)) : unreached;
     }
     fail_all(why, unreached);
   }
@@ -336,7 +344,7 @@ struct StoreChannel::Impl {
     if (tick) tick();
   }
 
-  // Every pending request fails: with `unreached` itself when there never was a connection.
+  // Every pending request fails: with `unreached` itself when the handshake never completed.
   void fail_all(const std::string& why, std::exception_ptr unreached) {
     std::vector<Pending> failed;
     bool report = false;
@@ -467,6 +475,11 @@ void StoreChannel::watch(const std::string& prefix, std::function<void(const Sto
 void StoreChannel::wake() {
   std::lock_guard lock(impl_->mu);
   impl_->cv.notify_all();
+}
+
+bool StoreChannel::reached() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->handshaken;
 }
 
 std::exception_ptr StoreChannel::failure() const {

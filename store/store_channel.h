@@ -3,17 +3,18 @@
 // carry the watch's id).
 //
 // Contract
-//   - The constructor returns at once. The I/O thread connects and shakes hands (StoreConnection:
-//     retrying until options.connect_timeout; the destructor cuts that short), runs on_connected,
-//     then reads replies and notifications until the connection breaks or the channel is
-//     destroyed. Requests made before the handshake wait in memory and go out right after it, in
-//     the order they were made, in one write with what on_connected makes.
+//   - The constructor returns at once. The I/O thread connects (StoreConnection: retrying until
+//     options.connect_timeout; the destructor cuts that short), runs on_connected, and sends the
+//     handshake's hello, the requests made before the connection (kept in memory, in the order
+//     they were made) and what on_connected made, in one write; then it reads the server's answer
+//     to the hello, and replies and notifications until the connection breaks or the channel is
+//     destroyed. A refused hello fails every request like a connection that could not be made.
 //   - Asynchronous requests (set, set_ephemeral, get, try_get, list_keys, watch with a `done`
 //     callback; encoded and decoded as TcpStore's of the same names): the frame is written at once
 //     by the calling thread (or queued before the handshake) and `done` runs once, on the I/O
 //     thread, with the result or the error: StoreRejected or StoreTimeout (the reply's status),
 //     StoreConnectionError (the connection could not be made, broke, or was already unusable: then
-//     `done` may run at once on the caller's thread), StoreTimeout (no reply by the deadline; a
+//     `done` may run at once on the caller's thread), StoreRejected (the handshake was refused), StoreTimeout (no reply by the deadline; a
 //     late reply is dropped and the stream stays in step). The I/O thread notices a deadline when
 //     it next wakes: a reply, a notification, its timer, or the earliest deadline it knew of when
 //     it went to sleep; an owner that makes requests from other threads keeps its timer running.
@@ -97,6 +98,8 @@ class StoreChannel {
   // What made the channel unusable (StoreConnectionError; StoreRejected for a refused handshake),
   // set before on_lost runs; null while it works.
   std::exception_ptr failure() const;
+  // The server accepted the handshake (then or earlier).
+  bool reached() const;
 
  private:
   struct Impl;

@@ -71,7 +71,7 @@ std::string seconds_text(Clock::duration d) {
 
 }  // namespace
 
-StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClientOptions& options)
+StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClientOptions& options, Handshake handshake)
     : name_("store " + endpoint.str()) {
   const auto start = Clock::now();
   const auto deadline = start + options.connect_timeout;
@@ -113,9 +113,16 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
 
-  auto hello_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
-  send(hello, hello_deadline);
-  while (end_ - begin_ < 8) fill(hello_deadline);
+  hello_deadline_ = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+  if (handshake == Handshake::kPipelined) return;  // the caller sends hello() and calls await_hello()
+  send(hello, hello_deadline_);
+  await_hello();
+}
+
+std::string StoreConnection::hello(const StoreClientOptions& options) { return wire::encode_hello(options.token); }
+
+void StoreConnection::await_hello() {
+  while (end_ - begin_ < 8) fill(hello_deadline_);
   wire::Reader r(std::string_view(buf_.data() + begin_, 8));
   std::uint32_t magic = r.u32();
   r.u16();

@@ -6,6 +6,9 @@
 //     backoff (10 ms doubling to 1 s, ±50% jitter) until `connect_timeout`, then performs the
 //     handshake; it throws StoreConnectionError naming the endpoint and the last reason, or
 //     StoreRejected when the server refuses the handshake (wrong token, version, full).
+//     Handshake::kPipelined stops after connecting: the caller sends hello(options) ahead of its
+//     first requests (one write, one round trip fewer) and then calls await_hello(), which
+//     reads the server's answer to it (the same errors) before any reply.
 //   - send()/receive() honour a deadline (StoreTimeout) and raise StoreConnectionError on a lost
 //     connection. receive() returns one reply frame; its payload stays valid until the next call.
 //   - interrupt() may be called from another thread to make a blocked receive() fail promptly.
@@ -32,7 +35,8 @@ using Clock = std::chrono::steady_clock;
 
 class StoreConnection {
  public:
-  StoreConnection(const StoreEndpoint& endpoint, const StoreClientOptions& options);
+  enum class Handshake { kNow, kPipelined };
+  StoreConnection(const StoreEndpoint& endpoint, const StoreClientOptions& options, Handshake handshake = Handshake::kNow);
   ~StoreConnection();
   StoreConnection(const StoreConnection&) = delete;
   StoreConnection& operator=(const StoreConnection&) = delete;
@@ -43,6 +47,8 @@ class StoreConnection {
     std::string_view payload;
   };
 
+  static std::string hello(const StoreClientOptions& options);
+  void await_hello();
   void send(std::string_view bytes, Clock::time_point deadline);
   Reply receive(Clock::time_point deadline);  // Clock::time_point::max(): no deadline
   void interrupt();
@@ -59,6 +65,7 @@ class StoreConnection {
   void bound_receive(Clock::time_point deadline);
   int fd_ = -1;
   long long recv_timeout_ms_ = -1;  // SO_RCVTIMEO as configured; -1 unset, 0 none
+  Clock::time_point hello_deadline_{};
   std::string name_;
   std::string buf_;
   std::size_t begin_ = 0, end_ = 0;

@@ -285,3 +285,36 @@ TEST_CASE("a store that cannot be reached fails every request with why, and is r
   CHECK_THROWS_AS(ch.set("k", "v", in(1s)), StoreConnectionError);  // and every later one, at once
   CHECK(lost.count() == 1);
 }
+
+TEST_CASE("the hello goes out with the first requests; a refused one fails them as a store never reached", "[channel]") {
+  StoreServerOptions so;
+  so.token = "right";
+  ServerFixture f(so);
+  LostLog lost;
+  StoreClientOptions wrong;
+  wrong.token = "wrong";
+  StoreChannel ch(f.endpoint(), wrong, lost.callback());
+  std::promise<std::string> failed;
+  ch.set("k", "v", in(5s), [&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const StoreRejected& x) {
+      failed.set_value(x.what());
+    } catch (...) {
+      failed.set_value("another error");
+    }
+  });
+  auto why = failed.get_future();
+  REQUIRE(why.wait_for(5s) == std::future_status::ready);
+  CHECK_THAT(why.get(), Catch::Contains("handshake refused"));
+  REQUIRE(eventually([&] { return lost.count() == 1; }));
+  CHECK_FALSE(ch.reached());
+  CHECK_THROWS_AS(std::rethrow_exception(ch.failure()), StoreRejected);
+
+  StoreClientOptions right;
+  right.token = "right";
+  StoreChannel good(f.endpoint(), right, lost.callback());
+  good.set("k", "v", in(5s));  // its hello and this set shared one write
+  CHECK(good.reached());
+  CHECK(good.try_get("k", in(5s)) == "v");
+}
