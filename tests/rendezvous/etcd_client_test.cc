@@ -11,6 +11,7 @@
 
 #include "rendezvous/etcd_client.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/loopback_socket.h"
 
 using namespace crun;
 using namespace crun::test;
@@ -35,20 +36,8 @@ EtcdEndpoint endpoint_of(const std::string& text) {
 }
 
 // A port on 127.0.0.1 that refuses connections (bound, never listened on, for the test's life).
-struct DeadPort {
-  DeadPort() {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-  }
-  ~DeadPort() { ::close(fd); }
-  int fd = -1;
-  std::uint16_t port = 0;
+struct DeadPort : LoopbackSocket {
+  DeadPort() : LoopbackSocket(Mode::kBound) {}
 };
 
 template <typename T>

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "store/store_channel.h"
+#include "tests/support/loopback_socket.h"
 #include "tests/support/store_fixture.h"
 
 using namespace crun;
@@ -162,24 +163,12 @@ TEST_CASE("a server that goes away fails the waiting request and is reported los
 namespace {
 // A listening socket on 127.0.0.1 that the test drives by hand (accept, handshake, read).
 struct HandServer {
-  HandServer() {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(fd, 4) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-  }
   ~HandServer() {
     if (peer >= 0) ::close(peer);
-    ::close(fd);
   }
   // Accepts the channel and answers its handshake (the hello is 8 bytes without a token).
   void handshake() {
-    peer = ::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
+    peer = ::accept4(listening.fd, nullptr, nullptr, SOCK_CLOEXEC);
     REQUIRE(peer >= 0);
     char hello[8];
     REQUIRE(::recv(peer, hello, sizeof hello, MSG_WAITALL) == 8);
@@ -200,16 +189,33 @@ struct HandServer {
     for (ssize_t at = 0; at + 4 <= n; ++frames) at += 4 + wire::decode_frame_length(buf + at, sizeof buf);
     return frames;
   }
-  int fd = -1;
+  LoopbackSocket listening{LoopbackSocket::Mode::kListening};
   int peer = -1;
-  std::uint16_t port = 0;
 };
+
+// What an asynchronous set on `ch` failed with, when it is an E ("another error" if not).
+template <typename E>
+std::string failure_of_a_set(StoreChannel& ch) {
+  auto failed = std::make_shared<std::promise<std::string>>();
+  ch.set("k", "v", in(5s), [failed](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const E& x) {
+      failed->set_value(x.what());
+    } catch (...) {
+      failed->set_value("another error");
+    }
+  });
+  auto why = failed->get_future();
+  REQUIRE(why.wait_for(5s) == std::future_status::ready);
+  return why.get();
+}
 }  // namespace
 
 TEST_CASE("requests made before the handshake go out right after it in one write, and so does a corked batch", "[channel]") {
   HandServer hand;
   LostLog lost;
-  StoreChannel ch({"127.0.0.1", hand.port}, {}, lost.callback());
+  StoreChannel ch({"127.0.0.1", hand.listening.port}, {}, lost.callback());
   for (const char* key : {"a", "b", "c"}) ch.set(key, "v", in(5s), [](std::exception_ptr) {});
   hand.handshake();  // only now can the channel send: the three frames wait for it
   CHECK(hand.frames_in_one_read() == 3);
@@ -260,27 +266,13 @@ TEST_CASE("asynchronous requests complete on the I/O thread in order; a missed d
 }
 
 TEST_CASE("a store that cannot be reached fails every request with why, and is reported lost once", "[channel]") {
-  HandServer closed;  // a port that was listening and is not any more
-  const std::uint16_t port = closed.port;
-  ::close(closed.fd);
-  closed.fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  LoopbackSocket refusing(LoopbackSocket::Mode::kBound);
+  const std::uint16_t port = refusing.port;
   LostLog lost;
   StoreClientOptions o;
   o.connect_timeout = 200ms;
   StoreChannel ch({"127.0.0.1", port}, o, lost.callback());
-  std::promise<std::string> failed;
-  ch.set("k", "v", in(5s), [&](std::exception_ptr e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const StoreConnectionError& x) {
-      failed.set_value(x.what());
-    } catch (...) {
-      failed.set_value("another error");
-    }
-  });
-  auto why = failed.get_future();
-  REQUIRE(why.wait_for(5s) == std::future_status::ready);
-  CHECK_THAT(why.get(), Catch::Contains("cannot connect"));
+  CHECK_THAT(failure_of_a_set<StoreConnectionError>(ch), Catch::Contains("cannot connect"));
   REQUIRE(eventually([&] { return lost.count() == 1; }));
   CHECK_THROWS_AS(ch.set("k", "v", in(1s)), StoreConnectionError);  // and every later one, at once
   CHECK(lost.count() == 1);
@@ -294,19 +286,7 @@ TEST_CASE("the hello goes out with the first requests; a refused one fails them 
   StoreClientOptions wrong;
   wrong.token = "wrong";
   StoreChannel ch(f.endpoint(), wrong, lost.callback());
-  std::promise<std::string> failed;
-  ch.set("k", "v", in(5s), [&](std::exception_ptr e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const StoreRejected& x) {
-      failed.set_value(x.what());
-    } catch (...) {
-      failed.set_value("another error");
-    }
-  });
-  auto why = failed.get_future();
-  REQUIRE(why.wait_for(5s) == std::future_status::ready);
-  CHECK_THAT(why.get(), Catch::Contains("handshake refused"));
+  CHECK_THAT(failure_of_a_set<StoreRejected>(ch), Catch::Contains("handshake refused"));
   REQUIRE(eventually([&] { return lost.count() == 1; }));
   CHECK_FALSE(ch.reached());
   CHECK_THROWS_AS(std::rethrow_exception(ch.failure()), StoreRejected);

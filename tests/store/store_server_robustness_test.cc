@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "store/store_session.h"
+#include "tests/support/loopback_socket.h"
 #include "tests/support/store_fixture.h"
 #include "tests/support/child_process.h"
 
@@ -405,18 +406,10 @@ TEST_CASE("a client's reply buffer grows with the replies it receives", "[robust
 // of it made the client allocate the whole frame at once.
 TEST_CASE("a reply that declares more than it sends grows a client's buffer only by what arrives",
           "[robustness][limits]") {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(listener >= 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  REQUIRE(::listen(listener, 1) == 0);
-  socklen_t len = sizeof sa;
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  LoopbackSocket listener(LoopbackSocket::Mode::kListening);
   // The peer: answers the handshake, then the first request with a frame far longer than it sends.
-  std::thread peer([listener] {
-    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  std::thread peer([listening = listener.fd] {
+    const int fd = ::accept4(listening, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
     char in[4096];
     (void)!::read(fd, in, wire::kPreambleSize);
@@ -433,12 +426,11 @@ TEST_CASE("a reply that declares more than it sends grows a client's buffer only
   {
     StoreClientOptions o;
     o.timeout = 500ms;
-    TcpStore c(StoreEndpoint{"127.0.0.1", ntohs(sa.sin_port)}, o);
+    TcpStore c(StoreEndpoint{"127.0.0.1", listener.port}, o);
     CHECK_THROWS_AS(c.try_get("k"), StoreTimeout);  // the rest of the frame never comes
     CHECK(c.receive_buffer_bytes() <= 16 * 1024);
   }
   peer.join();
-  ::close(listener);
 }
 
 // Defect: the store's listening and accepted sockets were inherited by every program the process
