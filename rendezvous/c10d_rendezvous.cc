@@ -127,14 +127,14 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     } catch (const StoreRejected& e) {
       result.error = std::string("rendezvous refused: ") + e.what();
       result.exit_code = kExitRendezvousRejected;
+    } catch (const RendezvousTimeout& e) {
+      result.error = e.what();
+      result.exit_code = kExitRendezvousTimeout;
     } catch (const std::exception& e) {
       if (!r.reached_store) {
         result.error = "no rendezvous store answered at " + config.multi.endpoint.str() +
                        " (is an agent hosting it? the endpoint must be one of its addresses, or pass is_host=1): " +
                        e.what();
-        result.exit_code = kExitRendezvousTimeout;
-      } else if (dynamic_cast<const RendezvousTimeout*>(&e) != nullptr) {
-        result.error = e.what();
         result.exit_code = kExitRendezvousTimeout;
       } else {
         result.error = std::string("rendezvous failed: ") + e.what();

@@ -221,7 +221,7 @@ struct RendezvousParticipant::Impl {
       a.closed = true;
       try {
         a.error = "the rendezvous of run '" + cfg.run_id + "' is closed (" + ControlEvent::from_json(*closed).detail + ")";
-      } catch (const std::exception& ex) {
+      } catch (const std::exception&) {  // a closed record we cannot read: closed all the same
         a.error = "the rendezvous of run '" + cfg.run_id + "' is closed";
       }
       JoinResult r;

@@ -114,7 +114,8 @@ struct StoreChannel::Impl {
       if (!broken.empty() || closing) {
         const std::string why = closing ? std::string("the channel is closing") : broken;
         lock.unlock();
-        if (done) done(std::make_exception_ptr(StoreConnectionError(name + ": " + what + ": connection unusable (" + why + ")")), {});
+        const auto error = StoreConnectionError(name + ": " + what + ": connection unusable (" + why + ")");
+        if (done) done(std::make_exception_ptr(error), {});
         return 0;
       }
       id = next_id++;
@@ -338,7 +339,8 @@ struct StoreChannel::Impl {
     }
     for (auto& p : expired) {
       if (p.done) {
-        p.done(std::make_exception_ptr(StoreTimeout(name + ": " + p.what + ": no reply within the deadline (server stalled or unreachable)")), {});
+        const auto error = StoreTimeout(name + ": " + p.what + ": no reply within the deadline (server stalled or unreachable)");
+        p.done(std::make_exception_ptr(error), {});
       }
     }
     if (tick) tick();

@@ -11,13 +11,14 @@
 //     destroyed. A refused hello fails every request like a connection that could not be made.
 //   - Asynchronous requests (set, set_ephemeral, get, try_get, list_keys, watch with a `done`
 //     callback; encoded and decoded as TcpStore's of the same names): the frame is written at once
-//     by the calling thread (or queued before the handshake) and `done` runs once, on the I/O
-//     thread, with the result or the error: StoreRejected or StoreTimeout (the reply's status),
-//     StoreConnectionError (the connection could not be made, broke, or was already unusable: then
-//     `done` may run at once on the caller's thread), StoreRejected (the handshake was refused), StoreTimeout (no reply by the deadline; a
-//     late reply is dropped and the stream stays in step). The I/O thread notices a deadline when
-//     it next wakes: a reply, a notification, its timer, or the earliest deadline it knew of when
-//     it went to sleep; an owner that makes requests from other threads keeps its timer running.
+//     by the calling thread (kept before the connection; held to the end of a corked() body) and
+//     `done` runs once, on the I/O thread, with the result or the error: StoreRejected or
+//     StoreTimeout (the reply's status), StoreConnectionError (the connection could not be made,
+//     broke, or was already unusable: then `done` may run at once on the caller's thread),
+//     StoreRejected (the hello was refused), StoreTimeout (no reply by the deadline; a late reply
+//     is dropped and the stream stays in step). The I/O thread notices a deadline when it next
+//     wakes: a reply, a notification, its timer, or the earliest deadline it knew of when it went
+//     to sleep; an owner that makes requests from other threads keeps its timer running.
 //   - Synchronous requests (the same names with an optional `cancel` instead of `done`) block the
 //     calling thread until the reply, `deadline` or `cancel` (StoreConnectionError "cancelled";
 //     wake() makes waiting requests look at their flag again).
