@@ -4,7 +4,9 @@
 // Contract
 //   - nearest_integer(x): the integer nearest to x, halves away from zero (as std::llround), for
 //     finite x with |x| < 2^62; NaN and larger values are the caller's to keep out.
-//   - round_to_millis(seconds): seconds rounded to the nearest millisecond, as a double.
+//   - round_to_millis(seconds): seconds rounded to the nearest millisecond, for any double (a
+//     peer's record may carry any): values too large to have a fraction, NaN and infinities come
+//     back as they are.
 //
 // Threading
 //   Pure functions: any thread.
@@ -13,11 +15,18 @@
 namespace crun {
 
 constexpr long long nearest_integer(double x) {
-  return x < 0 ? -static_cast<long long>(-x + 0.5) : static_cast<long long>(x + 0.5);
+  long long whole = static_cast<long long>(x);  // toward zero
+  const double fraction = x - static_cast<double>(whole);  // exact below 2^52; 0 above
+  if (fraction >= 0.5) ++whole;
+  if (fraction <= -0.5) --whole;
+  return whole;
 }
 
 constexpr double round_to_millis(double seconds) {
-  return static_cast<double>(nearest_integer(seconds * 1000)) / 1000;
+  const double millis = seconds * 1000;
+  constexpr double kNoFraction = 4503599627370496.0;  // 2^52: every double beyond is whole
+  if (!(millis > -kNoFraction && millis < kNoFraction)) return seconds;
+  return static_cast<double>(nearest_integer(millis)) / 1000;
 }
 
 }  // namespace crun
