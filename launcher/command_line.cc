@@ -104,9 +104,11 @@ std::map<std::string, Spelling> spellings() {
 // becomes `--opt ""` (an empty value; CLI11 would take the next word), and the source each given
 // setting shows is the spelling written last, '_' as '-' ("--shutdown_timeout" ->
 // "--shutdown-timeout"; a short one shows its long name). The scan stops at the program, at "--"
-// and at anything it does not know (CLI11 then reports it). `help`: -h or --help came before that.
+// and at anything it does not know (CLI11 then reports it, or reads a cluster of short flags:
+// `-mr2`). `every_setting`: the scan stopped at such a word, or -h or --help came before it, so
+// CLI11 must know every setting.
 std::vector<std::string> argparse_words(const std::vector<std::string>& argv, std::map<std::string, std::string>& source,
-                                        bool& help) {
+                                        bool& every_setting) {
   static const auto known = spellings();
   std::vector<std::string> out(argv.begin(), argv.begin() + (argv.empty() ? 0 : 1));
   std::size_t i = 1;
@@ -117,11 +119,17 @@ std::vector<std::string> argparse_words(const std::vector<std::string>& argv, st
     const std::size_t eq = long_form ? word.find('=') : std::string::npos;
     const std::string name = long_form ? word.substr(0, eq) : word.substr(0, 2);
     const auto it = known.find(name);
-    if (it == known.end()) break;
+    if (it == known.end()) {
+      every_setting = true;
+      break;
+    }
     const auto [spec, takes_value] = it->second;
     const bool attached = !long_form && word.size() > 2;  // -r3
-    if (attached && !takes_value) break;                  // a cluster of short flags
-    if (name == "-h" || name == "--help") help = true;
+    if (attached && !takes_value) {                       // a cluster of short flags
+      every_setting = true;
+      break;
+    }
+    if (name == "-h" || name == "--help") every_setting = true;
     if (spec != nullptr) {
       std::string shown = long_form ? name : flag_name(*spec);
       for (auto& c : shown) c = c == '_' ? '-' : c;
@@ -158,16 +166,17 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
       "8 the restarts made no progress (do not requeue).");
 
   std::map<std::string, std::string> source;
-  bool help = false;
-  const std::vector<std::string> words = argparse_words(argv, source, help);
+  bool every_setting = false;
+  const std::vector<std::string> words = argparse_words(argv, source, every_setting);
 
-  // CLI11 parses the settings the scan found (all of them for the help): registering each of the
-  // ~40 costs more than parsing, as CLI11 compares every new option with those before it.
+  // CLI11 parses the settings the scan found (all of them for the help, and for what the scan did
+  // not read): registering each of the ~40 costs more than parsing, as CLI11 compares every new
+  // option with those before it.
   std::map<std::string, std::string> text;
   std::map<std::string, bool> on;
   std::map<std::string, CLI::Option*> opts;
   for (const auto& spec : launch_settings()) {
-    if (!help && source.count(spec.key) == 0) continue;
+    if (!every_setting && source.count(spec.key) == 0) continue;
     // A repeated option takes its last value, as argparse does.
     opts[spec.key] = spec.is_flag ? app.add_flag(spec.flags, on[spec.key], spec.help)
                                   : app.add_option(spec.flags, text[spec.key], spec.help)

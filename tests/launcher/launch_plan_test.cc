@@ -215,6 +215,16 @@ TEST_CASE("--help and --version exit at once", "[launch_plan]") {
   }
 }
 
+TEST_CASE("short flags cluster as argparse's do", "[launch_plan]") {
+  // -m takes no value, so "-mr2" is -m -r 2 (argparse reads it so); the scan before CLI11 stops
+  // there, and CLI11 must still know every setting to read it.
+  const auto o = parse({"-mr2", "pkg.train"}, EnvSnapshot{{{"PYTHON_EXEC", "sh"}}});
+  REQUIRE(o.agent.worker_argv.size() == 4);
+  CHECK(std::vector<std::string>(o.agent.worker_argv.begin() + 1, o.agent.worker_argv.end()) ==
+        std::vector<std::string>{"-u", "-m", "pkg.train"});
+  CHECK(o.agent.redirects == std::vector<unsigned>{2});
+}
+
 TEST_CASE("usage errors are one line naming the flag or variable", "[launch_plan]") {
   REQUIRE_THROWS_WITH(parse({"--nproc-per-node", "x", "--no-python", "/bin/true"}), Catch::Contains("--nproc-per-node"));
   REQUIRE_THROWS_WITH(parse({"--max-restarts", "x", "--no-python", "/bin/true"}), Catch::Contains("--max-restarts"));
