@@ -157,15 +157,17 @@ struct RendezvousParticipant::Impl {
         return;
       }
       auto read = std::make_shared<std::pair<std::size_t, std::vector<std::string>>>(names.size(), std::vector<std::string>{});
-      for (const auto& key : names) {
-        channel.try_get(key, after(cfg.heartbeat_timeout), [this, read](std::exception_ptr, std::optional<std::string> v) {
-          if (v) read->second.push_back(std::move(*v));
-          if (--read->first == 0) {
-            store_job_status(std::move(read->second));
-            reading = false;
-          }
-        });
-      }
+      channel.corked([&] {  // every status's request in one write
+        for (const auto& key : names) {
+          channel.try_get(key, after(cfg.heartbeat_timeout), [this, read](std::exception_ptr, std::optional<std::string> v) {
+            if (v) read->second.push_back(std::move(*v));
+            if (--read->first == 0) {
+              store_job_status(std::move(read->second));
+              reading = false;
+            }
+          });
+        }
+      });
     });
   }
 
@@ -182,7 +184,6 @@ struct RendezvousParticipant::Impl {
   // What the replies to one join's requests came to, as they arrive (in order, on the I/O thread).
   struct JoinAttempt {
     std::function<void(JoinResult)> done;
-    std::function<bool()> reached;  // the store accepted the connection's handshake
     std::string address;
     std::exception_ptr error;  // the first failed request's
     bool finished = false;
@@ -190,7 +191,6 @@ struct RendezvousParticipant::Impl {
       if (finished) return;
       finished = true;
       r.address = address;
-      if (r.error) r.reached_store = reached();
       done(std::move(r));
     }
   };
@@ -199,7 +199,6 @@ struct RendezvousParticipant::Impl {
     std::uint32_t seq = 0;
     auto attempt = std::make_shared<JoinAttempt>();
     attempt->done = std::move(j.done);
-    attempt->reached = [this] { return channel.reached(); };
     std::string record;
     {
       std::lock_guard lock(mu);
@@ -249,6 +248,7 @@ struct RendezvousParticipant::Impl {
         } catch (...) {
         }
       }
+      if (r.error) r.reached_store = channel.reached();  // a refused hello: as a store never reached
       attempt->finish(std::move(r));
     });
   }

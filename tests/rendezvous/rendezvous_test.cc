@@ -8,6 +8,7 @@
 
 #include "rendezvous/rendezvous_coordinator.h"
 #include "rendezvous/rendezvous_participant.h"
+#include "tests/support/loopback_socket.h"
 #include "tests/support/store_fixture.h"
 
 using namespace crun;
@@ -589,12 +590,8 @@ TEST_CASE("a store that cannot be reached fails the join as unreached", "[rendez
   NodeRecord r;
   r.node_id = make_node_id("a1");
   r.hostname = "a1";
-  std::uint16_t port = 0;
-  {
-    ServerFixture gone;  // a port that was a store's and is closed now
-    port = gone.server.port();
-  }
-  RendezvousParticipant p({"127.0.0.1", port}, StoreClientOptions{}, cfg, r, ParticipantEvents{});
+  LoopbackSocket refusing(LoopbackSocket::Mode::kBound);  // bound, never listening: refuses, for the test's life
+  RendezvousParticipant p({"127.0.0.1", refusing.port}, StoreClientOptions{}, cfg, r, ParticipantEvents{});
   auto done = std::make_shared<std::promise<JoinResult>>();
   p.join([](const std::string&) { return std::uint16_t{1}; }, [done](JoinResult jr) { done->set_value(std::move(jr)); });
   auto result = done->get_future();
