@@ -1,9 +1,11 @@
 #include "agent/failure_report.h"
 
 #include <cstdio>
+#include <cstdint>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "agent/file_text.h"
 #include "agent/signal_names.h"
@@ -129,21 +131,39 @@ std::string FailureReport::to_json() const {
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+namespace {
+// An integer within int's range, or nothing: nlohmann's get<int>() converts a float or a wider
+// number silently, and a float beyond int's range is undefined behaviour (a peer's report may
+// carry any number).
+std::optional<int> int_field(const nlohmann::json& j, const char* name) {
+  const auto& v = j.at(name);
+  if (v.is_number_unsigned()) {
+    if (std::in_range<int>(v.get<std::uint64_t>())) return static_cast<int>(v.get<std::uint64_t>());
+  } else if (v.is_number_integer()) {
+    if (std::in_range<int>(v.get<std::int64_t>())) return static_cast<int>(v.get<std::int64_t>());
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
   try {
     const auto j = nlohmann::json::parse(text);
     if (!j.is_object()) return std::nullopt;
     FailureReport r;
     r.role = j.at("role").get<std::string>();
-    r.restart_count = j.at("attempt").get<int>();
+    const auto attempt = int_field(j, "attempt"), rank = int_field(j, "rank"), local_rank = int_field(j, "local_rank"),
+               pid = int_field(j, "pid"), exit_code = int_field(j, "exit_code");
+    if (!attempt || !rank || !local_rank || !pid || !exit_code) return std::nullopt;
+    r.restart_count = *attempt;
     r.restarting = j.at("restarting").get<bool>();
     if (auto n = j.find("no_progress"); n != j.end()) r.no_progress = n->get<bool>();
-    r.rank = j.at("rank").get<int>();
-    r.local_rank = j.at("local_rank").get<int>();
+    r.rank = *rank;
+    r.local_rank = *local_rank;
     r.host = j.at("host").get<std::string>();
     r.addr = j.at("addr").is_null() ? std::string() : j.at("addr").get<std::string>();
-    r.pid = j.at("pid").get<int>();
-    const auto status = ExitStatus::from_crun_exit_code(j.at("exit_code").get<int>(), !j.at("signal").is_null());
+    r.pid = *pid;
+    const auto status = ExitStatus::from_crun_exit_code(*exit_code, !j.at("signal").is_null());
     if (!status) return std::nullopt;
     r.status = *status;
     const auto time = parse_iso_time(j.at("time").get<std::string>());

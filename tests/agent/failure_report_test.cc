@@ -141,4 +141,14 @@ TEST_CASE("failure report: its JSON reads back as the same report, so it can cro
   far.replace(at + 9, 4, "2261");
   CHECK(FailureReport::from_json(far));  // still within range
   CHECK_FALSE(FailureReport::from_json("[1, 2]"));
+  // A number no int holds (found by fuzz.error_file: a float of 1.3e23 converted to int, UB).
+  std::string big = r.to_json();
+  const auto code = big.find("\"exit_code\": ");
+  REQUIRE(code != std::string::npos);
+  big.replace(code + 13, 0, "130000000000000000000");
+  CHECK_FALSE(FailureReport::from_json(big));
+  std::string fraction = r.to_json();
+  const auto pid = fraction.find("\"pid\": ") + 7;
+  fraction.replace(pid, fraction.find_first_of(",\n", pid) - pid, "42.5");
+  CHECK_FALSE(FailureReport::from_json(fraction));
 }
