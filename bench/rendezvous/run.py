@@ -5,6 +5,9 @@
         [--torch-runs 5] [--crun-scale 64,256,1024] [--torch-scale 8,16,32] [--skip-netns]
     /usr/bin/python3 bench/rendezvous/run.py --shared-endpoint 1024 [--runs 5]   (issue 16's figure)
         [--shared-also LABEL=CRUN ...]   (another crun build in the same interleaving)
+        beside two floors: N x `timeout 60 /bin/true` (the process floor, the issue's anchor) and
+        N x rdzv_floor_agent (the same work with the least code: one endpoint, a join, a worker,
+        a report, the exit barrier)
 
 1. Rendezvous scale on loopback: N agents (`--nnodes N --nproc-per-node 1 --rdzv-backend c10d
    --rdzv-endpoint 127.0.0.1:PORT`, exactly one with `--rdzv-conf is_host=1`, the others
@@ -130,12 +133,16 @@ def scale_once(launcher, n, worker, timeout, tag):
     return (t_start - t0) / 1e6, (exited - t0) / 1e6, (launched - t0) / 1e6, (t_first - t0) / 1e6
 
 
-def shared_once(n, tag, crun=None):
+def shared_once(n, tag, crun=None, argv=None):
     """Issue 16's figure: N agents on one shared endpoint, no is_host (each infers it; the first
-    to listen hosts), nproc 1, /bin/true; ms from the first launch to the last agent reaped."""
+    to listen hosts), nproc 1, /bin/true; ms from the first launch to the last agent reaped.
+    `argv` (a list with "{PORT}") instead of crun: the same-work floor's agents."""
     d = tempfile.mkdtemp(prefix="rdzvbench-")
+    port = str(free_port())
     cmd = [crun or CRUN, "--nnodes", str(n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", tag, "/bin/true"]
+           "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", tag, "/bin/true"]
+    if argv:
+        cmd = [a.replace("{PORT}", port) for a in argv]
     try:
         out = subprocess.run([SPAWN, str(n), "120", os.path.join(d, "pids"), os.path.join(d, "log"), "--", *cmd],
                              capture_output=True, text=True, timeout=150)
@@ -150,23 +157,29 @@ def shared_once(n, tag, crun=None):
 
 def shared_endpoint_bench(n, runs, others=()):
     """Interleaved: the process floor (N x `timeout 60 /bin/true`, each forked, exec'd and reaped by
-    rdzv_spawn) and N crun agents on one shared endpoint; medians and their ratio (goal <= 1.5x).
-    `others` ((label, crun), --shared-also): other crun builds, in the same interleaving."""
-    floor, ours = [], []
+    rdzv_spawn: the issue's anchor), the same-work floor (N rdzv_floor_agent processes: one
+    endpoint, a join and its rank, one /bin/true each, a report and the exit barrier, nothing
+    more) and N crun agents on one shared endpoint; medians and their ratios (goal <= 1.5x the
+    process floor). `others` ((label, crun), --shared-also): other crun builds, same interleaving."""
+    floor, work, ours = [], [], []
     theirs = {label: [] for label, _ in others}
     for r in range(runs):
         floor.append(baseline(n, ["/usr/bin/timeout", "60", "/bin/true"])[0])
+        work.append(shared_once(n, None, argv=[FLOOR_AGENT, "{PORT}", str(n), "--", "/bin/true"]))
         ours.append(shared_once(n, f"se{n}r{r}"))
         for label, crun in others:
             theirs[label].append(shared_once(n, f"se{n}r{r}{label}", crun))
         extra = "".join(f", {label} {t[-1]:7.0f} ms" for label, t in theirs.items())
-        print(f"  run {r}: floor {floor[-1]:7.0f} ms, crun {ours[-1]:7.0f} ms{extra} (load {loadavg()})", flush=True)
-    f, c = statistics.median(floor), statistics.median(ours)
-    print(f"{n} x timeout 60 /bin/true (the floor){'':8} {f:8.0f} ms")
-    print(f"{n} crun agents, shared endpoint, /bin/true{'':2} {c:8.0f} ms   {c / f:.2f}x the floor (goal <= 1.5x)")
+        print(f"  run {r}: process floor {floor[-1]:7.0f} ms, same-work floor {work[-1]:7.0f} ms,"
+              f" crun {ours[-1]:7.0f} ms{extra} (load {loadavg()})", flush=True)
+    f, w, c = statistics.median(floor), statistics.median(work), statistics.median(ours)
+    print(f"{n} x timeout 60 /bin/true (the process floor){'':3} {f:8.0f} ms")
+    print(f"{n} rdzv_floor_agent, shared endpoint (same work) {w:8.0f} ms   {w / f:.2f}x the process floor")
+    print(f"{n} crun agents, shared endpoint, /bin/true{'':7} {c:8.0f} ms   {c / f:.2f}x the process floor"
+          f" (goal <= 1.5x), {c / w:.2f}x the same-work floor")
     for label, t in theirs.items():
         o = statistics.median(t)
-        print(f"{'the same, ' + label:43} {o:8.0f} ms   {o / f:.2f}x the floor")
+        print(f"{'the same, ' + label:48} {o:8.0f} ms   {o / f:.2f}x the process floor, {o / w:.2f}x the same-work floor")
 
 
 CPU = [0.0]  # CPU seconds (user + sys) of the last scale run's processes, agents and workers
@@ -299,7 +312,7 @@ def restart_bench(runs, torch_runs, worker):
 
 
 def main():
-    global CRUN, LOADGEN, TORCH_MI, SPAWN
+    global CRUN, LOADGEN, TORCH_MI, SPAWN, FLOOR_AGENT
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--runs", type=int, default=5)
@@ -320,6 +333,7 @@ def main():
     LOADGEN = os.path.join(a.build, "bench", "rendezvous", "rdzv_loadgen")
     worker = os.path.join(a.build, "bench", "rendezvous", "rdzv_worker")
     SPAWN = os.path.join(a.build, "bench", "rendezvous", "rdzv_spawn")
+    FLOOR_AGENT = os.path.join(a.build, "bench", "rendezvous", "rdzv_floor_agent")
     TORCH_MI = a.torch_monitor_interval
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
