@@ -13,6 +13,11 @@
 //     fails, it prints one line to stderr and aborts (it cannot return an error in OpenSSL's
 //     terms).
 //   - tls_library_loaded() says whether this process has it (tests, diagnostics).
+//   - tls_loadable() says whether this process can load it at all: whether it was started by the
+//     dynamic loader. The crun executable is linked statically (launcher/CMakeLists.txt); a static
+//     program that dlopens libssl gets a second C library beside its own (two heaps, two sets of
+//     thread keys), so it never tries: load_tls_library() throws there, and the launcher runs a
+//     job that needs TLS as crun-tls, the same program linked dynamically (launcher/tls_twin.h).
 //
 // Threading
 //   Any thread: the load runs once under a mutex; the resolved functions are then read-only.
@@ -22,5 +27,6 @@ namespace crun {
 
 void load_tls_library();
 bool tls_library_loaded();
+bool tls_loadable();
 
 }  // namespace crun

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/package/deb_test.sh BUILD_DIR: `cpack -G DEB` builds crun_<version>_<arch>.deb from the
-# build folder into a temporary folder; the package must hold crun, its keeper, the worker
+# build folder into a temporary folder; the package must hold crun, its TLS twin, its keeper, the worker
 # library with its headers and CMake config, the sbatch templates and the docs, declare its
-# runtime libraries in Depends, and run `crun --version` from its extracted tree.
+# runtime libraries in Depends, and run `crun --version` (and crun-tls's) from its extracted tree.
 set -euo pipefail
 build=$1
 tmp=$(mktemp -d)
@@ -16,7 +16,7 @@ debs=("$tmp"/out/crun_*.deb)
 deb=${debs[0]}
 
 dpkg-deb -c "$deb" | awk '{print $6}' > "$tmp/files"
-for f in ./usr/bin/crun ./usr/bin/crun-keeper ./usr/share/crun/sbatch/multi-node.sbatch \
+for f in ./usr/bin/crun ./usr/bin/crun-tls ./usr/bin/crun-keeper ./usr/share/crun/sbatch/multi-node.sbatch \
          ./usr/share/doc/crun/README.md ./usr/share/doc/crun/store-protocol.md \
          ./usr/include/crun/worker_runtime/runtime.h ./usr/include/crun/store/store.h \
          ./usr/lib/cmake/crun/crunConfig.cmake; do
@@ -33,4 +33,5 @@ done
 dpkg-deb -x "$deb" "$tmp/root"
 version=$("$tmp/root/usr/bin/crun" --version) || fail "the extracted crun --version failed"
 [[ "$version" == *"$(dpkg-deb -f "$deb" Version)"* ]] || fail "crun --version says '$version', the package $(dpkg-deb -f "$deb" Version)"
+[ "$("$tmp/root/usr/bin/crun-tls" --version)" = "$version" ] || fail "crun-tls --version differs from crun's"
 echo "PASS: $(basename "$deb"): $(wc -l < "$tmp/files") entries; Depends: $depends; $version"

@@ -26,7 +26,8 @@
 //                          its group has N ranks (after the job scaled up or down to it)
 //   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
 //   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
-//   --agent-libraries      print "lib rank=<r> <path>" for every shared object mapped in the parent
+//   --agent-libraries      print "lib rank=<r> <path>" for every file mapped in the parent (its
+//                          executable, and the shared objects of a dynamically linked one)
 //                          (the agent), once each
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
 //   --daemon               double-fork a `sleep 40` in a session of its own (its parent exits);
@@ -105,7 +106,7 @@ void print_agent_libraries() {
     char line[4096];
     while (std::fgets(line, sizeof(line), f) != nullptr) {
       const char* path = std::strchr(line, '/');
-      if (path == nullptr || std::strstr(path, ".so") == nullptr) continue;
+      if (path == nullptr) continue;
       std::string p(path);
       if (!p.empty() && p.back() == '\n') p.pop_back();
       if (seen.insert(p).second) std::printf("lib rank=%d %s\n", g_rank, p.c_str());
