@@ -517,8 +517,9 @@ TEST_CASE("a job that speaks TLS runs as crun-tls; without it beside crun, one l
   // Beside it, the twin runs the job: it loads libssl and meets the (absent) etcd.
   fs::copy_file(fs::path(CRUN_BIN).parent_path() / "crun-tls", dir.path / "crun-tls");
   ChildProcess twin(argv);
-  CHECK(twin.wait_exit(std::chrono::seconds(30)) == 7);
+  const auto twin_code = twin.wait_exit(std::chrono::seconds(30));
   INFO(twin.err());
+  CHECK(twin_code == 7);
   CHECK(twin.err().find("etcd unreachable at 127.0.0.1:1") != std::string::npos);
 #else
   CHECK(code == 7);  // a sanitizer build's crun is linked dynamically and speaks TLS itself
