@@ -105,9 +105,6 @@ OperatorView::OperatorView(OperatorIdentity id, std::unique_ptr<EventLog> events
   for (auto r : {FailureReason::kExit, FailureReason::kSignal, FailureReason::kHang, FailureReason::kTimer}) failures_[r] = 0;
 }
 
-// Events are built only for a handler that writes them (the default, torchrun's "null", does not).
-bool OperatorView::logs_events() const { return !events_->is_null(); }
-
 void OperatorView::set_sharing(Publish publish, JobSource job) {
   publish_ = std::move(publish);
   job_ = std::move(job);
@@ -135,23 +132,21 @@ void OperatorView::round(int rendezvous_round, const RoundInfo& info, const std:
     w.restarts = info.restart_count;
     node_.workers.push_back(w);
   }
-  if (logs_events()) {
-    json common = event_fields(id_, node_);
-    common["restart_count"] = info.restart_count;
-    if (restart) {
-      json j = common;
-      j["max_restarts"] = id_.max_restarts;
-      events_->emit("restart", members(j));
-    }
+  json common = event_fields(id_, node_);
+  common["restart_count"] = info.restart_count;
+  if (restart) {
     json j = common;
-    j["round"] = rendezvous_round;
-    j["nodes"] = info.group_world_size;
-    j["world_size"] = info.world_size;
-    j["master_addr"] = info.master_addr;
-    j["master_port"] = info.master_port;
-    j["node_id"] = node_id;
-    events_->emit("rendezvous_round", members(j));
+    j["max_restarts"] = id_.max_restarts;
+    events_->emit("restart", members(j));
   }
+  json j = common;
+  j["round"] = rendezvous_round;
+  j["nodes"] = info.group_world_size;
+  j["world_size"] = info.world_size;
+  j["master_addr"] = info.master_addr;
+  j["master_port"] = info.master_port;
+  j["node_id"] = node_id;
+  events_->emit("rendezvous_round", members(j));
   changed();
 }
 
@@ -167,7 +162,7 @@ void OperatorView::group_started(int restart_count, const std::vector<int>& pids
     w.heartbeat_age_s.reset();
     w.step.reset();
     ++worker_starts_;
-    if (logs_events()) events_->emit("worker_start", members(worker_fields(id_, node_, w.local_rank, w.pid)));
+    events_->emit("worker_start", members(worker_fields(id_, node_, w.local_rank, w.pid)));
   }
   changed();
 }
@@ -177,25 +172,21 @@ void OperatorView::worker_exited(int local_rank, int pid, const ExitStatus& stat
   auto& w = node_.workers[static_cast<std::size_t>(local_rank)];
   w.state = !status.failed() ? "succeeded" : (stopping && !watchdog_reasons_.count(local_rank) ? "stopped" : "failed");
   w.exit = status.describe();
-  if (logs_events()) {
-    json j = worker_fields(id_, node_, local_rank, pid);
-    j["state"] = w.state;
-    j["exit_code"] = status.signaled() ? json(nullptr) : json(status.exit_code());
-    j["signal"] = status.signaled() ? json(signal_name(status.signal())) : json(nullptr);
-    events_->emit("worker_exit", members(j));
-  }
+  json j = worker_fields(id_, node_, local_rank, pid);
+  j["state"] = w.state;
+  j["exit_code"] = status.signaled() ? json(nullptr) : json(status.exit_code());
+  j["signal"] = status.signaled() ? json(signal_name(status.signal())) : json(nullptr);
+  events_->emit("worker_exit", members(j));
   if (w.state == "failed" && node_.state == "running") node_.state = "stopping";
   changed();
 }
 
 void OperatorView::watchdog(int local_rank, int pid, FailureReason reason, const std::string& what) {
   watchdog_reasons_[local_rank] = reason;
-  if (logs_events()) {
-    json j = worker_fields(id_, node_, local_rank, pid);
-    j["reason"] = reason == FailureReason::kTimer ? "file_timer" : "heartbeat";
-    j["detail"] = what;
-    events_->emit("hang", members(j));
-  }
+  json j = worker_fields(id_, node_, local_rank, pid);
+  j["reason"] = reason == FailureReason::kTimer ? "file_timer" : "heartbeat";
+  j["detail"] = what;
+  events_->emit("hang", members(j));
 }
 
 void OperatorView::workers_abandoned(const std::vector<int>& local_ranks) {
@@ -222,58 +213,48 @@ void OperatorView::failure(const FailureReport& report, bool restarting, const s
                    (report.no_progress ? ", and restarts made no progress" : ", no restart left (--max-restarts " +
                                                                                std::to_string(id_.max_restarts) + ")");
   }
-  if (logs_events()) {
-    json j = event_fields(id_, node_);
-    j["restart_count"] = report.restart_count;
-    j["restarting"] = restarting;
-    j["origin_node"] = origin_node.empty() ? node_.node_id : origin_node;
-    j["root_cause"] = json::parse(report.to_json(), nullptr, false);
-    events_->emit("failure", members(j));
-  }
+  json j = event_fields(id_, node_);
+  j["restart_count"] = report.restart_count;
+  j["restarting"] = restarting;
+  j["origin_node"] = origin_node.empty() ? node_.node_id : origin_node;
+  j["root_cause"] = json::parse(report.to_json(), nullptr, false);
+  events_->emit("failure", members(j));
   changed();
 }
 
 void OperatorView::round_ended(int rendezvous_round, const std::string& detail) {
   if (node_.state == "running") node_.state = "stopping";
-  if (logs_events()) {
-    json j = event_fields(id_, node_);
-    j["round"] = rendezvous_round;
-    j["detail"] = detail;
-    events_->emit("round_ended", members(j));
-  }
+  json j = event_fields(id_, node_);
+  j["round"] = rendezvous_round;
+  j["detail"] = detail;
+  events_->emit("round_ended", members(j));
   changed();
 }
 
 void OperatorView::signal(int signo, bool preemption) {
   node_.state = "stopping";
   if (!preemption) node_.health = "stopping: received " + signal_name(signo);
-  if (logs_events()) {
-    json j = event_fields(id_, node_);
-    j["signal"] = signal_name(signo);
-    events_->emit(preemption ? "preemption" : "signal", members(j));
-  }
+  json j = event_fields(id_, node_);
+  j["signal"] = signal_name(signo);
+  events_->emit(preemption ? "preemption" : "signal", members(j));
   changed();
 }
 
 void OperatorView::store_lost(const std::string& why) {
   node_.health = "lost the rendezvous store: " + why;
-  if (logs_events()) {
-    json j = event_fields(id_, node_);
-    j["detail"] = why;
-    events_->emit("store_lost", members(j));
-  }
+  json j = event_fields(id_, node_);
+  j["detail"] = why;
+  events_->emit("store_lost", members(j));
   changed();
 }
 
 void OperatorView::stopped(int exit_code) {
   node_.state = exit_code == 0 ? "succeeded" : "failed";
   if (exit_code != 0 && node_.health.empty()) node_.health = "the job ended with exit code " + std::to_string(exit_code);
-  if (logs_events()) {
-    json j = event_fields(id_, node_);
-    j["restart_count"] = node_.restart_count;
-    j["exit_code"] = exit_code;
-    events_->emit("stop", members(j));
-  }
+  json j = event_fields(id_, node_);
+  j["restart_count"] = node_.restart_count;
+  j["exit_code"] = exit_code;
+  events_->emit("stop", members(j));
   changed();
 }
 

@@ -84,7 +84,6 @@ class OperatorView {
  private:
   std::string metrics_text() const;
   void changed() const;
-  bool logs_events() const;
 
   OperatorIdentity id_;
   std::unique_ptr<EventLog> events_;
