@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "store/store_channel.h"
+#include "tests/support/hand_store_server.h"
 #include "tests/support/loopback_socket.h"
 #include "tests/support/store_fixture.h"
 
@@ -161,56 +162,6 @@ TEST_CASE("a server that goes away fails the waiting request and is reported los
 }
 
 namespace {
-// A listening socket on 127.0.0.1 that the test drives by hand (accept, handshake, read).
-struct HandServer {
-  ~HandServer() {
-    if (peer >= 0) ::close(peer);
-  }
-  // Accepts the channel and reads its hello (8 bytes without a token), not answering it yet.
-  void accept_hello() {
-    peer = ::accept4(listening.fd, nullptr, nullptr, SOCK_CLOEXEC);
-    REQUIRE(peer >= 0);
-    char hello[8];
-    REQUIRE(::recv(peer, hello, sizeof hello, MSG_WAITALL) == 8);
-  }
-  void answer_hello() {
-    std::string reply;
-    wire::Writer w(reply);
-    w.u32(wire::kMagic);
-    w.u16(wire::kVersion);
-    w.u16(static_cast<std::uint16_t>(wire::HelloStatus::kOk));
-    REQUIRE(::send(peer, reply.data(), reply.size(), MSG_NOSIGNAL) == 8);
-  }
-  // Bytes the channel sent that are waiting to be read (loopback delivers them within send()).
-  bool readable() {
-    pollfd p{peer, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 1;
-  }
-  // Reads whole frames until `want` came (or 5 s passed); how many came.
-  int frames(int want) {
-    std::string got;
-    int n = 0;
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (n < want && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{peer, POLLIN, 0};
-      if (::poll(&p, 1, 100) != 1) continue;
-      char buf[4096];
-      const ssize_t r = ::recv(peer, buf, sizeof buf, 0);
-      if (r <= 0) break;
-      got.append(buf, static_cast<std::size_t>(r));
-      n = 0;
-      for (std::size_t at = 0; at + 4 <= got.size(); ++n) {
-        const std::size_t end = at + 4 + wire::decode_frame_length(got.data() + at, 1 << 20);
-        if (end > got.size()) break;
-        at = end;
-      }
-    }
-    return n;
-  }
-  LoopbackSocket listening{LoopbackSocket::Mode::kListening};
-  int peer = -1;
-};
-
 // What an asynchronous set on `ch` failed with, when it is an E ("another error" if not).
 template <typename E>
 std::string failure_of_a_set(StoreChannel& ch) {
@@ -231,7 +182,7 @@ std::string failure_of_a_set(StoreChannel& ch) {
 }  // namespace
 
 TEST_CASE("the first requests go out behind the hello before it is answered; a corked batch waits for its body's end", "[channel]") {
-  HandServer hand;
+  HandStoreServer hand;
   LostLog lost;
   StoreChannel ch({"127.0.0.1", hand.listening.port}, {}, lost.callback());
   for (const char* key : {"a", "b", "c"}) ch.set(key, "v", in(5s), [](std::exception_ptr) {});
