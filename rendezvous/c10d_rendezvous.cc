@@ -20,7 +20,8 @@ void say(const std::string& line) {
 }
 }  // namespace
 
-// Shared with the join thread, which may outlive a request by a moment: it holds a shared_ptr.
+// Shared with the participant's and coordinator's callbacks (weak_ptr: what they post to the loop
+// is dropped once the rendezvous is gone).
 struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   Impl(RendezvousNodeConfig c, PostToLoop p, RendezvousListener l)
       : post_to_loop(std::move(p)), config(std::move(c)), listener(std::move(l)) {
@@ -162,13 +163,9 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   }
 
   // An outcome that cannot be delivered leaves nobody to decide the job: the store is lost.
+  // Never waits for the store: a report it does not take is the store lost (the participant's event).
   void publish(int round, const RoundOutcome& o) {
-    try {
-      if (participant) participant->report(round, o);
-    } catch (const std::exception& e) {
-      std::string why = std::string("cannot publish this node's outcome: ") + e.what();
-      post([why](Impl& self) { self.listener.on_store_lost(why); });
-    }
+    if (participant) participant->report(round, o);
   }
 
   PostToLoop post_to_loop;

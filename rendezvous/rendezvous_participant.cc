@@ -302,7 +302,10 @@ void RendezvousParticipant::join(std::function<std::uint16_t(const std::string& 
 }
 
 void RendezvousParticipant::report(int round, const RoundOutcome& outcome) {
-  impl_->channel.set(impl_->keys.report(round, impl_->node_id), outcome.to_json(), after(impl_->timeout));
+  Impl& m = *impl_;
+  m.channel.set(m.keys.report(round, m.node_id), outcome.to_json(), after(m.timeout), [&m](std::exception_ptr e) {
+    if (e) m.lost("cannot publish this node's outcome: " + Impl::what(e));
+  });
 }
 
 void RendezvousParticipant::publish_status(std::string status_json, bool gather) {

@@ -15,7 +15,8 @@
 //     RendezvousTimeout after join_timeout, or the StoreError that stopped it, with
 //     `reached_store` false when the store could not be reached at all. One join at a time: the
 //     next once `done` ran.
-//   - report() publishes this node's outcome of a round and blocks until the store has it.
+//   - report() publishes this node's outcome of a round and returns at once; a store that does
+//     not take it within the requests' timeout is lost (on_store_lost, "cannot publish ...").
 //   - publish_status() writes this node's status for operators (agent/node_status.h's JSON) as
 //     an ephemeral key (gone with this agent). With `gather` (node rank 0) every node's status is
 //     read back at each heartbeat and after each status of its own; job_status() returns the
@@ -26,8 +27,7 @@
 //     heartbeat_timeout). Post them to your event loop; do not block.
 //
 // Threading
-//   join(), publish_status() and job_status() from any thread; report() from any thread but the
-//   I/O thread. Destruction ends the I/O thread, with no callback after it began; it must not
+//   join(), report(), publish_status() and job_status() from any thread. Destruction ends the I/O thread, with no callback after it began; it must not
 //   happen on a callback.
 #pragma once
 

@@ -8,6 +8,7 @@
 
 #include "rendezvous/rendezvous_coordinator.h"
 #include "rendezvous/rendezvous_participant.h"
+#include "tests/support/hand_store_server.h"
 #include "tests/support/loopback_socket.h"
 #include "tests/support/store_fixture.h"
 
@@ -531,6 +532,36 @@ TEST_CASE("keys no agent can still need are pruned: ten restarts leave the last 
   REQUIRE(gone);
   CHECK(gone->kind == StoreEvent::Kind::kDelete);
   CHECK(gone->key == k.report(0, a.participant->node_id()));
+}
+
+TEST_CASE("a report does not wait for the store; one it does not take is the store lost", "[rendezvous]") {
+  // report() runs on the agent's event loop (publish_failure, publish_success): it must not block
+  // it for a round trip, let alone for the requests' timeout.
+  HandStoreServer hand;
+  auto cfg = config(1, 1);
+  cfg.heartbeat_timeout = 60s;  // heartbeats go unanswered too, but only the report's deadline passes
+  cfg.keep_alive_interval = 300ms;  // the I/O thread's timer: it notices the deadline at a beat
+  StoreClientOptions options;
+  options.timeout = 2s;
+  NodeRecord self;
+  self.node_id = make_node_id("a1");
+  self.hostname = "a1";
+  EventQueue<std::string> lost;
+  ParticipantEvents ev;
+  ev.on_store_lost = [&lost](const std::string& why) { lost.push(why); };
+  RendezvousParticipant p({"127.0.0.1", hand.listening.port}, options, cfg, self, ev);
+  hand.accept_hello();
+  hand.answer_hello();
+  for (const auto& f : hand.read_frames(2)) hand.reply_ok(f.id);  // the control watch, the first heartbeat
+  CHECK_NOTHROW(p.report(0, failure(3, "boom")));
+  const auto sent = hand.read_frames(1);  // it went out (before any later heartbeat), and stays unanswered
+  REQUIRE(!sent.empty());
+  CHECK(sent[0].op == static_cast<std::uint8_t>(wire::Op::kSet));
+  CHECK_THAT(sent[0].body, Catch::Contains(RendezvousKeys(cfg.run_id).report(0, p.node_id())));
+  const auto why = lost.pop(10s);
+  REQUIRE(why);
+  CHECK_THAT(*why, Catch::StartsWith("cannot publish this node's outcome: ") && Catch::Contains("no reply within the deadline"));
+  CHECK_FALSE(lost.pop(0s));  // once
 }
 
 TEST_CASE("a lost node's records are pruned once the others re-formed", "[rendezvous]") {
