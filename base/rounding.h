@@ -1,5 +1,7 @@
-// Rounding to the nearest integer without libm: the crun binary links no libm, one shared library
-// fewer for the loader to map and relocate at every agent start.
+// Rounding to the nearest integer without libm: crun-tls, the dynamically linked crun
+// (launcher/tls_twin.h), links no libm, one shared library fewer to map and relocate at its start;
+// and round_to_millis takes any double a peer may send (std::llround of one beyond long long's
+// range is unspecified).
 //
 // Contract
 //   - nearest_integer(x): the integer nearest to x, halves away from zero (as std::llround), for

@@ -25,7 +25,8 @@
 //
 // Threading
 //   Runs on a thread of its own, started by the constructor and joined by the destructor; its
-//   watches' connection has its I/O thread. Its store connections are its own. wait_until_drained() may be called from any one thread.
+//   watches' connection has its I/O thread. Its store connections are its own.
+//   wait_until_drained() may be called from any one thread.
 #pragma once
 
 #include <functional>
