@@ -174,9 +174,6 @@ int Agent::Impl::run() {
   }
   if (!start_operator_view()) return kExitUsage;
   try {
-    // First: it forks the keeper, which must not inherit threads' state (the rendezvous starts some).
-    containment = std::make_unique<WorkerContainment>(io);
-    for (int s : config.handled_signals) signals.add(s);
     if (config.log_dir.empty()) {
       // No --log-dir: error files (and logs, if any are redirected) go to a temporary dir. It is
       // removed at exit unless it holds redirected/teed logs, whose place is then printed.
@@ -189,6 +186,10 @@ int Agent::Impl::run() {
     } else {
       run_dir = make_unique_dir(fs::absolute(config.log_dir), config.run_id + "_");  // workers may chdir
     }
+    // Before any thread starts: it forks the keeper, which must not inherit threads' state (the
+    // rendezvous starts some). If this agent dies, the keeper removes the temporary run dir.
+    containment = std::make_unique<WorkerContainment>(io, remove_run_dir ? run_dir.string() : std::string());
+    for (int s : config.handled_signals) signals.add(s);
     if (config.file_timer) start_file_timer();
     if (config.health_check_port) {
       endpoint = std::make_unique<HttpEndpoint>(io, config.health_check_addr, *config.health_check_port,
@@ -206,12 +207,12 @@ int Agent::Impl::run() {
   } catch (const std::exception& e) {
     say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
     file_timer.reset();
+    endpoint.reset();
+    containment.reset();  // ends the keeper, removes the job's cgroup
     if (!run_dir.empty()) {  // made before the failure, and nothing was written to it yet
       std::error_code ignored;
       fs::remove_all(run_dir, ignored);
     }
-    endpoint.reset();
-    containment.reset();  // ends the keeper, removes the job's cgroup
     return kExitAgentError;
   }
   base_env = current_environment();

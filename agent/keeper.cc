@@ -126,8 +126,8 @@ std::string describe(const siginfo_t& info) {
 
 }  // namespace
 
-Keeper::Keeper(std::string cgroup_dir, std::string marker, KeeperForm form)
-    : cgroup_dir_(std::move(cgroup_dir)), marker_(std::move(marker)) {
+Keeper::Keeper(std::string cgroup_dir, std::string marker, std::string run_dir, KeeperForm form)
+    : cgroup_dir_(std::move(cgroup_dir)), marker_(std::move(marker)), run_dir_(std::move(run_dir)) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) throw std::system_error(errno, std::generic_category(), "keeper pipe");
   sigset_t all, saved;  // no agent handler may run in the child before it has reset them
@@ -155,7 +155,7 @@ Keeper::Keeper(std::string cgroup_dir, std::string marker, KeeperForm form)
       ca.stack = reinterpret_cast<std::uint64_t>(base + kGuardBytes);
       ca.stack_size = kStackBytes;
       long r = -ENAMETOOLONG;
-      if (make_keeper_job(k->job, cgroup_dir_.c_str(), marker_.c_str())) {
+      if (make_keeper_job(k->job, cgroup_dir_.c_str(), marker_.c_str(), run_dir_.c_str())) {
         ::pthread_sigmask(SIG_SETMASK, &all, &saved);
         r = clone_on_stack(&ca, sizeof ca, keeper_child, k);
         ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
@@ -177,7 +177,7 @@ Keeper::Keeper(std::string cgroup_dir, std::string marker, KeeperForm form)
     static const std::string program = keeper_program();
     std::string path = program;
     std::string flag = kKeeperFlag;
-    char* argv[] = {path.data(), flag.data(), cgroup_dir_.data(), marker_.data(), nullptr};
+    char* argv[] = {path.data(), flag.data(), cgroup_dir_.data(), marker_.data(), run_dir_.data(), nullptr};
     // vfork + exec, not fork: a forked keeper would share the agent's pages copy-on-write, and
     // every page the agent then writes would fault and be copied (docs/benchmarks.md).
     volatile int exec_errno = 0;

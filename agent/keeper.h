@@ -12,11 +12,11 @@
 //     5.16 a core dump stops only the agent's own threads). One death it does not outlive: the
 //     OOM killer ends every process of the memory it chose, so an agent chosen over its (far
 //     larger) workers takes this keeper along; the workers' PR_SET_PDEATHSIG still ends them.
-//     Otherwise, or with
-//     KeeperForm::own_program, or if clone3 is refused: vfork, then exec of crun-keeper beside
-//     this program's executable, else of this program itself (/proc/self/exe), as
-//     `--crun-keeper <cgroup dir or ""> <marker>`. Never a plain fork: the agent would then pay a
-//     copy-on-write fault for every page it writes afterwards. Either way it is named
+//     Otherwise, or with KeeperForm::own_program, or if clone3 is refused: vfork, then exec of
+//     crun-keeper beside this program's executable, else of this program itself
+//     (/proc/self/exe), as `--crun-keeper <cgroup dir or ""> <marker> <run dir or "">`. Never a
+//     plain fork: the agent would then pay a copy-on-write fault for every page it writes
+//     afterwards. Either way it is named
 //     crun-keeper; its only link to the agent is a pipe whose write end only the agent holds
 //     (close-on-exec; workers never get it), read end at the keeper's descriptor 3. It keeps
 //     no other descriptor of the agent's (store sockets, logs) but stderr; stdin and stdout are
@@ -27,7 +27,9 @@
 //   - worker_started(pid) tells it a worker's pid (= its process group); group_over() that the
 //     agent has killed and reaped a whole group, so those groups must not be killed again (their
 //     numbers may be reused). A message that does not fit the pipe is dropped (never blocks).
-//   - If the agent dies (SIGKILL, a crash), the pipe's end-of-file makes the keeper kill the job.
+//   - If the agent dies (SIGKILL, a crash), the pipe's end-of-file makes the keeper kill the job
+//     and then remove `run_dir` ("" for none: the agent's temporary run directory, which the
+//     agent removes itself when it ends normally).
 //   - release() is the agent's normal end (its workers are gone): the keeper removes the cgroup
 //     and exits while the agent does the rest of its own clean-up; finish() (release() first if
 //     needed) reaps it, waiting at most 11 s, and unmaps its stack. If the keeper died before, or
@@ -49,7 +51,7 @@ enum class KeeperForm { sharing_memory, own_program };
 
 class Keeper {
  public:
-  Keeper(std::string cgroup_dir, std::string marker, KeeperForm form = KeeperForm::sharing_memory);
+  Keeper(std::string cgroup_dir, std::string marker, std::string run_dir, KeeperForm form = KeeperForm::sharing_memory);
   ~Keeper();
   Keeper(const Keeper&) = delete;
   Keeper& operator=(const Keeper&) = delete;
@@ -70,6 +72,7 @@ class Keeper {
 
   std::string cgroup_dir_;
   std::string marker_;
+  std::string run_dir_;
   int pid_ = -1;
   int pidfd_ = -1;
   int pipe_ = -1;  // write end

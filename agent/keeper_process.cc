@@ -88,6 +88,53 @@ int kill_marked(const char* marker, std::size_t marker_len) {
   return killed;
 }
 
+bool is_dot(const char* name) { return name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')); }
+
+constexpr int kMaxTreeDepth = 8;
+
+// Removes what directory `dir` holds, `depth` levels at most, never following a symbolic link (one
+// is removed as itself). Returns 0, or the first failure's -errno.
+int empty_tree(int dir, int depth) {
+  int err = 0;
+  alignas(dirent64) char buf[2048];
+  for (;;) {
+    const long n = raw_syscall(SYS_getdents64, dir, raw_arg(buf), sizeof(buf));
+    if (n <= 0) return err != 0 ? err : static_cast<int>(n);
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const dirent64*>(buf + off);
+      off += d->d_reclen;
+      if (is_dot(d->d_name)) continue;
+      long r = d->d_type == DT_DIR ? -EISDIR : raw_syscall(SYS_unlinkat, dir, raw_arg(d->d_name), 0);
+      if (r == -EISDIR) {
+        const int sub = depth > 0 ? static_cast<int>(raw_syscall(SYS_openat, dir, raw_arg(d->d_name),
+                                                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0))
+                                  : -ELOOP;
+        r = sub;
+        if (sub >= 0) {
+          r = empty_tree(sub, depth - 1);
+          raw_close(sub);
+          const long rm = raw_syscall(SYS_unlinkat, dir, raw_arg(d->d_name), AT_REMOVEDIR);
+          if (r == 0) r = rm;
+        }
+      }
+      if (r < 0 && r != -ENOENT && err == 0) err = static_cast<int>(r);
+    }
+  }
+}
+
+// The agent's run directory and all it holds; says so when some of it stays.
+void remove_run_dir(const char* path) {
+  const int dir = raw_open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  int err = dir == -ENOENT ? 0 : dir;
+  if (dir >= 0) {
+    err = empty_tree(dir, kMaxTreeDepth);
+    raw_close(dir);
+    const int rm = raw_rmdir(path);
+    if (err == 0 && rm != -ENOENT) err = rm;
+  }
+  if (err < 0) say("cannot remove the run directory ", path, err == -ELOOP ? " (nested too deep)" : "");
+}
+
 // The agent is gone: kill every process of the job, then leave.
 void clean_up(bool agent_died, const KeeperJob& job) {
   if (job.cgroup_dir[0] != '\0') {
@@ -99,10 +146,10 @@ void clean_up(bool agent_died, const KeeperJob& job) {
   for (int i = 0; i < job.group_count; ++i) raw_kill(-job.groups[i], SIGKILL);
   const std::size_t marker_len = std::strlen(job.marker);
   const long deadline = now_ms() + kCleanupMs;
-  for (int scan = 0; scan < kMaxScans && now_ms() < deadline; ++scan) {
-    if (kill_marked(job.marker, marker_len) == 0) return;
-  }
-  say("processes marked ", job.marker, " were still being killed when the keeper gave up");
+  bool quiet = false;
+  for (int scan = 0; scan < kMaxScans && now_ms() < deadline && !quiet; ++scan) quiet = kill_marked(job.marker, marker_len) == 0;
+  if (!quiet) say("processes marked ", job.marker, " were still being killed when the keeper gave up");
+  if (job.run_dir[0] != '\0') remove_run_dir(job.run_dir);
 }
 
 // glibc passes argv to constructors: a program that links the agent is the keeper when asked. A
@@ -111,7 +158,7 @@ void clean_up(bool agent_died, const KeeperJob& job) {
 __attribute__((constructor)) void run_keeper_if_asked(int argc, char** argv, char**) {
   if (argc < 2 || std::strcmp(argv[1], kKeeperFlag) != 0) return;
   run_keeper(argc, argv);
-  say("not started by a crun agent (expected --crun-keeper <cgroup dir> CRUN_AGENT_ID=<id>, a pipe at 3)");
+  say("not started by a crun agent (expected --crun-keeper <cgroup dir> CRUN_AGENT_ID=<id> <run dir>, a pipe at 3)");
   ::_exit(2);
 }
 
@@ -128,11 +175,12 @@ std::string keeper_program() {
   return "/proc/self/exe";
 }
 
-bool make_keeper_job(KeeperJob& job, const char* cgroup_dir, const char* marker) {
-  const std::size_t dir_len = std::strlen(cgroup_dir), marker_len = std::strlen(marker);
-  if (dir_len >= sizeof(job.cgroup_dir) || marker_len >= sizeof(job.marker)) return false;
+bool make_keeper_job(KeeperJob& job, const char* cgroup_dir, const char* marker, const char* run_dir) {
+  const std::size_t dir_len = std::strlen(cgroup_dir), marker_len = std::strlen(marker), run_len = std::strlen(run_dir);
+  if (dir_len >= sizeof(job.cgroup_dir) || marker_len >= sizeof(job.marker) || run_len >= sizeof(job.run_dir)) return false;
   std::memcpy(job.cgroup_dir, cgroup_dir, dir_len + 1);
   std::memcpy(job.marker, marker, marker_len + 1);
+  std::memcpy(job.run_dir, run_dir, run_len + 1);
   job.group_count = 0;
   return true;
 }
@@ -163,12 +211,12 @@ void keeper_main(KeeperJob& job) {
 }
 
 int run_keeper(int argc, char** argv) {
-  if (argc != 4 || std::strcmp(argv[1], kKeeperFlag) != 0) return 2;
+  if (argc != 5 || std::strcmp(argv[1], kKeeperFlag) != 0) return 2;
   if (std::strncmp(argv[3], kKeeperMarkerPrefix, sizeof(kKeeperMarkerPrefix) - 1) != 0) return 2;
   struct stat st;
   if (::fstat(kKeeperPipeFd, &st) != 0 || !S_ISFIFO(st.st_mode)) return 2;
   static KeeperJob job;  // a program of its own: this process's memory
-  if (!make_keeper_job(job, argv[2], argv[3])) return 2;
+  if (!make_keeper_job(job, argv[2], argv[3], argv[4])) return 2;
   keeper_main(job);
 }
 

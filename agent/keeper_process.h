@@ -3,20 +3,22 @@
 //
 // Contract
 //   - keeper_main(job) is the keeper: `job` holds all it works from (the cgroup, the marker, the
-//     process groups it was told of) and lies in memory the agent never touches again; the read
-//     end of the agent's pipe is at descriptor 3. keeper.h calls it in a child that shares the
-//     agent's memory; run_keeper() in a program of its own.
-//   - `<program> --crun-keeper <cgroup dir or ""> CRUN_AGENT_ID=<id>`, with the read end of the
-//     agent's pipe at descriptor 3, is the keeper; nothing else is (a wrong marker prefix, or no
-//     pipe at 3, and run_keeper() returns 2 at once: no command line typed by hand turns it into
-//     a process killer).
+//     run directory, the process groups it was told of) and lies in memory the agent never
+//     touches again; the read end of the agent's pipe is at descriptor 3. keeper.h calls it in a
+//     child that shares the agent's memory; run_keeper() in a program of its own.
+//   - `<program> --crun-keeper <cgroup dir or ""> CRUN_AGENT_ID=<id> <run dir or "">`, with the
+//     read end of the agent's pipe at descriptor 3, is the keeper; nothing else is (a wrong
+//     marker prefix, or no pipe at 3, and run_keeper() returns 2 at once: no command line typed
+//     by hand turns it into a process killer).
 //   - It reads the agent's messages (one int each: a worker's pid = its process group; 0: the
 //     group is over, forget the pids; -1: the agent ends normally) until end-of-file, then:
 //       after -1 (normal end): removes the cgroup, if any (killing any straggler first);
 //       without it (the agent died, SIGKILL included): with the cgroup, cgroup.kill, wait until it
 //       is empty (at most 10 s), rmdir; then (with or without one) SIGKILL to every process group
 //       it was told of, then to every process whose environment holds the marker, scanning /proc
-//       again until a scan finds none (at most 50 scans, 10 s).
+//       again until a scan finds none (at most 50 scans, 10 s); last, the run directory, if it
+//       was given one (the agent's temporary one: error files, heartbeats; never one that holds
+//       logs), with all it holds, never following a symbolic link, at most 8 levels deep;
 //     and exits 0. What it cannot clean up it reports on stderr ("crun-keeper: ...").
 //   - Two programs run it: crun-keeper, a small static program beside crun (launcher/), and,
 //     where that is missing, any program that links the agent, through a constructor of
@@ -47,12 +49,13 @@ struct KeeperJob {
   static constexpr int kMaxGroups = 4096;
   char cgroup_dir[4096];  // "" for none
   char marker[256];
+  char run_dir[4096];  // removed if the agent dies; "" for none
   int group_count;
   int groups[kMaxGroups];
 };
 
-// Fills `job`; false when the cgroup dir or the marker does not fit.
-bool make_keeper_job(KeeperJob& job, const char* cgroup_dir, const char* marker);
+// Fills `job`; false when the cgroup dir, the marker or the run dir does not fit.
+bool make_keeper_job(KeeperJob& job, const char* cgroup_dir, const char* marker, const char* run_dir);
 
 // Reads the agent's messages from descriptor 3 until end-of-file, cleans up, exits 0.
 [[noreturn]] void keeper_main(KeeperJob& job);

@@ -32,11 +32,11 @@ void say(const std::string& line) { (void)!::write(2, line.data(), line.size());
 }  // namespace
 
 struct WorkerContainment::Impl {
-  explicit Impl(asio::io_context& io)
+  Impl(asio::io_context& io, const std::string& run_dir)
       : agent_id(make_agent_id()),
         orphans(io),
         cgroup(JobCgroup::create(agent_id)),
-        keeper(cgroup ? cgroup->dir() : std::string(), "CRUN_AGENT_ID=" + agent_id),
+        keeper(cgroup ? cgroup->dir() : std::string(), "CRUN_AGENT_ID=" + agent_id, run_dir),
         keeper_exit(io, ::fcntl(keeper.pidfd(), F_DUPFD_CLOEXEC, 3)) {
     orphans.track(keeper.pid());  // reaped here, by keeper.finish() or on its early death
     watch_keeper();
@@ -66,7 +66,8 @@ struct WorkerContainment::Impl {
   }
 };
 
-WorkerContainment::WorkerContainment(asio::io_context& io) : impl_(std::make_unique<Impl>(io)) {}
+WorkerContainment::WorkerContainment(asio::io_context& io, const std::string& run_dir)
+    : impl_(std::make_unique<Impl>(io, run_dir)) {}
 
 WorkerContainment::~WorkerContainment() { finish(); }
 

@@ -10,7 +10,8 @@
 //     worker joins the agent's job cgroup before exec (cgroup_procs_fd()), and so does all it starts.
 //   - Keeper (keeper.h): a process of its own that learns each worker's pid and, if the agent dies
 //     (SIGKILL included), kills the job: the whole cgroup, then the workers' process groups and
-//     every process whose environment carries CRUN_AGENT_ID=<agent_id()>.
+//     every process whose environment carries CRUN_AGENT_ID=<agent_id()>; then it removes
+//     `run_dir` ("" for none), the agent's temporary run directory.
 //   PR_SET_PDEATHSIG (worker_process.h) still ends each worker itself with the agent.
 //   release() tells the keeper the agent ends normally (it removes the cgroup and exits while the
 //   agent cleans up the rest); finish() (also the destructor) waits for it.
@@ -31,7 +32,7 @@ namespace crun {
 
 class WorkerContainment {
  public:
-  explicit WorkerContainment(boost::asio::io_context& io);
+  WorkerContainment(boost::asio::io_context& io, const std::string& run_dir);
   ~WorkerContainment();
   WorkerContainment(const WorkerContainment&) = delete;
   WorkerContainment& operator=(const WorkerContainment&) = delete;

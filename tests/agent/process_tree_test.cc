@@ -1,7 +1,8 @@
 // No process of a worker's tree outlives the agent: real crun, real workers with a child in their
 // process group (`sleep 40`) and a double-forked `sleep 40` in a session of its own, both when the
 // group is stopped after a failure and when the agent itself is SIGKILLed; with the job's cgroup v2
-// and with the fallback (CRUN_NO_CGROUP=1: process groups and the CRUN_AGENT_ID marker).
+// and with the fallback (CRUN_NO_CGROUP=1: process groups and the CRUN_AGENT_ID marker). The
+// agent's temporary run dir does not outlive it either.
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -78,9 +79,20 @@ int keeper_of(pid_t crun) {
   return 0;
 }
 
+// The agent's temporary run dir: three levels above rank 0's error file ("" when not printed).
+fs::path run_dir_of(const std::string& out) {
+  static const std::regex re(R"(^ENV rank=0 TORCHELASTIC_ERROR_FILE=(.*)$)");
+  for (const auto& line : lines(out)) {
+    std::smatch sm;
+    if (std::regex_match(line, sm, re)) return fs::path(sm[1].str()).parent_path().parent_path().parent_path();
+  }
+  return {};
+}
+
 struct Tree {
   std::vector<int> workers, children, daemons;
   std::vector<std::string> cgroups;
+  fs::path run_dir;
   int keeper = 0;
   std::vector<int> all() const {
     std::vector<int> v = workers;
@@ -100,6 +112,8 @@ Tree start_tree(ChildProcess& p, bool cgroup) {
   t.children = pids_of(out, "child");
   t.daemons = pids_of(out, "daemon");
   t.cgroups = cgroups_of(out);
+  t.run_dir = run_dir_of(out);
+  REQUIRE(fs::is_directory(t.run_dir / "attempt_0" / "0"));
   REQUIRE(t.workers.size() == 2);
   REQUIRE(t.children.size() == 2);
   REQUIRE(t.daemons.size() == 2);
@@ -125,9 +139,11 @@ void check_gone(const Tree& t, bool cgroup) {
   }
   if (t.keeper > 0) CHECK(wait_pid_gone(t.keeper, 10s));
   if (cgroup && !t.cgroups.empty()) CHECK_FALSE(fs::exists(cgroup2_mount() + t.cgroups.front()));
+  // The temporary run dir goes too: removed by the agent, or by its keeper when the agent died.
+  CHECK_FALSE(fs::exists(t.run_dir));
 }
 
-const std::vector<std::string> kTreeWorker{"--print-cgroup", "--child", "--daemon", "--hang"};
+const std::vector<std::string> kTreeWorker{"--print-cgroup", "--print-env", "--child", "--daemon", "--hang"};
 
 }  // namespace
 

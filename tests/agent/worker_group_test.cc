@@ -177,7 +177,7 @@ TEST_CASE("a program that links the agent is its own keeper when crun-keeper is 
   // This test binary has no crun-keeper beside it: the keeper is /proc/self/exe --crun-keeper.
   int keeper = 0;
   {
-    Keeper k("", "CRUN_AGENT_ID=own-program-test", KeeperForm::own_program);
+    Keeper k("", "CRUN_AGENT_ID=own-program-test", "", KeeperForm::own_program);
     keeper = k.pid();
     std::error_code ec;
     CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/exe", ec) ==
@@ -194,7 +194,7 @@ TEST_CASE("the keeper shares the agent's memory and nothing else", "[worker_grou
   int keeper = 0;
   {
     // A cgroup dir that is not there: the keeper's clean-up fails (and says so on stderr).
-    Keeper k("/nonexistent/crun-keeper-test", "CRUN_AGENT_ID=sharing-test");
+    Keeper k("/nonexistent/crun-keeper-test", "CRUN_AGENT_ID=sharing-test", "");
     keeper = k.pid();
     REQUIRE(keeper > 0);
     CHECK(proc_text(keeper, "cmdline") == proc_text(::getpid(), "cmdline"));  // the agent's memory: no exec
@@ -230,7 +230,8 @@ TEST_CASE("--crun-keeper without an agent's pipe and marker never reaches main()
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {self, "--crun-keeper"}, {self, "--crun-keeper", "", "PATH=/usr/bin"}, {self, "--crun-keeper", "", "CRUN_AGENT_ID=x", "y"}}) {
+           {self, "--crun-keeper"}, {self, "--crun-keeper", "", "PATH=/usr/bin", ""}, {self, "--crun-keeper", "", "CRUN_AGENT_ID=x", ""},
+           {self, "--crun-keeper", "", "CRUN_AGENT_ID=x", "", "y"}}) {
     crun::test::ChildProcess p(args);
     REQUIRE(p.wait_exit(10s) == 2);  // not a test run, not a keeper that starts keepers
     CHECK(p.out().empty());
