@@ -16,23 +16,12 @@
 
 #include "tests/agent/crun_command.h"
 #include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 
 using namespace crun::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  TempDir() {
-    char templ[] = "/tmp/crun-test-XXXXXX";
-    path = ::mkdtemp(templ);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path path;
-};
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);

@@ -15,6 +15,7 @@
 
 #include "tests/agent/crun_command.h"
 #include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 
 using namespace crun::test;
 namespace fs = std::filesystem;
@@ -227,4 +228,18 @@ TEST_CASE("a SIGKILLed agent's keeper ends its own job only", "[tree]") {
   other.signal(SIGTERM);
   CHECK(other.wait_exit() == 128 + SIGTERM);
   check_gone(kept, cgroup);
+}
+
+TEST_CASE("a SIGKILLed agent's keeper removes its run dir, not what a symbolic link there points to", "[tree]") {
+  TempDir outside;
+  std::ofstream(outside.path / "keep") << "kept";
+  ChildProcess killed(crun_cmd({"--nproc-per-node", "2"}, {"--print-cgroup", "--print-env", "--child", "--daemon",
+                                                           "--link-in-run-dir", outside.path.string(), "--hang"}));
+  const Tree gone = start_tree(killed, true);
+  REQUIRE(fs::is_symlink(gone.run_dir / "attempt_0" / "0" / "link"));
+  REQUIRE(fs::is_symlink(gone.run_dir / "attempt_0" / "1" / "nested" / "link"));
+  killed.signal(SIGKILL);
+  REQUIRE(killed.wait_exit() == 128 + SIGKILL);
+  check_gone(gone, true);
+  CHECK(slurp(outside.path / "keep") == "kept");
 }

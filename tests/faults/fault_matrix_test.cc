@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 #include "tests/faults/proc_probe.h"
 #include "tests/support/cluster.h"
 
@@ -32,19 +33,6 @@ std::string hostname() {
   ::gethostname(buf, sizeof buf - 1);
   return buf;
 }
-
-struct TempDir {
-  TempDir() {
-    char t[] = "/tmp/crun-faults-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string path;
-};
 
 std::vector<std::string> with(std::vector<std::string> flags, const std::vector<std::string>& more) {
   flags.insert(flags.end(), more.begin(), more.end());
@@ -96,11 +84,11 @@ std::chrono::system_clock::time_point parse_time(const std::string& iso) {
 // names it, and host 2's failure_report.json too, with host 2's address (the hosts share a name).
 void worker_failure_row(const std::string& row, int signo) {
   Cluster cl(2);
-  TempDir logs1, logs2;
-  auto& a = cl.crun(1, with(c10d("2", 2), {"--log-dir", logs1.path}), {"--hang"});
+  TempDir logs1("crun-faults"), logs2("crun-faults");
+  auto& a = cl.crun(1, with(c10d("2", 2), {"--log-dir", logs1.path.string()}), {"--hang"});
   std::vector<std::string> failing{"--hang"};
   if (signo == 0) failing = {"--only-rank", "1", "--exit", "3", "--hang"};
-  auto& b = cl.crun(2, with(c10d("2", 2), {"--log-dir", logs2.path}), failing);
+  auto& b = cl.crun(2, with(c10d("2", 2), {"--log-dir", logs2.path.string()}), failing);
   const int expected = signo == 0 ? 3 : 128 + signo;
   auto t0 = SteadyClock::now();
   if (signo != 0) {

@@ -7,25 +7,13 @@
 #include <filesystem>
 
 #include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
 #include "tests/faults/proc_probe.h"
 
 using namespace crun::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  TempDir() {
-    char t[] = "/tmp/crun-faults-XXXXXX";
-    REQUIRE(::mkdtemp(t) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string path;
-};
 
 // crun --standalone running `sh -c script` as every worker ($W is the test worker).
 std::vector<std::string> crun_sh(std::vector<std::string> flags, const std::string& script) {
@@ -65,13 +53,13 @@ std::uint64_t lines_bytes(int r, long n) {
 }  // namespace
 
 TEST_CASE("a full disk under --log-dir: the job runs and fails as usual, one line per lost log", "[log_disk_full]") {
-  TempDir mnt;
+  TempDir mnt("crun-faults");
   // A private mount namespace: a 64 KiB tmpfs over the log dir, filled before crun starts.
   const std::string script =
       "mount -t tmpfs -o size=64k crun-faults-full \"$0\" || exit 90; head -c 1M /dev/zero >\"$0/filler\" 2>/dev/null; exec \"$@\"";
-  std::vector<std::string> argv{"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, mnt.path};
+  std::vector<std::string> argv{"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, mnt.path.string()};
   for (std::string a : {CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--stop-timeout", "2", "--log-dir"}) argv.push_back(a);
-  argv.push_back(mnt.path);
+  argv.push_back(mnt.path.string());
   for (std::string a : {"--tee", "3", "--no-python", CRUN_TEST_WORKER, "--lines", "2000", "--stderr-lines", "30",
                         "--only-rank", "1", "--error-file", "disk full test", "--exit", "3"}) {
     argv.push_back(a);

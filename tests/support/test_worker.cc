@@ -26,6 +26,8 @@
 //                          its group has N ranks (after the job scaled up or down to it)
 //   --list-fds             print "fd rank=<r> <n> <target>" for every open descriptor
 //   --print-cgroup         print "cgroup rank=<r> <path>" (the cgroup v2 line of /proc/self/cgroup)
+//   --link-in-run-dir DIR  make a symbolic link to DIR and a directory holding one to DIR in the
+//                          worker's dir of the agent's run dir (beside TORCHELASTIC_ERROR_FILE)
 //   --agent-libraries      print "lib rank=<r> <path>" for every file mapped in the parent (its
 //                          executable, and the shared objects of a dynamically linked one)
 //                          (the agent), once each
@@ -40,6 +42,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
@@ -47,6 +50,7 @@
 
 #include <dirent.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -96,6 +100,19 @@ void print_cgroup() {
       if (std::strncmp(line, "0::", 3) == 0) std::printf("cgroup rank=%d %s", g_rank, line + 3);
     }
     std::fclose(f);
+  }
+}
+
+void link_in_run_dir(const std::string& target) {
+  const char* error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
+  if (error_file == nullptr) return;
+  std::string dir = error_file;
+  dir = dir.substr(0, dir.rfind('/') + 1);
+  const std::string nested = dir + "nested";
+  if (::symlink(target.c_str(), (dir + "link").c_str()) != 0 || ::mkdir(nested.c_str(), 0700) != 0 ||
+      ::symlink(target.c_str(), (nested + "/link").c_str()) != 0) {
+    std::fprintf(stderr, "test_worker: cannot make the links in %s: %s\n", dir.c_str(), std::strerror(errno));
+    std::exit(66);
   }
 }
 
@@ -227,6 +244,7 @@ int main(int argc, char** argv) {
     else if (a == "--hang-unless-world") { hang = true; hang_unless_world = std::atoi(next().c_str()); }
     else if (a == "--list-fds") list_fds();
     else if (a == "--print-cgroup") print_cgroup();
+    else if (a == "--link-in-run-dir") link_in_run_dir(next());
     else if (a == "--agent-libraries") print_agent_libraries();
     else if (a == "--child") start_child();
     else if (a == "--daemon") start_daemon(false);
