@@ -29,7 +29,8 @@ struct RendezvousCoordinator::Impl {
     watches = std::make_unique<StoreChannel>(ep, opt, [this](const std::string& why) {
       std::lock_guard lock(mu);
       lost = why;
-      cv.notify_all();
+      events_cv.notify_all();
+      state_cv.notify_all();
     });
     const auto deadline = StoreChannel::Clock::now() + opt.timeout;
     for (const auto& prefix : {keys.join_prefix(), keys.alive_prefix(), keys.heartbeat_prefix(), keys.report_prefix()}) {
@@ -42,7 +43,7 @@ struct RendezvousCoordinator::Impl {
     {
       std::lock_guard lock(mu);
       stopping = true;
-      cv.notify_all();
+      events_cv.notify_all();
     }
     thread.join();
     watches.reset();
@@ -51,7 +52,7 @@ struct RendezvousCoordinator::Impl {
   void push(const StoreEvent& e) {
     std::lock_guard lock(mu);
     events.push_back(e);
-    cv.notify_all();
+    events_cv.notify_one();
   }
 
   // --- the coordinator thread -------------------------------------------------------------
@@ -69,7 +70,7 @@ struct RendezvousCoordinator::Impl {
           std::unique_lock lock(mu);
           auto deadline = Clock::now() + std::chrono::seconds(3600);
           if (auto due = core.next_deadline()) deadline = std::min(deadline, *due);
-          cv.wait_until(lock, deadline, [&] { return stopping || !events.empty() || !lost.empty(); });
+          events_cv.wait_until(lock, deadline, [&] { return stopping || !events.empty() || !lost.empty(); });
           if (stopping) return;
           if (!lost.empty()) throw StoreConnectionError("its watch connection broke: " + lost);
           batch.swap(events);
@@ -84,7 +85,7 @@ struct RendezvousCoordinator::Impl {
       {
         std::lock_guard lock(mu);
         failed = true;
-        cv.notify_all();
+        state_cv.notify_all();
       }
       if (on_failed) on_failed(std::string("the rendezvous coordinator stopped: ") + e.what());
     }
@@ -184,7 +185,7 @@ struct RendezvousCoordinator::Impl {
     if (now_alone == alone) return;
     std::lock_guard lock(mu);
     alone = now_alone;
-    cv.notify_all();
+    state_cv.notify_all();
   }
 
   RendezvousKeys keys;
@@ -198,7 +199,8 @@ struct RendezvousCoordinator::Impl {
   std::vector<std::string> prunes;  // keys to delete after this batch
 
   std::mutex mu;
-  std::condition_variable cv;
+  std::condition_variable events_cv;  // the coordinator thread waits for events, `lost`, `stopping`
+  std::condition_variable state_cv;   // waiters for `alone`, `failed`, `lost`: not woken by every event
   std::deque<StoreEvent> events;
   std::string lost;
   bool stopping = false;
@@ -223,14 +225,14 @@ bool RendezvousCoordinator::closed() const {
 
 bool RendezvousCoordinator::wait_until_alone(Millis bound) {
   std::unique_lock lock(impl_->mu);
-  return impl_->cv.wait_for(lock, bound, [&] { return impl_->alone || impl_->failed || !impl_->lost.empty(); }) &&
+  return impl_->state_cv.wait_for(lock, bound, [&] { return impl_->alone || impl_->failed || !impl_->lost.empty(); }) &&
          impl_->alone;
 }
 
 bool RendezvousCoordinator::wait_until_drained(Millis bound) {
   std::unique_lock lock(impl_->mu);
   if (!impl_->job_closed) return false;
-  return impl_->cv.wait_for(lock, bound, [&] { return impl_->alone || impl_->failed || !impl_->lost.empty(); }) &&
+  return impl_->state_cv.wait_for(lock, bound, [&] { return impl_->alone || impl_->failed || !impl_->lost.empty(); }) &&
          impl_->alone;
 }
 
