@@ -60,6 +60,11 @@ struct StoreServer::Impl {
   KeySpace keys;
   LogThrottle throttle;
   std::unordered_set<std::shared_ptr<Connection>> connections;
+  // While one connection's batch of requests is decoded, what they queue on other connections
+  // (watch notifications, answers to parked gets) waits here and is written once the batch is
+  // done: one write per connection per batch, not one per notification.
+  bool decoding_batch = false;
+  std::vector<std::shared_ptr<Connection>> flush_after_batch;
   std::uint64_t next_serial = 0;
   std::thread thread;
   std::atomic<std::uint16_t> bound_port{0};
@@ -138,6 +143,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::size_t total = 0;
     bool more = false;
     in_batch_ = true;
+    server_.decoding_batch = true;
     for (;;) {
       std::span<char> space = session_.input_space();
       const ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), 0);
@@ -145,6 +151,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n <= 0) {
         in_batch_ = false;
+        flush_others();
         const bool partial = session_.buffered() != 0 || !session_.handshaken();
         close(n == 0 ? (partial ? "peer closed mid-request" : "peer closed") : std::strerror(errno),
               n == 0 && partial && session_.handshaken());
@@ -160,6 +167,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
     }
     in_batch_ = false;
+    flush_others();
     if (session_.ended()) {
       end_session();
       return;
@@ -227,15 +235,34 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  // Output queued by another connection's request, from inside a KeySpace callback: write it now
-  // (a blocked get's answer should not wait), but leave any closing to a handler of our own.
+  // Output queued by another connection's request, from inside a KeySpace callback: written once
+  // that connection's batch is decoded (a blocked get's answer should not wait longer), or now
+  // when no batch is being decoded; any closing is left to a handler of our own.
   void on_output() {
     if (closed_ || in_batch_) return;
     if (session_.ended()) {
       post_close(session_.end_reason(), session_.fault());
       return;
     }
+    if (server_.decoding_batch) {
+      if (!flush_pending_) {
+        flush_pending_ = true;
+        server_.flush_after_batch.push_back(shared_from_this());
+      }
+      return;
+    }
     flush();
+  }
+
+  // The batch that was decoded is done: write what it queued on other connections.
+  void flush_others() {
+    server_.decoding_batch = false;
+    auto pending = std::move(server_.flush_after_batch);
+    server_.flush_after_batch.clear();
+    for (auto& c : pending) {
+      c->flush_pending_ = false;
+      c->flush();
+    }
   }
 
   void post_close(std::string reason, bool fault) {
@@ -291,6 +318,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
   bool close_posted_ = false;
   bool in_batch_ = false;
+  bool flush_pending_ = false;  // in server_.flush_after_batch
   bool writing_ = false;
   bool close_after_write_ = false;
 };
