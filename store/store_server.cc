@@ -1,11 +1,14 @@
 #include "store/store_server.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/sysinfo.h>
 
 #include <boost/asio.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -14,6 +17,7 @@
 #include "base/fd_io.h"
 #include "base/open_files.h"
 #include "store/log_throttle.h"
+#include "store/spin_policy.h"
 #include "store/store.h"
 #include "store/store_keyspace.h"
 #include "store/store_protocol.h"
@@ -323,17 +327,36 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool close_after_write_ = false;
 };
 
+namespace {
+
+// The machine's runnable tasks now (/proc/loadavg: "0.5 0.4 0.3 RUNNABLE/TASKS LASTPID"); a large
+// count (no spinning) when it cannot be read.
+int runnable_tasks(int loadavg_fd) {
+  char text[128];
+  const ssize_t n = loadavg_fd < 0 ? -1 : ::pread(loadavg_fd, text, sizeof(text) - 1, 0);
+  if (n <= 0) return 1 << 30;
+  text[n] = '\0';
+  int runnable = 0;
+  return std::sscanf(text, "%*s %*s %*s %d/", &runnable) == 1 ? runnable : 1 << 30;
+}
+
+}  // namespace
+
 void run_with_adaptive_polling(asio::io_context& io, std::chrono::microseconds spin) {
+  using Clock = SpinPolicy::Clock;
+  SpinPolicy policy(::get_nprocs());
+  const int loadavg = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
   for (;;) {
-    if (io.stopped()) return;
-    if (io.poll() > 0) {
-      auto until = std::chrono::steady_clock::now() + spin;
-      while (std::chrono::steady_clock::now() < until && !io.stopped()) {
-        if (io.poll() > 0) until = std::chrono::steady_clock::now() + spin;
+    if (io.stopped()) break;
+    if (io.poll() > 0 && policy.may_spin(Clock::now(), [&] { return runnable_tasks(loadavg); })) {
+      auto until = Clock::now() + spin;
+      while (Clock::now() < until && !io.stopped()) {
+        if (io.poll() > 0) until = Clock::now() + spin;
       }
     }
-    if (io.stopped() || io.run_one() == 0) return;
+    if (io.stopped() || io.run_one() == 0) break;
   }
+  if (loadavg >= 0) ::close(loadavg);
 }
 
 void StoreServer::Impl::open() {

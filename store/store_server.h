@@ -64,7 +64,8 @@ struct StoreServerStats {
 // after the last completed handler before it blocks in the kernel again. A request/reply client
 // sends its next request microseconds after a reply; catching it while still polling saves the
 // sleep and wake-up, which on small VMs costs more than the request itself. Idle costs nothing
-// beyond one `spin` window after the last event.
+// beyond one `spin` window after the last event. It spins only while no other task wants the CPU
+// (store/spin_policy.h: a preemption pauses spinning).
 void run_with_adaptive_polling(boost::asio::io_context& io, std::chrono::microseconds spin);
 
 class StoreServer {
