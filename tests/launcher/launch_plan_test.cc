@@ -371,7 +371,13 @@ TEST_CASE("c10d: the launcher decides who hosts the store from this host's addre
   const auto v6 = c10d("[::1]:29401");
   CHECK(v6.config.endpoint.host == "::1");
   CHECK(v6.config.endpoint.port == 29401);
-  CHECK_FALSE(v6.config.is_host);  // ::1 is not among this test host's addresses
+  CHECK(v6.config.is_host);  // loopback is this host, though not among this test host's addresses
+  CHECK(v6.config.bind_address == "::1");
+  const auto lo2 = c10d("127.0.0.2:29401");  // all of 127.0.0.0/8 is loopback
+  CHECK(lo2.config.is_host);
+  CHECK(lo2.config.bind_address == "127.0.0.2");
+  CHECK_FALSE(c10d("[2001:db8::1]:29401").config.is_host);
+  CHECK_FALSE(c10d("128.0.0.1:29401").config.is_host);
 }
 
 TEST_CASE("static: node rank 0 hosts the store", "[launch_plan]") {
@@ -544,6 +550,16 @@ TEST_CASE("host facts a launch does not need are never read", "[launch_plan]") {
   CHECK(p.nproc_per_node.value == 2);
   CHECK(address_reads == 1);
   CHECK(gpu_reads == 1);
+  // A loopback endpoint is this host without listing its addresses.
+  HostFacts h2 = test_host();
+  int loopback_reads = 0;
+  h2.addresses = Lazy<std::vector<std::string>>::read_by([&] {
+    ++loopback_reads;
+    return std::vector<std::string>{"127.0.0.1"};
+  });
+  auto lo = plan({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29400", "--no-python", "/bin/true"}, {}, h2);
+  CHECK(lo.multi_node->config.is_host);
+  CHECK(loopback_reads == 0);
 }
 
 TEST_CASE("watchdogs: heartbeat timeouts from flags or PET_*, torch's file timer from its variables", "[launch_plan]") {
