@@ -116,6 +116,10 @@ JobCgroup::~JobCgroup() {
 }
 
 int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
+  // An empty cgroup (every normal end) goes at once: rmdir refuses a populated one (EBUSY).
+  const int removed = raw_rmdir(dir);
+  if (removed == 0) return 0;
+  if (removed != -EBUSY) return -removed;
   char path[4096];
   if (!join(path, sizeof(path), dir, "cgroup.events")) return ENAMETOOLONG;
   const int events = raw_open(path, O_RDONLY);

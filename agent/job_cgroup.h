@@ -13,10 +13,11 @@
 //   - Emptying and removing the cgroup is kill_and_remove_cgroup()'s, called by the keeper
 //     (keeper.h), which outlives the agent when the agent is killed; the destructor only removes
 //     the cgroup if it is still there and empty (an agent whose keeper could not start).
-//   - kill_and_remove_cgroup() kills every process in `dir` (cgroup.kill, when cgroup.events says
-//     it is populated), waits until the cgroup is empty ("populated 0", waited on with poll, at
-//     most `timeout_ms`) and removes it. Raw system calls only (base/raw_syscall.h), no allocation:
-//     it runs in the keeper, which may share the agent's memory.
+//   - kill_and_remove_cgroup() removes `dir` at once when it is empty; else it kills every process
+//     in it (cgroup.kill, when cgroup.events says it is populated), waits until the cgroup is
+//     empty ("populated 0", waited on with poll, at most `timeout_ms`) and removes it. Raw
+//     system calls only (base/raw_syscall.h), no allocation: it runs in the keeper, which may
+//     share the agent's memory.
 //
 // Threading
 //   create() on the agent's thread; kill_and_remove_cgroup() is async-signal-safe.
