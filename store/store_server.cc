@@ -329,34 +329,46 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 namespace {
 
-// The machine's runnable tasks now (/proc/loadavg: "0.5 0.4 0.3 RUNNABLE/TASKS LASTPID"); a large
-// count (no spinning) when it cannot be read.
-int runnable_tasks(int loadavg_fd) {
-  char text[128];
-  const ssize_t n = loadavg_fd < 0 ? -1 : ::pread(loadavg_fd, text, sizeof(text) - 1, 0);
-  if (n <= 0) return 1 << 30;
-  text[n] = '\0';
-  int runnable = 0;
-  return std::sscanf(text, "%*s %*s %*s %d/", &runnable) == 1 ? runnable : 1 << 30;
-}
+// The machine's runnable tasks now, from /proc/loadavg ("0.5 0.4 0.3 RUNNABLE/TASKS LASTPID"),
+// open for the loop's life; a large count (so no spinning) when it cannot be read.
+class RunnableTasks {
+ public:
+  RunnableTasks() : fd_(::open("/proc/loadavg", O_RDONLY | O_CLOEXEC)) {}
+  ~RunnableTasks() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RunnableTasks(const RunnableTasks&) = delete;
+  RunnableTasks& operator=(const RunnableTasks&) = delete;
+
+  int operator()() const {
+    char text[128];
+    const ssize_t n = fd_ < 0 ? -1 : ::pread(fd_, text, sizeof(text) - 1, 0);
+    if (n <= 0) return 1 << 30;
+    text[n] = '\0';
+    int runnable = 0;
+    return std::sscanf(text, "%*s %*s %*s %d/", &runnable) == 1 ? runnable : 1 << 30;
+  }
+
+ private:
+  int fd_;
+};
 
 }  // namespace
 
 void run_with_adaptive_polling(asio::io_context& io, std::chrono::microseconds spin) {
   using Clock = SpinPolicy::Clock;
   SpinPolicy policy(::get_nprocs());
-  const int loadavg = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  const RunnableTasks runnable;
   for (;;) {
-    if (io.stopped()) break;
-    if (io.poll() > 0 && policy.may_spin(Clock::now(), [&] { return runnable_tasks(loadavg); })) {
+    if (io.stopped()) return;
+    if (io.poll() > 0 && policy.may_spin(Clock::now(), runnable)) {
       auto until = Clock::now() + spin;
       while (Clock::now() < until && !io.stopped()) {
         if (io.poll() > 0) until = Clock::now() + spin;
       }
     }
-    if (io.stopped() || io.run_one() == 0) break;
+    if (io.stopped() || io.run_one() == 0) return;
   }
-  if (loadavg >= 0) ::close(loadavg);
 }
 
 void StoreServer::Impl::open() {
