@@ -365,8 +365,10 @@ TEST_CASE("4 workers x 10,000 lines arrive whole and prefixed", "[e2e][output]")
 }
 
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE shapes the teed lines' prefix", "[e2e][output]") {
+  TempDir tmp;  // the teed logs' directory, which crun keeps, goes with it
   ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--tee", "1", "--role", "trainer"}, {"--lines", "3"}),
-                 {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=<${rank}/${local_rank} ${role_name} ${pid}> "});
+                 {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=<${rank}/${local_rank} ${role_name} ${pid}> ",
+                  "TMPDIR=" + tmp.path.string()});
   REQUIRE(p.wait_exit() == 0);
   CHECK(count(p.out(), "<0/0 trainer ${pid}> line r=0 i=") == 3);
   CHECK(count(p.out(), "<1/1 trainer ${pid}> line r=1 i=") == 3);

@@ -16,6 +16,7 @@
 #include "agent/node_status.h"
 #include "agent/operator_view.h"
 #include "rendezvous/rendezvous_backend.h"
+#include "tests/support/temp_dir.h"
 
 using namespace crun;
 using nlohmann::json;
@@ -53,11 +54,6 @@ NodeStatus sample_node(int node_rank, const std::string& id) {
   return s;
 }
 
-std::string temp_path(const char* name) {
-  char dir[] = "/tmp/crun-opview-XXXXXX";
-  REQUIRE(::mkdtemp(dir) != nullptr);
-  return std::string(dir) + "/" + name;
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -114,7 +110,8 @@ TEST_CASE("job_json: this node and the others' newest records, by node rank", "[
 }
 
 TEST_CASE("operator view: health, metrics and status follow what the agent tells it", "[operator_view]") {
-  const std::string events_path = temp_path("events.jsonl");
+  const crun::test::TempDir dir("crun-opview");
+  const std::string events_path = (dir.path / "events.jsonl").string();
   OperatorView view({"job \"q\"\n", "trainer", "h\\0", 2, 3}, EventLog::open("jsonl:" + events_path));
   RoundInfo info;
   info.world_size = 2;
@@ -193,7 +190,8 @@ TEST_CASE("operator view: a heartbeat reader gives each running worker's age and
 }
 
 TEST_CASE("operator view: a node that joins an already restarted job emits no restart", "[operator_view]") {
-  const std::string events_path = temp_path("late.jsonl");
+  const crun::test::TempDir dir("crun-opview");
+  const std::string events_path = (dir.path / "late.jsonl").string();
   OperatorView view({"job", "default", "h", 1, 3}, EventLog::open("jsonl:" + events_path));
   RoundInfo info;
   info.restart_count = 2;  // the job's count when this node joins
@@ -215,7 +213,8 @@ TEST_CASE("event log: the handlers, and a path that cannot be written", "[operat
   CHECK_THROWS_WITH(EventLog::open("jsonl:/tmp"), "--event-log-handler: cannot write /tmp: Is a directory");
   CHECK_THROWS_WITH(EventLog::open("syslog"), Catch::Contains("expected null, console, dynamic_rendezvous or jsonl:PATH"));
   // Appends: two agents (or two runs) share one file.
-  const std::string path = temp_path("e.jsonl");
+  const crun::test::TempDir dir("crun-opview");
+  const std::string path = (dir.path / "e.jsonl").string();
   EventLog::open("jsonl:" + path)->emit("stop", R"("exit_code":0)");
   EventLog::open("jsonl:" + path)->emit("stop", "");
   std::istringstream in(slurp(path));

@@ -12,6 +12,7 @@ and the endpoint answers again), errors (an events path that cannot be written, 
 bad flags: one line, nothing started). Each wait is bounded; nothing sleeps to wait.
 """
 import argparse
+import atexit
 import http.client
 import json
 import os
@@ -51,6 +52,8 @@ class Job:
 
     def __init__(self, args, crun, worker, worker_args, extra=(), tmp=None):
         self.dir = tmp or tempfile.mkdtemp(prefix="crun-ops-")
+        if tmp is None:
+            atexit.register(shutil.rmtree, self.dir, True)  # read until the case ends, then removed
         self.out_path = os.path.join(self.dir, "stdout")
         self.err_path = os.path.join(self.dir, "stderr")
         self.events = os.path.join(self.dir, "events.jsonl")
