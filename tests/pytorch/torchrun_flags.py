@@ -94,6 +94,7 @@ class Launchers:
         env = {k: v for k, v in os.environ.items() if not LAUNCHER_VARIABLES.match(k)}
         env["PYTHON_EXEC"] = PYTHON  # both run Python programs with the same interpreter
         env["OMP_NUM_THREADS"] = "1"  # neither launcher's warning about it
+        env["TMPDIR"] = scratch  # torchrun's torchelastic_* dirs and the logs crun keeps go with the case
         self.env = env
         self.worker = self.file("worker.py", WORKER)
 
