@@ -30,6 +30,7 @@
 #include "agent/worker_group.h"
 #include "base/exit_codes.h"
 #include "base/fd_io.h"
+#include "base/remove_tree.h"
 #include "rendezvous/c10d_rendezvous.h"
 #include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/rendezvous_records.h"
@@ -69,17 +70,6 @@ fs::path make_unique_dir(const fs::path& base, std::string prefix) {
     throw std::system_error(errno, std::generic_category(), "mkdtemp " + templ);
   }
   return templ;
-}
-
-// Removes the run dir: what it holds, then the dir itself with one rmdir. fs::remove_all(dir) would
-// first try to unlink it (EISDIR): one more exclusive lock of the shared parent (/dev/shm), which
-// 1,024 agents ending together on one host contend for (docs/benchmarks.md).
-void remove_tree(const fs::path& dir) {
-  std::error_code ignored;
-  for (fs::directory_iterator it(dir, ignored), end; !ignored && it != end; it.increment(ignored)) {
-    fs::remove_all(it->path(), ignored);
-  }
-  ::rmdir(dir.c_str());
 }
 
 // Where a temporary run dir goes: TMPDIR when set (the user's choice, as torchrun's tempfile);
@@ -220,7 +210,7 @@ int Agent::Impl::run() {
     file_timer.reset();
     endpoint.reset();
     containment.reset();  // ends the keeper, removes the job's cgroup
-    if (!run_dir.empty()) remove_tree(run_dir);  // made before the failure, and nothing was written to it yet
+    if (!run_dir.empty()) remove_tree(run_dir.c_str());  // made before the failure, and nothing was written to it yet
     return kExitAgentError;
   }
   base_env = current_environment();
@@ -235,7 +225,7 @@ int Agent::Impl::run() {
   // The host keeps the store up until the others have left; after a preemption notice the others
   // are still checkpointing, so it waits for them up to the grace period (and a little more).
   rendezvous->shutdown(preempted ? config.stop_timeout + std::chrono::seconds(5) : std::chrono::milliseconds(0));
-  if (remove_run_dir) remove_tree(run_dir);
+  if (remove_run_dir) remove_tree(run_dir.c_str());
   containment->finish();
   return exit_code.value_or(kExitAgentError);
 }

@@ -14,6 +14,7 @@
 
 #include "agent/job_cgroup.h"
 #include "base/raw_syscall.h"
+#include "base/remove_tree.h"
 
 namespace crun {
 namespace {
@@ -88,50 +89,9 @@ int kill_marked(const char* marker, std::size_t marker_len) {
   return killed;
 }
 
-bool is_dot(const char* name) { return name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')); }
-
-constexpr int kMaxTreeDepth = 8;
-
-// Removes what directory `dir` holds, `depth` levels at most, never following a symbolic link (one
-// is removed as itself). Returns 0, or the first failure's -errno.
-int empty_tree(int dir, int depth) {
-  int err = 0;
-  alignas(dirent64) char buf[2048];
-  for (;;) {
-    const long n = raw_syscall(SYS_getdents64, dir, raw_arg(buf), sizeof(buf));
-    if (n <= 0) return err != 0 ? err : static_cast<int>(n);
-    for (long off = 0; off < n;) {
-      const auto* d = reinterpret_cast<const dirent64*>(buf + off);
-      off += d->d_reclen;
-      if (is_dot(d->d_name)) continue;
-      long r = d->d_type == DT_DIR ? -EISDIR : raw_syscall(SYS_unlinkat, dir, raw_arg(d->d_name), 0);
-      if (r == -EISDIR) {
-        const int sub = depth > 0 ? static_cast<int>(raw_syscall(SYS_openat, dir, raw_arg(d->d_name),
-                                                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0))
-                                  : -ELOOP;
-        r = sub;
-        if (sub >= 0) {
-          r = empty_tree(sub, depth - 1);
-          raw_close(sub);
-          const long rm = raw_syscall(SYS_unlinkat, dir, raw_arg(d->d_name), AT_REMOVEDIR);
-          if (r == 0) r = rm;
-        }
-      }
-      if (r < 0 && r != -ENOENT && err == 0) err = static_cast<int>(r);
-    }
-  }
-}
-
 // The agent's run directory and all it holds; says so when some of it stays.
 void remove_run_dir(const char* path) {
-  const int dir = raw_open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-  int err = dir == -ENOENT ? 0 : dir;
-  if (dir >= 0) {
-    err = empty_tree(dir, kMaxTreeDepth);
-    raw_close(dir);
-    const int rm = raw_rmdir(path);
-    if (err == 0 && rm != -ENOENT) err = rm;
-  }
+  const int err = remove_tree(path);
   if (err < 0) say("cannot remove the run directory ", path, err == -ELOOP ? " (nested too deep)" : "");
 }
 

@@ -18,7 +18,7 @@
 //       it was told of, then to every process whose environment holds the marker, scanning /proc
 //       again until a scan finds none (at most 50 scans, 10 s); last, the run directory, if it
 //       was given one (the agent's temporary one: error files, heartbeats; never one that holds
-//       logs), with all it holds, never following a symbolic link, at most 8 levels deep;
+//       logs), with all it holds (base/remove_tree.h: no symbolic link followed);
 //     and exits 0. What it cannot clean up it reports on stderr ("crun-keeper: ...").
 //   - Two programs run it: crun-keeper, a small static program beside crun (launcher/), and,
 //     where that is missing, any program that links the agent, through a constructor of

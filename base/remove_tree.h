@@ -1,0 +1,23 @@
+// remove_tree(path): removes a directory and all it holds.
+//
+// Contract
+//   - Never follows a symbolic link: one inside is removed as itself; `path` itself must be a
+//     directory (not a link to one). Descends at most kMaxTreeDepth levels below `path`.
+//   - The directory itself goes last, with one rmdir: no unlink is tried on a directory (each try
+//     takes the parent's inode lock, which many agents ending together on one host contend for).
+//   - Returns 0 when nothing of it is left (or it was not there), else the first failure's -errno
+//     (-ELOOP: nested deeper than kMaxTreeDepth); it removes what it can either way.
+//   - Raw system calls only (base/raw_syscall.h), no allocation: the keeper, which may share the
+//     agent's memory, calls it too.
+//
+// Threading
+//   Any thread; async-signal-safe.
+#pragma once
+
+namespace crun {
+
+inline constexpr int kMaxTreeDepth = 8;
+
+int remove_tree(const char* path);
+
+}  // namespace crun
