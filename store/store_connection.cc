@@ -27,6 +27,19 @@ int poll_timeout_ms(Clock::time_point deadline) {
   return left > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left + 1);
 }
 
+// A connection to a port of this host that nobody listens on, made from that same port (it is in
+// the ephemeral range, as any port the kernel picks as free is): TCP's simultaneous open connects
+// the socket to itself. It would read its own requests back and hold the port its server is about
+// to bind.
+bool connected_to_itself(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t local_len = sizeof local, peer_len = sizeof peer;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0)
+    return false;
+  return local_len == peer_len && std::memcmp(&local, &peer, local_len) == 0;
+}
+
 // One non-blocking connect attempt bounded by `deadline` (and cut short by `cancel`); returns the
 // fd or -1 with `reason`.
 int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCancel* cancel, std::string& reason) {
@@ -57,6 +70,13 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCan
   ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) {
     reason = std::strerror(err);
+    ::close(fd);
+    return -1;
+  }
+  if (connected_to_itself(fd)) {  // nobody listens: the kernel gave it the endpoint's port
+    reason = "nobody listens (connected to itself)";
+    const linger reset{1, 0};  // closed by a reset: no TIME_WAIT keeps the port from its server
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     ::close(fd);
     return -1;
   }

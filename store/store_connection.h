@@ -3,7 +3,9 @@
 //
 // Contract
 //   - The constructor connects, retrying refused/unreachable/timed-out attempts with exponential
-//     backoff (10 ms doubling to 1 s, ±50% jitter) until `connect_timeout`, then performs the
+//     backoff (10 ms doubling to 1 s, ±50% jitter) until `connect_timeout` (a socket the kernel
+//     connected to itself, nobody listening on a port of this host, counts as refused and is
+//     reset at once, so it keeps no hold on the port), then performs the
 //     handshake; it throws StoreConnectionError naming the endpoint and the last reason, or
 //     StoreRejected when the server refuses the handshake (wrong token, version, full).
 //     Handshake::kPipelined stops after connecting: the caller sends hello(options) ahead of its

@@ -98,8 +98,16 @@ int join(int port, char** program) {
   for (;;) {
     fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) fail("socket");
-    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) break;
-    if (errno != ECONNREFUSED || monotonic_ms() > deadline) fail("connect");
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) {
+      // Nobody listened and the kernel gave it the endpoint's own port: connected to itself.
+      sockaddr_in local{};
+      socklen_t len = sizeof local;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0 || local.sin_port != a.sin_port) break;
+      const linger reset{1, 0};  // closed by a reset: the port is free for the host at once
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    } else if (errno != ECONNREFUSED || monotonic_ms() > deadline) {
+      fail("connect");
+    }
     ::close(fd);
     timespec pause{0, 1000000};  // the host bound the port and is about to listen
     ::nanosleep(&pause, nullptr);
