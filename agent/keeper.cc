@@ -165,6 +165,7 @@ Keeper::Keeper(std::string cgroup_dir, std::string marker, std::string run_dir, 
         pidfd_ = pidfd;  // close-on-exec by definition
         region_ = region;
         region_bytes_ = kRegionBytes;
+        shared_job_ = &k->job;
       } else {
         ::munmap(region, kRegionBytes);  // a kernel without clone3 or CLONE_PIDFD: exec below
       }
@@ -212,6 +213,10 @@ Keeper::~Keeper() { finish(); }
 
 void Keeper::send(int message) {
   if (pipe_ < 0) return;
+  if (shared_job_ != nullptr) {  // the keeper reads its job at the pipe's end-of-file: no wake-up now
+    apply_keeper_message(*shared_job_, message);
+    return;
+  }
   // A full pipe (a keeper that does not read) drops the message: the marker scan still finds
   // the processes. A dead keeper is reported through pidfd().
   (void)!::write(pipe_, &message, sizeof(message));
@@ -258,6 +263,7 @@ void Keeper::finish() {
 void Keeper::unmap_region() {
   if (region_ != nullptr) ::munmap(region_, region_bytes_);  // the keeper that ran there is reaped
   region_ = nullptr;
+  shared_job_ = nullptr;
 }
 
 std::string Keeper::reap_early_death() {

@@ -26,7 +26,10 @@
 //     cannot be started.
 //   - worker_started(pid) tells it a worker's pid (= its process group); group_over() that the
 //     agent has killed and reaped a whole group, so those groups must not be killed again (their
-//     numbers may be reused). A message that does not fit the pipe is dropped (never blocks).
+//     numbers may be reused). A keeper sharing memory is told by a write to its job
+//     (apply_keeper_message): it sleeps until the pipe's end-of-file and reads the job then, so
+//     an agent's start costs it one wake-up, not one per message. A keeper of its own is told
+//     on the pipe; a message that does not fit there is dropped (never blocks).
 //   - If the agent dies (SIGKILL, a crash), the pipe's end-of-file makes the keeper kill the job
 //     and then remove `run_dir` ("" for none: the agent's temporary run directory, which the
 //     agent removes itself when it ends normally).
@@ -44,6 +47,8 @@
 #include <string>
 
 namespace crun {
+
+struct KeeperJob;  // keeper_process.h
 
 // How the keeper runs: a child sharing the agent's memory (where CRUN_CLONE_ON_STACK is
 // defined, else as own_program), or a program of its own (crun-keeper).
@@ -78,6 +83,7 @@ class Keeper {
   int pipe_ = -1;  // write end
   void* region_ = nullptr;  // a keeper sharing memory: its stack and job, unmapped once it is reaped
   std::size_t region_bytes_ = 0;
+  KeeperJob* shared_job_ = nullptr;  // that keeper's job, in region_: messages go there
   bool released_ = false;
   bool finished_ = false;
 };

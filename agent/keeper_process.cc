@@ -103,7 +103,8 @@ void clean_up(bool agent_died, const KeeperJob& job) {
   }
   if (!agent_died) return;  // the agent killed and reaped its workers' trees itself
   // Also with the cgroup: a process root moved out of it still has its group or the marker.
-  for (int i = 0; i < job.group_count; ++i) raw_kill(-job.groups[i], SIGKILL);
+  const int groups = __atomic_load_n(&job.group_count, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < groups; ++i) raw_kill(-job.groups[i], SIGKILL);
   const std::size_t marker_len = std::strlen(job.marker);
   const long deadline = now_ms() + kCleanupMs;
   bool quiet = false;
@@ -142,12 +143,24 @@ bool make_keeper_job(KeeperJob& job, const char* cgroup_dir, const char* marker,
   std::memcpy(job.marker, marker, marker_len + 1);
   std::memcpy(job.run_dir, run_dir, run_len + 1);
   job.group_count = 0;
+  job.finished = 0;
   return true;
+}
+
+void apply_keeper_message(KeeperJob& job, int message) {
+  const int count = __atomic_load_n(&job.group_count, __ATOMIC_RELAXED);
+  if (message == kKeeperGroupOver) {
+    __atomic_store_n(&job.group_count, 0, __ATOMIC_RELEASE);
+  } else if (message == kKeeperFinish) {
+    __atomic_store_n(&job.finished, 1, __ATOMIC_RELEASE);
+  } else if (message > 0 && count < KeeperJob::kMaxGroups) {
+    job.groups[count] = message;  // the entry first, then the count that covers it
+    __atomic_store_n(&job.group_count, count + 1, __ATOMIC_RELEASE);
+  }
 }
 
 void keeper_main(KeeperJob& job) {
   raw_syscall(SYS_prctl, PR_SET_NAME, raw_arg("crun-keeper"));
-  bool finished = false;
   char buf[4096];
   std::size_t have = 0;
   for (;;) {
@@ -159,14 +172,12 @@ void keeper_main(KeeperJob& job) {
     for (; have - used >= sizeof(int); used += sizeof(int)) {
       int message;
       std::memcpy(&message, buf + used, sizeof(int));
-      if (message == kKeeperGroupOver) job.group_count = 0;
-      else if (message == kKeeperFinish) finished = true;
-      else if (message > 0 && job.group_count < KeeperJob::kMaxGroups) job.groups[job.group_count++] = message;
+      apply_keeper_message(job, message);
     }
     std::memmove(buf, buf + used, have - used);
     have -= used;
   }
-  clean_up(!finished, job);
+  clean_up(__atomic_load_n(&job.finished, __ATOMIC_ACQUIRE) == 0, job);
   raw_exit(0);
 }
 

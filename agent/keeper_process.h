@@ -11,7 +11,9 @@
 //     marker prefix, or no pipe at 3, and run_keeper() returns 2 at once: no command line typed
 //     by hand turns it into a process killer).
 //   - It reads the agent's messages (one int each: a worker's pid = its process group; 0: the
-//     group is over, forget the pids; -1: the agent ends normally) until end-of-file, then:
+//     group is over, forget the pids; -1: the agent ends normally; a keeper sharing the agent's
+//     memory gets none: the agent applies them to its job, apply_keeper_message) until
+//     end-of-file, then:
 //       after -1 (normal end): removes the cgroup, if any (killing any straggler first);
 //       without it (the agent died, SIGKILL included): with the cgroup, cgroup.kill, wait until it
 //       is empty (at most 10 s), rmdir; then (with or without one) SIGKILL to every process group
@@ -50,9 +52,17 @@ struct KeeperJob {
   char cgroup_dir[4096];  // "" for none
   char marker[256];
   char run_dir[4096];  // removed if the agent dies; "" for none
-  int group_count;
+  int group_count;  // written by apply_keeper_message only (atomically: read after the agent is gone)
+  int finished;     // 1 once the agent said it ends normally
   int groups[kMaxGroups];
 };
+
+// What one message of the agent's does to `job`: a worker's pid adds its group (dropped past
+// kMaxGroups), kKeeperGroupOver forgets them, kKeeperFinish marks the normal end. The pipe's
+// reader applies it in the keeper; an agent whose keeper shares its memory applies it to the
+// keeper's job itself, so that the keeper wakes once, at the pipe's end-of-file, and reads the
+// job then (an agent killed half-way through leaves a count that covers only complete entries).
+void apply_keeper_message(KeeperJob& job, int message);
 
 // Fills `job`; false when the cgroup dir, the marker or the run dir does not fit.
 bool make_keeper_job(KeeperJob& job, const char* cgroup_dir, const char* marker, const char* run_dir);

@@ -91,7 +91,7 @@ fs::path run_dir_of(const std::string& out) {
 }
 
 struct Tree {
-  std::vector<int> workers, children, daemons;
+  std::vector<int> workers, children, daemons, bare_children;
   std::vector<std::string> cgroups;
   fs::path run_dir;
   int keeper = 0;
@@ -99,6 +99,7 @@ struct Tree {
     std::vector<int> v = workers;
     v.insert(v.end(), children.begin(), children.end());
     v.insert(v.end(), daemons.begin(), daemons.end());
+    v.insert(v.end(), bare_children.begin(), bare_children.end());
     return v;
   }
 };
@@ -112,12 +113,14 @@ Tree start_tree(ChildProcess& p, bool cgroup) {
   t.workers = pids_of(out, "ready");
   t.children = pids_of(out, "child");
   t.daemons = pids_of(out, "daemon");
+  t.bare_children = pids_of(out, "bare_child");
   t.cgroups = cgroups_of(out);
   t.run_dir = run_dir_of(out);
   REQUIRE(fs::is_directory(t.run_dir / "attempt_0" / "0"));
   REQUIRE(t.workers.size() == 2);
   REQUIRE(t.children.size() == 2);
   REQUIRE(t.daemons.size() == 2);
+  REQUIRE(t.bare_children.size() == 2);
   REQUIRE(t.cgroups.size() == 2);
   for (int d : t.daemons) CHECK(::getsid(d) != ::getsid(t.workers[0]));  // a session of its own
   for (const auto& cg : t.cgroups) {
@@ -144,7 +147,9 @@ void check_gone(const Tree& t, bool cgroup) {
   CHECK_FALSE(fs::exists(t.run_dir));
 }
 
-const std::vector<std::string> kTreeWorker{"--print-cgroup", "--print-env", "--child", "--daemon", "--hang"};
+// A bare child (no marker in its environment) is reached without a cgroup only by the kill of
+// the worker's process group, which the keeper was told of.
+const std::vector<std::string> kTreeWorker{"--print-cgroup", "--print-env", "--child", "--bare-child", "--daemon", "--hang"};
 
 }  // namespace
 
@@ -233,7 +238,7 @@ TEST_CASE("a SIGKILLed agent's keeper ends its own job only", "[tree]") {
 TEST_CASE("a SIGKILLed agent's keeper removes its run dir, not what a symbolic link there points to", "[tree]") {
   TempDir outside;
   std::ofstream(outside.path / "keep") << "kept";
-  ChildProcess killed(crun_cmd({"--nproc-per-node", "2"}, {"--print-cgroup", "--print-env", "--child", "--daemon",
+  ChildProcess killed(crun_cmd({"--nproc-per-node", "2"}, {"--print-cgroup", "--print-env", "--child", "--bare-child", "--daemon",
                                                            "--link-in-run-dir", outside.path.string(), "--hang"}));
   const Tree gone = start_tree(killed, true);
   REQUIRE(fs::is_symlink(gone.run_dir / "attempt_0" / "0" / "link"));

@@ -32,6 +32,9 @@
 //                          executable, and the shared objects of a dynamically linked one)
 //                          (the agent), once each
 //   --child                start `sleep 40` in the worker's process group; print "child rank=<r> pid=<pid>"
+//   --bare-child           the same with an empty environment (no CRUN_AGENT_ID marker): only
+//                          the job's cgroup or a kill of the worker's process group reaches it;
+//                          print "bare_child rank=<r> pid=<pid>"
 //   --daemon               double-fork a `sleep 40` in a session of its own (its parent exits);
 //                          print "daemon rank=<r> pid=<pid>"
 //   --orphan               the same with `true` instead of `sleep 40`: an orphan that exits at once;
@@ -146,6 +149,19 @@ void start_child() {
   std::printf("child rank=%d pid=%d\n", g_rank, pid);
 }
 
+// `sleep 40` forked by the worker into its process group, with none of the worker's environment.
+void start_bare_child() {
+  std::fflush(stdout);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    char* const argv[] = {const_cast<char*>("sleep"), const_cast<char*>("40"), nullptr};
+    char* const envp[] = {nullptr};
+    ::execve("/bin/sleep", argv, envp);
+    ::_exit(127);
+  }
+  std::printf("bare_child rank=%d pid=%d\n", g_rank, pid);
+}
+
 // `sleep 40` (or `true`) in a session of its own whose parent exits at once: an orphan, re-parented.
 void start_daemon(bool briefly) {
   int p[2];
@@ -247,6 +263,7 @@ int main(int argc, char** argv) {
     else if (a == "--link-in-run-dir") link_in_run_dir(next());
     else if (a == "--agent-libraries") print_agent_libraries();
     else if (a == "--child") start_child();
+    else if (a == "--bare-child") start_bare_child();
     else if (a == "--daemon") start_daemon(false);
     else if (a == "--orphan") start_daemon(true);
     else { std::fprintf(stderr, "test_worker: unknown argument %s\n", a.c_str()); return 64; }
