@@ -8,6 +8,7 @@
 
 #include "base/addresses.h"
 #include "base/exit_codes.h"
+#include "base/quiet_thread.h"
 #include "rendezvous/etcd_client.h"
 #include "rendezvous/etcd_round_core.h"
 #include "rendezvous/rendezvous_participant.h"
@@ -376,7 +377,7 @@ EtcdRendezvous::EtcdRendezvous(RendezvousNodeConfig config, PostToLoop post, Ren
     : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener))) {
   Impl* m = impl_.get();
   asio::post(m->io, [m] { m->start(); });
-  m->thread = std::thread([m] { m->io.run(); });
+  m->thread = quiet_thread([m] { m->io.run(); });
 }
 
 EtcdRendezvous::~EtcdRendezvous() { shutdown(std::chrono::milliseconds(0)); }

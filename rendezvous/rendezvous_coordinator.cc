@@ -8,6 +8,7 @@
 #include <thread>
 #include <variant>
 
+#include "base/quiet_thread.h"
 #include "rendezvous/coordinator_core.h"
 #include "store/store_channel.h"
 #include "store/torch_keys.h"
@@ -36,7 +37,7 @@ struct RendezvousCoordinator::Impl {
     for (const auto& prefix : {keys.join_prefix(), keys.alive_prefix(), keys.heartbeat_prefix(), keys.report_prefix()}) {
       watches->watch(prefix, [this](const StoreEvent& e) { push(e); }, deadline);
     }
-    thread = std::thread([this] { run(); });
+    thread = quiet_thread([this] { run(); });
   }
 
   ~Impl() {

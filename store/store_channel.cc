@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/quiet_thread.h"
 #include "store/store_connection.h"
 
 namespace crun {
@@ -386,7 +387,7 @@ struct StoreChannel::Impl {
 StoreChannel::StoreChannel(const StoreEndpoint& endpoint, const StoreClientOptions& options,
                            std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected)
     : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost), std::move(on_connected))) {
-  impl_->io = std::thread([impl = impl_.get()] { impl->run(); });
+  impl_->io = quiet_thread([impl = impl_.get()] { impl->run(); });
 }
 
 StoreChannel::~StoreChannel() {

@@ -16,6 +16,7 @@
 
 #include "base/fd_io.h"
 #include "base/open_files.h"
+#include "base/quiet_thread.h"
 #include "store/log_throttle.h"
 #include "store/spin_policy.h"
 #include "store/store.h"
@@ -496,7 +497,7 @@ StoreServer::~StoreServer() { stop(); }
 
 void StoreServer::start() {
   if (!impl_->owned_io || impl_->thread.joinable()) return;
-  impl_->thread = std::thread([this] { run_with_adaptive_polling(*impl_->owned_io, std::chrono::microseconds(200)); });
+  impl_->thread = quiet_thread([this] { run_with_adaptive_polling(*impl_->owned_io, std::chrono::microseconds(200)); });
 }
 
 void StoreServer::stop() {

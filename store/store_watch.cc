@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "store/store_client.h"
+#include "base/quiet_thread.h"
 #include "store/store_connection.h"
 
 namespace crun {
@@ -25,7 +26,7 @@ class TcpStoreWatch final : public StoreWatch {
     if (reply.status != wire::Status::kOk) {
       throw StoreRejected(static_cast<int>(reply.status), conn_.name() + ": watch '" + prefix + "' refused: " + wire::status_name(reply.status));
     }
-    thread_ = std::thread([this] { run(); });
+    thread_ = quiet_thread([this] { run(); });
   }
 
   ~TcpStoreWatch() override {
