@@ -158,7 +158,10 @@ StoreConnection::~StoreConnection() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void StoreConnection::interrupt() { ::shutdown(fd_, SHUT_RDWR); }
+void StoreConnection::interrupt() {
+  interrupted_.store(true, std::memory_order_release);
+  ::shutdown(fd_, SHUT_RDWR);
+}
 
 std::string StoreConnection::local_address() const {
   sockaddr_storage ss{};
@@ -188,6 +191,12 @@ void StoreConnection::send(std::string_view bytes, Clock::time_point deadline) {
 }
 
 void StoreConnection::fill(Clock::time_point deadline) {
+  const Wait w = fill_or_stop(deadline);
+  if (w == Wait::kTimeout) throw StoreTimeout(name_ + ": no reply in time");
+  if (w == Wait::kInterrupted) throw StoreConnectionError(name_ + ": connection interrupted");
+}
+
+StoreConnection::Wait StoreConnection::fill_or_stop(Clock::time_point deadline) {
   if (begin_ == end_) begin_ = end_ = 0;
   if (buf_.size() - end_ < kMinFreeBytes) {
     if (begin_ > 0) {
@@ -204,13 +213,14 @@ void StoreConnection::fill(Clock::time_point deadline) {
     ssize_t n = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
     if (n > 0) {
       end_ += static_cast<std::size_t>(n);
-      return;
+      return Wait::kReply;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (Clock::now() >= deadline) throw StoreTimeout(name_ + ": no reply in time");
+      if (Clock::now() >= deadline) return Wait::kTimeout;
       continue;
     }
+    if (interrupted_.load(std::memory_order_acquire)) return Wait::kInterrupted;
     throw StoreConnectionError(name_ + (n == 0 ? ": the server closed the connection"
                                                : std::string(": connection lost: ") + std::strerror(errno)));
   }
@@ -234,7 +244,17 @@ void StoreConnection::bound_receive(Clock::time_point deadline) {
 }
 
 StoreConnection::Reply StoreConnection::receive(Clock::time_point deadline) {
-  while (end_ - begin_ < wire::kFrameHeaderSize) fill(deadline);
+  Reply reply;
+  const Wait w = receive_or_stop(deadline, reply);
+  if (w == Wait::kTimeout) throw StoreTimeout(name_ + ": no reply in time");
+  if (w == Wait::kInterrupted) throw StoreConnectionError(name_ + ": connection interrupted");
+  return reply;
+}
+
+StoreConnection::Wait StoreConnection::receive_or_stop(Clock::time_point deadline, Reply& reply) {
+  while (end_ - begin_ < wire::kFrameHeaderSize) {
+    if (const Wait w = fill_or_stop(deadline); w != Wait::kReply) return w;
+  }
   std::uint32_t len;
   try {
     len = wire::decode_frame_length(buf_.data() + begin_, kMaxFrameSize);
@@ -242,15 +262,16 @@ StoreConnection::Reply StoreConnection::receive(Clock::time_point deadline) {
     throw StoreConnectionError(name_ + ": malformed reply: " + e.what());
   }
   const std::size_t total = wire::kFrameHeaderSize + len;
-  while (end_ - begin_ < total) fill(deadline);  // the buffer grows with the bytes, not the length declared
+  while (end_ - begin_ < total) {  // the buffer grows with the bytes, not the length declared
+    if (const Wait w = fill_or_stop(deadline); w != Wait::kReply) return w;
+  }
   const char* body = buf_.data() + begin_ + wire::kFrameHeaderSize;
   wire::Reader r(std::string_view(body, len));
-  Reply reply;
   reply.status = static_cast<wire::Status>(r.u8());
   reply.id = r.u32();
   reply.payload = std::string_view(body + wire::kBodyHeaderSize, len - wire::kBodyHeaderSize);
   begin_ += total;
-  return reply;
+  return Wait::kReply;
 }
 
 void raise_reply_error(const std::string& what, wire::Status status, std::string_view payload) {

@@ -13,7 +13,8 @@
 //     reads the server's answer to it (the same errors) before any reply.
 //   - send()/receive() honour a deadline (StoreTimeout) and raise StoreConnectionError on a lost
 //     connection. receive() returns one reply frame; its payload stays valid until the next call.
-//   - interrupt() may be called from another thread to make a blocked receive() fail promptly.
+//   - interrupt() may be called from another thread to make a blocked receive() fail promptly
+//     ("connection interrupted"; receive_or_stop() returns kInterrupted instead).
 //   - Its reply buffer grows with the bytes received (one page, doubling), never ahead of them,
 //     whatever length a frame declares.
 //
@@ -22,6 +23,7 @@
 //   reader thread receives while callers send, one frame at a time under its own lock).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -53,6 +55,11 @@ class StoreConnection {
   void await_hello();
   void send(std::string_view bytes, Clock::time_point deadline);
   Reply receive(Clock::time_point deadline);  // Clock::time_point::max(): no deadline
+  // receive() for a loop that expects both ends without an exception: kTimeout when `deadline`
+  // passes before a whole reply, kInterrupted once interrupt() has ended the connection; any
+  // other failure throws as receive() does. `reply` is set on kReply only.
+  enum class Wait { kReply, kTimeout, kInterrupted };
+  Wait receive_or_stop(Clock::time_point deadline, Reply& reply);
   void interrupt();
   // "store 127.0.0.1:29500" — the prefix of every error message.
   const std::string& name() const { return name_; }
@@ -64,8 +71,10 @@ class StoreConnection {
  private:
   static constexpr std::size_t kMinFreeBytes = 4096;  // room offered to each recv()
   void fill(Clock::time_point deadline);
+  Wait fill_or_stop(Clock::time_point deadline);
   void bound_receive(Clock::time_point deadline);
   int fd_ = -1;
+  std::atomic<bool> interrupted_{false};  // set by interrupt(), from another thread
   long long recv_timeout_ms_ = -1;  // SO_RCVTIMEO as configured; -1 unset, 0 none
   Clock::time_point hello_deadline_{};
   std::string name_;
