@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <optional>
+#include <string_view>
 
 #include "launcher/option_values.h"
 
@@ -89,15 +91,22 @@ struct Spelling {
   bool takes_value;
 };
 
-std::map<std::string, Spelling> spellings() {
-  std::map<std::string, Spelling> out;
+// `name` among the settings' spellings and crun's own flags; nothing when it is none of them. A
+// scan of the table (~100 spellings, no allocation): building a map of them cost each agent's
+// start more than all the lookups it makes.
+std::optional<Spelling> spelling(std::string_view name) {
   for (const auto& spec : launch_settings()) {
-    for (const auto& name : split(spec.flags, ',')) out[name] = {&spec, !spec.is_flag};
+    std::string_view flags = spec.flags;
+    while (!flags.empty()) {
+      const std::size_t comma = flags.find(',');
+      if (flags.substr(0, comma) == name) return Spelling{&spec, !spec.is_flag};
+      flags = comma == std::string_view::npos ? std::string_view() : flags.substr(comma + 1);
+    }
   }
-  for (const char* name : {"-h", "--help", "--version", "--print-config", "--print_config", "--slurm-tasks", "--slurm_tasks"}) {
-    out[name] = {nullptr, false};
+  for (const char* own : {"-h", "--help", "--version", "--print-config", "--print_config", "--slurm-tasks", "--slurm_tasks"}) {
+    if (name == own) return Spelling{nullptr, false};
   }
-  return out;
+  return std::nullopt;
 }
 
 // The options before the program, read as argparse reads them, for CLI11 to parse: `--opt=`
@@ -109,7 +118,6 @@ std::map<std::string, Spelling> spellings() {
 // CLI11 must know every setting.
 std::vector<std::string> argparse_words(const std::vector<std::string>& argv, std::map<std::string, std::string>& source,
                                         bool& every_setting) {
-  static const auto known = spellings();
   std::vector<std::string> out(argv.begin(), argv.begin() + (argv.empty() ? 0 : 1));
   std::size_t i = 1;
   for (; i < argv.size(); ++i) {
@@ -118,12 +126,12 @@ std::vector<std::string> argparse_words(const std::vector<std::string>& argv, st
     const bool long_form = word.rfind("--", 0) == 0;
     const std::size_t eq = long_form ? word.find('=') : std::string::npos;
     const std::string name = long_form ? word.substr(0, eq) : word.substr(0, 2);
-    const auto it = known.find(name);
-    if (it == known.end()) {
+    const auto found = spelling(name);
+    if (!found) {
       every_setting = true;
       break;
     }
-    const auto [spec, takes_value] = it->second;
+    const auto [spec, takes_value] = *found;
     const bool attached = !long_form && word.size() > 2;  // -r3
     if (attached && !takes_value) {                       // a cluster of short flags
       every_setting = true;
