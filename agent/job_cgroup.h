@@ -2,9 +2,11 @@
 //
 // Contract
 //   - create() makes <the agent's own cgroup>/crun-<agent id> when the cgroup v2 hierarchy is
-//     mounted (found in /proc/self/mountinfo; hybrid systems mount it beside v1), the agent's
-//     cgroup (the "0::" line of /proc/self/cgroup) is writable, the new cgroup is a domain and has
-//     cgroup.kill (Linux 5.14). Otherwise, or with CRUN_NO_CGROUP set to anything but "" or "0",
+//     mounted, the agent's cgroup (the "0::" line of /proc/self/cgroup) is writable there, the new
+//     cgroup is a domain and has cgroup.kill (Linux 5.14). The mount: /sys/fs/cgroup, or
+//     /sys/fs/cgroup/unified beside v1 on hybrid systems, when cgroup v2 is there (statfs); else
+//     the first cgroup v2 mount in /proc/self/mountinfo whose view holds a writable agent's cgroup
+//     (a mount of a subtree counts where the agent's cgroup lies inside it). Otherwise, or with CRUN_NO_CGROUP set to anything but "" or "0",
 //     it returns nullptr: the caller falls back to process groups and the environment marker.
 //   - dir_fd() is the new cgroup's directory (O_RDONLY, close-on-exec): a worker is created in it
 //     by clone3's CLONE_INTO_CGROUP (worker_process.h). procs_fd() is its cgroup.procs, open for

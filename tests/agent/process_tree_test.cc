@@ -248,3 +248,22 @@ TEST_CASE("a SIGKILLed agent's keeper removes its run dir, not what a symbolic l
   check_gone(gone, true);
   CHECK(slurp(outside.path / "keep") == "kept");
 }
+
+TEST_CASE("the job's cgroup is found where cgroup v2 is mounted at no usual place", "[tree]") {
+  // crun looks at /sys/fs/cgroup and /sys/fs/cgroup/unified first and reads /proc/self/mountinfo
+  // only when neither is cgroup v2. In a mount namespace of its own, a tmpfs hides both and the
+  // hierarchy is mounted in a temporary directory instead: the workers are still in the job's cgroup.
+  REQUIRE(::geteuid() == 0);
+  TempDir dir;
+  const fs::path mount = dir.path / "cgroup2";
+  fs::create_directory(mount);
+  std::vector<std::string> argv{"/usr/bin/unshare", "--mount", "--", "/bin/sh", "-c",
+                                "mount -t cgroup2 none \"$0\" && mount -t tmpfs none /sys/fs/cgroup && exec \"$@\"",
+                                mount.string()};
+  for (const auto& a : crun_cmd({"--nproc-per-node", "2"}, kTreeWorker)) argv.push_back(a);
+  ChildProcess p(argv);
+  const Tree t = start_tree(p, true);
+  p.signal(SIGTERM);
+  CHECK(p.wait_exit() == 128 + SIGTERM);
+  check_gone(t, true);
+}
