@@ -49,15 +49,9 @@ struct SharedKeeper {
 };
 constexpr std::size_t kRegionBytes = kGuardBytes + kStackBytes + (sizeof(SharedKeeper) + 4095) / 4096 * 4096;
 
-bool is_ignored(int s) {
-  for (int i : kIgnoredSignals) {
-    if (i == s) return true;
-  }
-  return false;
-}
-
-// The child sharing the agent's memory (raw system calls only; all signals blocked on entry):
-// what an exec would reset, reset by hand, then the keeper.
+// The child sharing the agent's memory (raw system calls only; all signals blocked on entry;
+// born with CLONE_CLEAR_SIGHAND, so no handler of the agent's is left and what the agent inherited
+// ignored stays so): what an exec would reset, reset by hand, then the keeper.
 int keeper_child(void* p) {
   auto* k = static_cast<SharedKeeper*>(p);
   struct KernelSigaction {  // the kernel's struct sigaction (x86-64)
@@ -66,16 +60,9 @@ int keeper_child(void* p) {
     void (*restorer)();
     unsigned long mask;
   };
-  for (int s = 1; s <= 64; ++s) {
-    if (s == SIGKILL || s == SIGSTOP) continue;
-    KernelSigaction act{};
-    act.handler = is_ignored(s) ? SIG_IGN : SIG_DFL;
-    if (act.handler == SIG_DFL) {  // the agent's handlers only: what the agent inherited ignored stays so
-      KernelSigaction old{};
-      if (raw_syscall(SYS_rt_sigaction, s, 0, raw_arg(&old), 8) != 0 || old.handler == SIG_DFL || old.handler == SIG_IGN) continue;
-    }
-    raw_syscall(SYS_rt_sigaction, s, raw_arg(&act), 0, 8);
-  }
+  KernelSigaction ignore{};
+  ignore.handler = SIG_IGN;
+  for (int s : kIgnoredSignals) raw_syscall(SYS_rt_sigaction, s, raw_arg(&ignore), 0, 8);
   const unsigned long none = 0;
   raw_syscall(SYS_rt_sigprocmask, SIG_SETMASK, raw_arg(&none), 0, 8);
   raw_syscall(SYS_chdir, raw_arg("/"));
@@ -148,7 +135,7 @@ Keeper::Keeper(std::string cgroup_dir, std::string marker, std::string run_dir, 
       std::memcpy(k->tcb + 16, &self, sizeof self);   // tcb->self
       int pidfd = -1;
       clone_args ca{};
-      ca.flags = CLONE_VM | CLONE_PIDFD | CLONE_SETTLS;
+      ca.flags = CLONE_VM | CLONE_PIDFD | CLONE_SETTLS | CLONE_CLEAR_SIGHAND;
       ca.tls = reinterpret_cast<std::uint64_t>(k->tcb);
       ca.pidfd = reinterpret_cast<std::uint64_t>(&pidfd);
       ca.exit_signal = SIGCHLD;

@@ -62,23 +62,26 @@ const char* decimal(int n, char (&buf)[16]) {
   return p;
 }
 
+// `handlers_cleared`: born with CLONE_CLEAR_SIGHAND, the kernel has already put the agent's
+// handlers back to the defaults (what was ignored stays so).
 [[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int out_w, int err_w,
-                             pid_t agent_pid, int cgroup_procs_fd, const std::vector<unsigned long>& cpu_mask) {
+                             pid_t agent_pid, int cgroup_procs_fd, const std::vector<unsigned long>& cpu_mask,
+                             bool handlers_cleared) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != agent_pid) ::_exit(127);  // the agent died before prctl took effect
   // Handlers the agent installed (asio's signal_set) must not run here: back to the defaults.
-  for (int s = 1; s < NSIG; ++s) {
-    if (s == SIGKILL || s == SIGSTOP) continue;
+  // SIGPIPE, which the agent ignores, too.
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof(dfl));
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG && !handlers_cleared; ++s) {
+    if (s == SIGKILL || s == SIGSTOP || s == SIGPIPE) continue;
     struct sigaction old;
     if (::sigaction(s, nullptr, &old) != 0) continue;
-    if (s == SIGPIPE || (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN)) {
-      struct sigaction dfl;
-      std::memset(&dfl, 0, sizeof(dfl));
-      dfl.sa_handler = SIG_DFL;
-      ::sigaction(s, &dfl, nullptr);
-    }
+    if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) ::sigaction(s, &dfl, nullptr);
   }
+  ::sigaction(SIGPIPE, &dfl, nullptr);
   sigset_t empty;
   sigemptyset(&empty);
   ::sigprocmask(SIG_SETMASK, &empty, nullptr);
@@ -122,7 +125,7 @@ struct ChildArgs {
 
 int child_in_cgroup(void* p) {
   const auto* a = static_cast<const ChildArgs*>(p);
-  exec_child(a->path, a->argv, a->envp, a->out_w, a->err_w, a->agent_pid, -1, *a->cpu_mask);  // born in the cgroup
+  exec_child(a->path, a->argv, a->envp, a->out_w, a->err_w, a->agent_pid, -1, *a->cpu_mask, true);  // born in the cgroup
 }
 
 // Kernels without clone3 or CLONE_INTO_CGROUP (before 5.7) answer these: vfork from then on.
@@ -136,7 +139,7 @@ __attribute__((noinline)) pid_t vfork_worker(const char* path, char* const* argv
                                              int err_w, pid_t agent_pid, int cgroup_procs_fd,
                                              const std::vector<unsigned long>& cpu_mask) {
   const pid_t pid = ::vfork();
-  if (pid == 0) exec_child(path, argv, envp, out_w, err_w, agent_pid, cgroup_procs_fd, cpu_mask);
+  if (pid == 0) exec_child(path, argv, envp, out_w, err_w, agent_pid, cgroup_procs_fd, cpu_mask, false);
   return pid;
 }
 
@@ -192,7 +195,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
     alignas(16) char stack[64 * 1024];  // the child's, while this frame waits for its exec
     ChildArgs a{path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, &cpu_mask};
     clone_args ca{};
-    ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP;
+    ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_CLEAR_SIGHAND;
     ca.exit_signal = SIGCHLD;
     ca.stack = reinterpret_cast<std::uint64_t>(stack);
     ca.stack_size = sizeof stack;

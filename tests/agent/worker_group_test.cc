@@ -192,6 +192,11 @@ TEST_CASE("a program that links the agent is its own keeper when crun-keeper is 
 #ifdef CRUN_CLONE_ON_STACK
 TEST_CASE("the keeper shares the agent's memory and nothing else", "[worker_group]") {
   int keeper = 0;
+  // A handler of the agent's (as asio's signal_set installs): the keeper must not keep it.
+  struct sigaction handler {}, saved{};
+  handler.sa_handler = [](int) {};
+  REQUIRE(::sigaction(SIGALRM, &handler, &saved) == 0);
+  REQUIRE((status_mask(::getpid(), "SigCgt") >> (SIGALRM - 1) & 1) == 1);
   {
     // A cgroup dir that is not there: the keeper's clean-up fails (and says so on stderr).
     Keeper k("/nonexistent/crun-keeper-test", "CRUN_AGENT_ID=sharing-test", "");
@@ -222,6 +227,7 @@ TEST_CASE("the keeper shares the agent's memory and nothing else", "[worker_grou
     k.finish();
     CHECK(errno == 12345);
   }
+  ::sigaction(SIGALRM, &saved, nullptr);
   CHECK(crun::test::wait_pid_gone(keeper, 1s));
 }
 #endif
