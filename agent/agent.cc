@@ -44,6 +44,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t kStderrTailLines = 20;
+// A joining agent says where it waits only when its first round has not formed by then.
+constexpr std::chrono::seconds kJoinNotice{5};
 
 void say(const std::string& text) { (void)write_all(2, text.data(), text.size()); }
 
@@ -104,7 +106,8 @@ struct Agent::Impl {
                                 : 0}),
         hang_timer(io),
         hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout},
-        share_timer(io) {}
+        share_timer(io),
+        join_notice(io) {}
 
   AgentConfig config;
   asio::io_context io;
@@ -135,6 +138,7 @@ struct Agent::Impl {
   std::unique_ptr<OperatorView> view;      // health, metrics, status, events (always; its outputs may be off)
   std::unique_ptr<HttpEndpoint> endpoint;  // --health-check-port, when given
   asio::steady_timer share_timer;          // multi-node with the endpoint: re-publishes this node's status
+  asio::steady_timer join_notice;          // a joiner's line when its first round is slow to form
 
   int run();
   void wait_signal();
@@ -144,6 +148,7 @@ struct Agent::Impl {
   const FailureReport& report_for(const WorkerExit& e);
   void write_report_file(const FailureReport& report);
   void start_rendezvous();
+  void say_joining_later(std::string line);
   void on_round(const RoundResult& r);
   void on_control(const ControlEvent& e);
   void print_remote_report(const ControlEvent& e);
@@ -298,6 +303,7 @@ void Agent::Impl::finish(int code) {
   signals.cancel(ignored);
   stop_timer.cancel();
   hang_timer.cancel();
+  join_notice.cancel();
   io.stop();
 }
 
@@ -613,15 +619,27 @@ void Agent::Impl::start_rendezvous() {
                             (m.rendezvous.max_nodes != m.rendezvous.min_nodes ? ".." + std::to_string(m.rendezvous.max_nodes) : "");
   if (m.backend == MultiNodeConfig::Backend::kEtcdV3) {
     auto etcd = std::make_unique<EtcdRendezvous>(std::move(c), std::move(post), std::move(l));
-    say("crun: joining the etcd rendezvous at " + etcd->endpoints() + " (run '" + m.rendezvous.run_id + "', " + nodes +
-        " nodes)\n");
+    say_joining_later("crun: joining the etcd rendezvous at " + etcd->endpoints() + " (run '" + m.rendezvous.run_id +
+                      "', " + nodes + " nodes)");
     rendezvous = std::move(etcd);
     return;
   }
   auto c10d = std::make_unique<C10dRendezvous>(std::move(c), std::move(post), std::move(l));
-  say("crun: " + std::string(c10d->is_host() ? "hosting" : "joining") + " the rendezvous at " +
-      c10d->store_endpoint() + " (run '" + m.rendezvous.run_id + "', " + nodes + " nodes)\n");
+  const std::string where = " the rendezvous at " + c10d->store_endpoint() + " (run '" + m.rendezvous.run_id + "', " +
+                            nodes + " nodes)";
+  if (c10d->is_host()) say("crun: hosting" + where + "\n");  // then the round's progress, at most once a second
+  else say_joining_later("crun: joining" + where);
   rendezvous = std::move(c10d);
+}
+
+// Progress lines are the store's host's: a joining agent prints one line per round, its rank
+// (on_round); where it waits only when its first round has not formed kJoinNotice after the start.
+void Agent::Impl::say_joining_later(std::string line) {
+  join_notice.expires_after(kJoinNotice);
+  join_notice.async_wait([this, line = std::move(line)](const boost::system::error_code& ec) {
+    if (ec || exit_code || rendezvous_round >= 0) return;
+    say(line + ": no round yet after " + std::to_string(kJoinNotice.count()) + " s, still waiting\n");
+  });
 }
 
 void Agent::Impl::on_round(const RoundResult& r) {
@@ -637,6 +655,7 @@ void Agent::Impl::on_round(const RoundResult& r) {
   }
   rendezvous_round = r.rendezvous_round;
   current_round = r.info;
+  join_notice.cancel();
   if (config.multi_node) {
     say("crun: round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) +
         " of " + std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.restart_count) +

@@ -51,7 +51,23 @@ TEST_CASE("two hosts run one job with torchrun's environment", "[normal]") {
   CHECK(count(b.out(), "GROUP_RANK=1") == 2);
   CHECK(count(all, "TORCHELASTIC_RUN_ID=job") == 4);
   CHECK_THAT(a.err(), Catch::Contains("hosting the rendezvous at 10.77.0.1:29400"));
-  CHECK_THAT(b.err(), Catch::Contains("joining the rendezvous"));
+  // A joining agent prints one line: its round's rank (progress lines are the host's).
+  CHECK(b.err() == "crun: round 0: node rank 1 of 2, restart 0, master 10.77.0.1:29400\n");
+}
+
+TEST_CASE("a joining agent whose first round is slow to form says where it waits, once", "[normal]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("3", 1), {"--hang"});  // a third node never comes
+  auto& b = cl.crun(2, c10d("3", 1), {"--hang"});
+  REQUIRE(err_has(b, "crun: joining the rendezvous at 10.77.0.1:29400 (run 'job', 3 nodes): no round yet after 5 s, "
+                     "still waiting\n",
+                  20s));
+  CHECK_THAT(a.err(), Catch::Contains("hosting the rendezvous at 10.77.0.1:29400"));
+  b.signal(SIGTERM);
+  a.signal(SIGTERM);
+  CHECK(b.wait_exit().has_value());
+  CHECK(a.wait_exit().has_value());
+  CHECK(count(b.err(), "joining the rendezvous") == 1);
 }
 
 TEST_CASE("workers inherit only stdin, stdout and stderr, on the store's host too", "[fds]") {

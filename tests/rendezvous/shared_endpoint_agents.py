@@ -8,8 +8,8 @@ Every agent is `crun --nnodes N --nproc-per-node 1 --rdzv-backend c10d --rdzv-en
 this host's, so each agent infers is_host; the first to listen hosts the store and the others,
 finding the port taken, join it as clients (MultiNodeConfig::join_if_taken). Checks, within the
 bound: every agent exits 0 (none dies with "Address already in use", none waits forever), one
-agent hosts, it alone prints the round's progress lines, every agent says once that it hosts or
-joins, and no process of any agent's session is left afterwards. Agents are reaped as their pidfds
+agent hosts, it alone prints the round's progress lines and says once that it hosts, every other
+agent prints exactly one line (its rank), and no process of any agent's session is left afterwards. Agents are reaped as their pidfds
 become readable (no polling interval).
 """
 import argparse
@@ -111,9 +111,9 @@ def main():
                     tail = f.read()[-600:]
                 problems.append(f"agent {index[pid]} (pid {pid}) exited {code}:\n{tail}")
         # The round's progress ("crun: round 0: J/N ...") is printed by the store's host alone (it
-        # publishes a line at the first join, so with N > 1 it prints at least one); every agent
-        # says once that it hosts or joins the rendezvous, and one of them hosts.
-        printing, hosts, said = set(), set(), []
+        # publishes a line at the first join, so with N > 1 it prints at least one); the host says
+        # once that it hosts; every other agent prints exactly one line, its rank.
+        printing, hosts, texts = set(), set(), []
         for i in range(n):
             with open(os.path.join(scratch, f"agent-{i}.log"), errors="replace") as f:
                 text = f.read().splitlines()
@@ -122,14 +122,17 @@ def main():
                 printing.add(i)
             if any(line.startswith("crun: hosting the rendezvous at ") for line in text):
                 hosts.add(i)
-            said.append(sum(line.startswith(("crun: hosting the rendezvous at ", "crun: joining the rendezvous at "))
-                            for line in text))
+            texts.append(text)
         if len(hosts) != 1 or printing != hosts:
             problems.append(f"agents {sorted(printing)[:10]} printed the round's progress, agents {sorted(hosts)[:10]}"
                             " hosted: the store's host alone should print it")
-        if any(c != 1 for c in said):
-            problems.append(f"agents that did not say exactly once that they host or join: "
-                            f"{[i for i, c in enumerate(said) if c != 1][:10]}")
+        if any(sum(line.startswith("crun: hosting the rendezvous at ") for line in texts[i]) != 1 for i in hosts):
+            problems.append("the host did not say exactly once that it hosts")
+        chatty = [i for i in range(n) if i not in hosts and
+                  (len(texts[i]) != 1 or not texts[i][0].startswith("crun: round 0: node rank "))]
+        if chatty:
+            problems.append(f"joining agents that did not print exactly one line, their rank: {chatty[:10]} "
+                            f"(agent {chatty[0]}: {texts[chatty[0]][:3]})")
         if not running:
             left = sessions_left(sids)
             if left:
