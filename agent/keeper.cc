@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -48,6 +49,27 @@ struct SharedKeeper {
   int pipe_in;
 };
 constexpr std::size_t kRegionBytes = kGuardBytes + kStackBytes + (sizeof(SharedKeeper) + 4095) / 4096 * 4096;
+
+// A reaped keeper's region is kept for the next keeper of this process (an agent has one; tests
+// make several, one after another), not unmapped: at an agent's end that munmap, in a process
+// whose threads and keeper ran on other CPUs, is a TLB shoot-down by inter-processor interrupt
+// (~50 us on a loaded 2-core VM). The process's exit frees it. At most one is kept.
+std::atomic<void*> g_spare_region{nullptr};
+
+// A region with its guard page below the stack; nullptr when it cannot be mapped.
+void* take_region() {
+  if (void* spare = g_spare_region.exchange(nullptr)) return spare;
+  void* region = ::mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (region == MAP_FAILED) return nullptr;
+  ::mprotect(region, kGuardBytes, PROT_NONE);  // a stack overflow faults instead of writing into the agent
+  return region;
+}
+
+// `region` holds no live keeper (never started, or reaped).
+void give_back_region(void* region) {
+  void* none = nullptr;
+  if (!g_spare_region.compare_exchange_strong(none, region)) ::munmap(region, kRegionBytes);
+}
 
 // The child sharing the agent's memory (raw system calls only; all signals blocked on entry;
 // born with CLONE_CLEAR_SIGHAND, so no handler of the agent's is left and what the agent inherited
@@ -121,10 +143,8 @@ Keeper::Keeper(std::string cgroup_dir, std::string marker, std::string run_dir, 
   sigfillset(&all);
 #ifdef CRUN_CLONE_ON_STACK
   if (form == KeeperForm::sharing_memory) {
-    void* region = ::mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (region != MAP_FAILED) {
+    if (void* region = take_region()) {
       char* base = static_cast<char*>(region);
-      ::mprotect(base, kGuardBytes, PROT_NONE);  // a stack overflow faults instead of writing into the agent
       auto* k = new (base + kGuardBytes + kStackBytes) SharedKeeper;
       k->pipe_in = p[0];
       unsigned char* tp;
@@ -151,10 +171,9 @@ Keeper::Keeper(std::string cgroup_dir, std::string marker, std::string run_dir, 
         pid_ = static_cast<int>(r);
         pidfd_ = pidfd;  // close-on-exec by definition
         region_ = region;
-        region_bytes_ = kRegionBytes;
         shared_job_ = &k->job;
       } else {
-        ::munmap(region, kRegionBytes);  // a kernel without clone3 or CLONE_PIDFD: exec below
+        give_back_region(region);  // a kernel without clone3 or CLONE_PIDFD: exec below
       }
     }
   }
@@ -248,7 +267,9 @@ void Keeper::finish() {
 }
 
 void Keeper::unmap_region() {
-  if (region_ != nullptr) ::munmap(region_, region_bytes_);  // the keeper that ran there is reaped
+#ifdef CRUN_CLONE_ON_STACK
+  if (region_ != nullptr) give_back_region(region_);  // the keeper that ran there is reaped
+#endif
   region_ = nullptr;
   shared_job_ = nullptr;
 }

@@ -35,7 +35,8 @@
 //     agent removes itself when it ends normally).
 //   - release() is the agent's normal end (its workers are gone): the keeper removes the cgroup
 //     and exits while the agent does the rest of its own clean-up; finish() (release() first if
-//     needed) reaps it, waiting at most 11 s, and unmaps its stack. If the keeper died before, or
+//     needed) reaps it, waiting at most 11 s; its stack's region is kept for the process's next
+//     keeper (one is kept; the process's exit frees it). If the keeper died before, or
 //     failed, finish() removes the cgroup itself. The destructor calls finish().
 //
 // Threading
@@ -81,8 +82,7 @@ class Keeper {
   int pid_ = -1;
   int pidfd_ = -1;
   int pipe_ = -1;  // write end
-  void* region_ = nullptr;  // a keeper sharing memory: its stack and job, unmapped once it is reaped
-  std::size_t region_bytes_ = 0;
+  void* region_ = nullptr;  // a keeper sharing memory: its stack and job, given back once it is reaped
   KeeperJob* shared_job_ = nullptr;  // that keeper's job, in region_: messages go there
   bool released_ = false;
   bool finished_ = false;
