@@ -14,7 +14,7 @@
 
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
-#include "tests/faults/proc_probe.h"
+#include "tests/support/proc_probe.h"
 #include "tests/support/cluster.h"
 
 using namespace crun::test;

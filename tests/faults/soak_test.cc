@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "tests/support/child_process.h"
-#include "tests/faults/proc_probe.h"
+#include "tests/support/proc_probe.h"
 #include "tests/support/cluster.h"
 
 using namespace crun::test;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "store/store_client.h"
-#include "tests/faults/proc_probe.h"
+#include "tests/support/proc_probe.h"
 #include "tests/support/child_process.h"
 
 using namespace crun;

@@ -1,4 +1,4 @@
-#include "tests/faults/proc_probe.h"
+#include "tests/support/proc_probe.h"
 
 #include <dirent.h>
 #include <signal.h>
