@@ -54,9 +54,13 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         return;
       }
       if (config.multi.endpoint.port == 0) config.multi.endpoint.port = server->port();  // a free port (one node)
+      // The reference configuration, this node's, named in a mismatch before its own join: its
+      // address is the endpoint's local one, which its participant will find, unless set.
+      NodeRecord reference = this_node_record(config);
+      if (reference.addr.empty()) reference.addr = local;
       coordinator = std::make_unique<RendezvousCoordinator>(
           StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
-          [](const std::string& line) { say(line); }, this_node_record(config),
+          [](const std::string& line) { say(line); }, std::move(reference),
           [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); },
           // The round's progress is the store host's to print: at 1,024 agents every joiner
           // printing every line made 5,401 lines; a joiner says once that it joins (agent.cc).

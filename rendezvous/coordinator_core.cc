@@ -32,8 +32,11 @@ std::optional<CoordinatorCore::TimePoint> CoordinatorCore::next_deadline() const
 }
 
 std::string CoordinatorCore::describe(const std::string& node) const {
-  auto it = known_.find(node);
-  return it == known_.end() ? node : it->second.hostname + " (" + it->second.addr + ", " + node + ")";
+  const NodeRecord* r = nullptr;
+  if (auto it = known_.find(node); it != known_.end()) r = &it->second;
+  else if (reference_ && reference_->node_id == node) r = &*reference_;  // the host's, before it joined
+  if (r == nullptr) return node;
+  return r->hostname + " (" + (r->addr.empty() ? "" : r->addr + ", ") + node + ")";
 }
 
 void CoordinatorCore::answer_error(const NodeRecord& rec, const std::string& error, bool closed) {
