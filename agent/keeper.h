@@ -3,9 +3,10 @@
 // Contract
 //   - The constructor starts the keeper process (keeper_process.h says what it does). By default
 //     (KeeperForm::sharing_memory, where CRUN_CLONE_ON_STACK is defined: x86-64, no sanitizer)
-//     a child that shares the agent's memory: clone3(CLONE_VM | CLONE_PIDFD) on a stack and job
-//     of its own (one mapping, a guard page below the stack), no exec. It then resets by hand what
-//     an exec would (the agent's signal handlers, its descriptors) and makes raw system calls
+//     a child that shares the agent's memory: clone3(CLONE_VM | CLONE_PIDFD | CLONE_CLEAR_SIGHAND)
+//     on a stack and job of its own (one mapping, a guard page below the stack), no exec. The
+//     kernel puts the agent's signal handlers back to their defaults; the child resets by hand
+//     what else an exec would (the signal mask, its descriptors) and makes raw system calls
 //     only (base/raw_syscall.h: the agent's errno and thread state are not its to touch). Such a
 //     keeper costs ~0.6 ms less CPU per agent start than an exec'd one (docs/benchmarks.md). It
 //     lives on if the agent is SIGKILLed or crashes (the memory stays until it exits; since Linux

@@ -2,7 +2,9 @@
 //
 // Contract
 //   - With a job cgroup, on x86-64 (not in sanitizer builds), the child is made by clone3 with
-//     CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP on a stack of its own: born in the cgroup. A
+//     CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_CLEAR_SIGHAND on a stack of its own: born
+//     in the cgroup, the agent's signal handlers already back to their defaults (a vforked child
+//     resets each one it finds itself: none of the agent's may run between fork and exec). A
 //     write to cgroup.procs instead (vfork, then the child moves itself) takes the kernel's
 //     cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period unless another
 //     migration just did: ~11 ms here for a job started on an idle machine. Where clone3 says
