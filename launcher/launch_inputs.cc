@@ -124,7 +124,7 @@ HostFacts HostFacts::of_this_host() {
       return {};  // getifaddrs failed: no address counts as ours (is_host=1 still makes this node the host)
     }
   });
-  host.cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  host.cpus = Lazy<int>::read_by([] { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); });
   host.gpus = Lazy<int>::read_by(count_gpus);
   host.cpu_topology = Lazy<CpuTopology>::read_by(this_host_topology);
   host.resolve = resolve_name;

@@ -73,7 +73,7 @@ class Lazy {
 struct HostFacts {
   std::string hostname = "localhost";
   Lazy<std::vector<std::string>> addresses;
-  int cpus = 1;
+  Lazy<int> cpus = 1;  // online CPUs: read from /sys only when asked (--nproc-per-node cpu, auto)
   Lazy<int> gpus;
   Lazy<CpuTopology> cpu_topology;
   std::function<std::vector<std::string>(const std::string& name)> resolve;

@@ -18,12 +18,12 @@ namespace {
 [[noreturn]] void usage(const std::string& message) { throw LaunchUsageError(message); }
 
 int parse_nproc(const std::string& text, const HostFacts& host) {
-  if (text == "cpu") return host.cpus;
+  if (text == "cpu") return host.cpus.get();
   if (text == "gpu") {
     if (host.gpus.get() == 0) usage("--nproc-per-node gpu: no GPU found on this node");
     return host.gpus.get();
   }
-  if (text == "auto") return host.gpus.get() > 0 ? host.gpus.get() : host.cpus;
+  if (text == "auto") return host.gpus.get() > 0 ? host.gpus.get() : host.cpus.get();
   const auto v = parse_long(text);
   if (!v || *v < 1 || *v > 65536) {
     usage("--nproc-per-node: expected a positive integer, cpu, gpu or auto, got '" + text + "'");
