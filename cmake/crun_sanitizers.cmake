@@ -31,6 +31,12 @@ if(crun_sanitizer_flags)
   add_compile_options(${crun_sanitizer_flags} -fno-omit-frame-pointer)
   add_link_options(${crun_sanitizer_flags})
   string(REPLACE "-O2" "-O1" CMAKE_CXX_FLAGS_RELWITHDEBINFO "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
+  # Line tables are all a sanitizer report's stack needs (file:line); full -g cost clang ~10 %
+  # more time (agent.cc: 26.4 s against 23.9 s with ASan + UBSan).
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    string(REGEX REPLACE "(^| )-g( |$)" "\\1-gline-tables-only\\2" CMAKE_CXX_FLAGS_RELWITHDEBINFO
+           "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
+  endif()
   # GCC 12 warns (-Wtsan) that TSan does not model std::atomic_thread_fence, which Asio's
   # std_fenced_block uses around handler calls. Asio hands every operation between threads through
   # its scheduler's mutex, which TSan does see, so the fences hide no edge TSan needs; the warning
