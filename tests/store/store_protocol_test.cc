@@ -65,7 +65,8 @@ TEST_CASE("the reader refuses truncated fields, oversized strings and counts, tr
   ok.u32();
   CHECK(ok.u32() == 0u);
 
-  Reader extra(std::string("\x01\x02", 2));
+  const std::string two("\x01\x02", 2);  // a Reader views its body: the string must outlive it
+  Reader extra(two);
   extra.u8();
   CHECK_THROWS_AS(extra.expect_done(), ProtocolError);
 }
