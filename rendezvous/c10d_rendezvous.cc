@@ -63,7 +63,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
           [](const std::string& line) { say(line); }, std::move(reference),
           [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); },
           // The round's progress is the store host's to print: at 1,024 agents every joiner
-          // printing every line made 5,401 lines; a joiner says once that it joins (agent.cc).
+          // printing every line made 5,401 lines; a joiner prints its rank (agent.cc).
           [this](const std::string& line) { post([line](Impl& self) { self.listener.on_progress(line); }); });
     }
   }
