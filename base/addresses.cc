@@ -123,17 +123,4 @@ std::uint16_t pick_free_port(const std::string& addr) {
                                  : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
 }
 
-bool port_taken(const std::string& addr, std::uint16_t port) {
-  if (port == 0) return false;
-  sockaddr_storage ss;
-  socklen_t len = 0;
-  const int fd = ::socket(socket_address(addr, port, ss, len), SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as a store server binds
-  const bool taken = ::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno == EADDRINUSE;
-  ::close(fd);
-  return taken;
-}
-
 }  // namespace crun

@@ -13,9 +13,6 @@
 //   - pick_free_port(addr): a TCP port on `addr` that nobody listens on right now (bind port 0,
 //     read it, close; a name binds the wildcard address). Throws std::system_error when no socket
 //     can be bound.
-//   - port_taken(addr, port): true when binding `port` on `addr` as a store server does
-//     (SO_REUSEADDR) fails with EADDRINUSE: someone listens there. Binds nothing that stays; port
-//     0, or a failure of any other kind, is false (the caller's own bind then says what it is).
 //
 // Threading
 //   Stateless; safe from any thread.
@@ -44,6 +41,5 @@ bool is_local_host(const std::string& host);
 std::string local_address_of(const std::string& host);
 
 std::uint16_t pick_free_port(const std::string& addr);
-bool port_taken(const std::string& addr, std::uint16_t port);
 
 }  // namespace crun

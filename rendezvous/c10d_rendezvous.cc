@@ -8,11 +8,16 @@
 #include "base/exit_codes.h"
 #include "rendezvous/rendezvous_coordinator.h"
 #include "rendezvous/rendezvous_participant.h"
+#include "store/store_connection.h"
 #include "store/store_server.h"
 
 namespace crun {
 
 namespace {
+// How long an agent that may host waits for its connection to a store already listening on its
+// own host (loopback answers at once; a full accept queue drops the SYN, retried after 1 s).
+constexpr Millis kProbeWait{1500};
+
 void say(const std::string& line) {
   std::string text = "crun: " + line + "\n";
   ssize_t ignored = ::write(2, text.data(), text.size());
@@ -37,11 +42,18 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
       so.port = config.multi.endpoint.port;
       so.token = config.multi.token;
-      // Several agents on one endpoint, each inferring it hosts: all but the first find the port
-      // taken. A bare bind says so without building a server (its loop, its exception).
-      if (config.multi.join_if_taken && port_taken(so.host, so.port)) {
-        host = false;
-        return;
+      // Several agents on one endpoint, each inferring it hosts: the first to listen hosts, the
+      // others find it listening. One connection attempt says so, and becomes the participant's
+      // connection. (A probing bind with SO_REUSEADDR, as the server binds, made the kernel walk
+      // every connection the server had accepted on that port: O(agents) each, O(agents^2) in
+      // all, ~60 us an agent at 1,024; the attempt is the connection the agent makes anyway.)
+      // Refused, or nobody there in time: this agent tries to host, and its bind says who won.
+      if (config.multi.join_if_taken && so.port != 0) {
+        adopted = StoreConnection::connect_once(StoreEndpoint{so.host, so.port}, options, kProbeWait);
+        if (adopted) {
+          host = false;
+          return;
+        }
       }
       try {
         server = std::make_unique<StoreServer>(so);  // listens
@@ -159,8 +171,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     ev.on_store_lost = [weak](const std::string& why) {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
-    participant = std::make_unique<RendezvousParticipant>(config.multi.endpoint, options, config.multi.rendezvous,
-                                                          this_node_record(config), ev);
+    participant = std::make_unique<RendezvousParticipant>(std::move(adopted), config.multi.endpoint, options,
+                                                          config.multi.rendezvous, this_node_record(config), ev);
     node = participant->node_id();
     if (pending_status) participant->publish_status(std::move(pending_status->first), pending_status->second);
     pending_status.reset();
@@ -182,6 +194,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::unique_ptr<StoreServer> server;
   std::unique_ptr<RendezvousCoordinator> coordinator;
   std::mutex mu;  // the loop's members read by other threads: node_id(), node_address(), job_status()
+  std::unique_ptr<StoreConnection> adopted;  // made when this host's store was found listening; the participant's
   std::unique_ptr<RendezvousParticipant> participant;
   std::string node;
   std::string address;

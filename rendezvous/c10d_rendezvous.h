@@ -4,8 +4,9 @@
 //   - The agent whose config says is_host (the launcher decides who hosts) starts the store on the
 //     endpoint's port at bind_address (its own thread) and the RendezvousCoordinator; every agent,
 //     host included, takes part through a RendezvousParticipant. When is_host was only inferred
-//     (join_if_taken) and the port is taken, another agent on this host listened first: this one
-//     joins it as a client (is_host() false).
+//     (join_if_taken), a connection attempt to that address says whether another agent on this
+//     host listened first: then this one joins it as a client (is_host() false), over that
+//     connection; else it hosts, unless its bind finds the port taken after all (a race).
 //   - request_round() returns at once: the participant's one I/O thread (connecting the first
 //     time) asks for the next round; the answer (a RoundInfo, or an error with crun's exit code
 //     for it) is delivered through the listener's on_round.
@@ -14,7 +15,7 @@
 //     and a port it found free (or master_port) for rank 0 to host the workers' own store.
 //   - Control events (the coordinator ended the round, or closed the job) and the loss of the
 //     store are delivered through the listener; the round's progress lines only on the store's
-//     host (the others printed that they join, and then nothing until their round).
+//     host (the others print their rank once their round formed: agent.cc).
 //   - publish_failure()/publish_success() report this node's outcome of the current round.
 //   - shutdown(linger): stops joining, leaves the rendezvous; on the host, keeps the store up until
 //     every other agent has left: after the job closed (bounded by close_timeout), or for `linger`

@@ -10,6 +10,7 @@
 
 #include "base/random_bits.h"
 #include "store/store_channel.h"
+#include "store/store_connection.h"
 
 namespace crun {
 
@@ -34,15 +35,16 @@ StoreChannel::Clock::time_point after(Millis t) { return StoreChannel::Clock::no
 // One connection to the store (StoreChannel) carries it all: the control watch, the alive key,
 // join and report, heartbeats and statuses; its I/O thread runs every callback and the heartbeat.
 struct RendezvousParticipant::Impl {
-  Impl(StoreEndpoint ep, StoreClientOptions opt, RendezvousConfig c, NodeRecord s, ParticipantEvents ev)
+  Impl(std::unique_ptr<StoreConnection> connected, StoreEndpoint ep, StoreClientOptions opt, RendezvousConfig c,
+       NodeRecord s, ParticipantEvents ev)
       : keys(c.run_id),
         cfg(std::move(c)),
         self(std::move(s)),
         node_id(self.node_id),
         events(std::move(ev)),
         timeout(opt.timeout),
-        channel(ep, with_connect_timeout(opt, cfg.join_timeout), [this](const std::string& why) { channel_lost(why); },
-                [this] { on_connected(); }) {}
+        channel(std::move(connected), ep, with_connect_timeout(opt, cfg.join_timeout),
+                [this](const std::string& why) { channel_lost(why); }, [this] { on_connected(); }) {}
 
   ~Impl() { stopping = true; }  // the channel (the last member) ends its thread first
 
@@ -279,8 +281,14 @@ struct RendezvousParticipant::Impl {
 
 RendezvousParticipant::RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
                                              NodeRecord self, ParticipantEvents events)
-    : impl_(std::make_unique<Impl>(std::move(store), std::move(options), std::move(config), std::move(self),
-                                   std::move(events))) {}
+    : RendezvousParticipant(nullptr, std::move(store), std::move(options), std::move(config), std::move(self),
+                            std::move(events)) {}
+
+RendezvousParticipant::RendezvousParticipant(std::unique_ptr<StoreConnection> connected, StoreEndpoint store,
+                                             StoreClientOptions options, RendezvousConfig config, NodeRecord self,
+                                             ParticipantEvents events)
+    : impl_(std::make_unique<Impl>(std::move(connected), std::move(store), std::move(options), std::move(config),
+                                   std::move(self), std::move(events))) {}
 
 RendezvousParticipant::~RendezvousParticipant() = default;
 

@@ -5,6 +5,8 @@
 //     connects on its own I/O thread, retrying until join_timeout; once connected it watches the
 //     coordinator's control keys and writes this node's first heartbeat, then one every
 //     keep_alive_interval. That thread is the participant's only one.
+//     Given a connection already made (StoreConnection::connect_once: an agent that found the
+//     store listening on its own host), it uses that one.
 //   - join(free_port, done) announces this node as alive (an ephemeral key: gone the moment this
 //     process or its connection dies), publishes its record and asks for the coordinator's
 //     answer, all in one write. `free_port(addr)` runs once this node's address is known (at
@@ -44,6 +46,8 @@
 
 namespace crun {
 
+class StoreConnection;
+
 class RendezvousTimeout : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -68,6 +72,8 @@ class RendezvousParticipant {
   // local address of the store connection is used (the interface that reaches the store).
   RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config, NodeRecord self,
                         ParticipantEvents events);
+  RendezvousParticipant(std::unique_ptr<StoreConnection> connected, StoreEndpoint store, StoreClientOptions options,
+                        RendezvousConfig config, NodeRecord self, ParticipantEvents events);
   ~RendezvousParticipant();
   RendezvousParticipant(const RendezvousParticipant&) = delete;
   RendezvousParticipant& operator=(const RendezvousParticipant&) = delete;

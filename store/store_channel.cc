@@ -92,6 +92,7 @@ struct StoreChannel::Impl {
   std::string broken;  // why it is unusable
   std::exception_ptr failure;  // what made it so
   bool closing = false;
+  std::unique_ptr<StoreConnection> adopted;  // a connection made by the owner: the I/O thread's to use
   std::unique_ptr<StoreConnection> conn;  // set once by the I/O thread
   bool handshaken = false;                // the server accepted the hello
   Clock::time_point timer_at = Clock::time_point::max();
@@ -223,7 +224,8 @@ struct StoreChannel::Impl {
     std::string why;
     std::exception_ptr unreached;  // why the connection could not be made (StoreConnectionError, StoreRejected)
     try {
-      auto made = std::make_unique<StoreConnection>(endpoint, options, StoreConnection::Handshake::kPipelined);
+      auto made = adopted ? std::move(adopted)
+                          : std::make_unique<StoreConnection>(endpoint, options, StoreConnection::Handshake::kPipelined);
       {
         std::lock_guard lock(mu);
         if (closing) throw StoreConnectionError(name + ": the channel is closing");
@@ -389,6 +391,14 @@ struct StoreChannel::Impl {
 StoreChannel::StoreChannel(const StoreEndpoint& endpoint, const StoreClientOptions& options,
                            std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected)
     : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost), std::move(on_connected))) {
+  impl_->io = quiet_thread([impl = impl_.get()] { impl->run(); });
+}
+
+StoreChannel::StoreChannel(std::unique_ptr<StoreConnection> connected, const StoreEndpoint& endpoint,
+                           const StoreClientOptions& options, std::function<void(const std::string& why)> on_lost,
+                           std::function<void()> on_connected)
+    : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost), std::move(on_connected))) {
+  impl_->adopted = std::move(connected);
   impl_->io = quiet_thread([impl = impl_.get()] { impl->run(); });
 }
 

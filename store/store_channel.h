@@ -9,6 +9,8 @@
 //     they were made) and what on_connected made, in one write; then it reads the server's answer
 //     to the hello, and replies and notifications until the connection breaks or the channel is
 //     destroyed. A refused hello fails every request like a connection that could not be made.
+//   - Given a connection already made (StoreConnection::connect_once), the I/O thread uses it
+//     and does not connect.
 //   - Asynchronous requests (set, set_ephemeral, get, try_get, list_keys, watch with a `done`
 //     callback; encoded and decoded as TcpStore's of the same names): the frame is written at once
 //     by the calling thread (kept before the connection; held to the end of a corked() body) and
@@ -55,11 +57,16 @@
 
 namespace crun {
 
+class StoreConnection;
+
 class StoreChannel {
  public:
   using Clock = std::chrono::steady_clock;
   StoreChannel(const StoreEndpoint& endpoint, const StoreClientOptions& options,
                std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected = {});
+  StoreChannel(std::unique_ptr<StoreConnection> connected, const StoreEndpoint& endpoint,
+               const StoreClientOptions& options, std::function<void(const std::string& why)> on_lost,
+               std::function<void()> on_connected = {});
   ~StoreChannel();
   StoreChannel(const StoreChannel&) = delete;
   StoreChannel& operator=(const StoreChannel&) = delete;

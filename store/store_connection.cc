@@ -126,17 +126,42 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
     else std::this_thread::sleep_for(wait);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
-  // Blocking from here on: receive() blocks in recv() bounded by SO_RCVTIMEO (one syscall per
-  // reply instead of poll + recv); send() passes MSG_DONTWAIT and polls only when the buffer is full.
+  use_socket(deadline);
+  if (handshake == Handshake::kPipelined) return;  // the caller sends hello() and calls await_hello()
+  send(hello, hello_deadline_);
+  await_hello();
+}
+
+StoreConnection::StoreConnection(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
+
+std::unique_ptr<StoreConnection> StoreConnection::connect_once(const StoreEndpoint& endpoint,
+                                                               const StoreClientOptions& options, Millis wait) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  if (::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list) != 0) return nullptr;
+  int fd = -1;
+  std::string reason;
+  for (addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = try_connect(ai, Clock::now() + wait, options.cancel.get(), reason);
+  }
+  ::freeaddrinfo(list);
+  if (fd < 0) return nullptr;
+  std::unique_ptr<StoreConnection> made(new StoreConnection(fd, "store " + endpoint.str()));
+  made->use_socket(Clock::now() + options.connect_timeout);
+  return made;
+}
+
+// Blocking from here on: receive() blocks in recv() bounded by SO_RCVTIMEO (one syscall per reply
+// instead of poll + recv); send() passes MSG_DONTWAIT and polls only when the buffer is full.
+void StoreConnection::use_socket(Clock::time_point connect_deadline) {
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-
-  hello_deadline_ = std::max(deadline, Clock::now() + std::chrono::seconds(10));
-  if (handshake == Handshake::kPipelined) return;  // the caller sends hello() and calls await_hello()
-  send(hello, hello_deadline_);
-  await_hello();
+  hello_deadline_ = std::max(connect_deadline, Clock::now() + std::chrono::seconds(10));
 }
 
 std::string StoreConnection::hello(const StoreClientOptions& options) { return wire::encode_hello(options.token); }

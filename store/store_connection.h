@@ -11,6 +11,10 @@
 //     Handshake::kPipelined stops after connecting: the caller sends hello(options) ahead of its
 //     first requests (one write, one round trip fewer) and then calls await_hello(), which
 //     reads the server's answer to it (the same errors) before any reply.
+//   - connect_once(endpoint, options, wait): one attempt at each of the endpoint's addresses,
+//     each bounded by `wait`, no retry; null when none connected (refused, nobody listening, a
+//     socket connected to itself, timed out, unresolvable). A connection comes back as
+//     kPipelined leaves it: the caller sends hello(options) and calls await_hello().
 //   - send()/receive() honour a deadline (StoreTimeout) and raise StoreConnectionError on a lost
 //     connection. receive() returns one reply frame; its payload stays valid until the next call.
 //   - interrupt() may be called from another thread to make a blocked receive() fail promptly
@@ -51,6 +55,8 @@ class StoreConnection {
     std::string_view payload;
   };
 
+  static std::unique_ptr<StoreConnection> connect_once(const StoreEndpoint& endpoint, const StoreClientOptions& options,
+                                                       Millis wait);
   static std::string hello(const StoreClientOptions& options);
   void await_hello();
   void send(std::string_view bytes, Clock::time_point deadline);
@@ -70,6 +76,8 @@ class StoreConnection {
 
  private:
   static constexpr std::size_t kMinFreeBytes = 4096;  // room offered to each recv()
+  StoreConnection(int fd, std::string name);  // connect_once's: adopts a connected socket
+  void use_socket(Clock::time_point connect_deadline);
   void fill(Clock::time_point deadline);
   Wait fill_or_stop(Clock::time_point deadline);
   void bound_receive(Clock::time_point deadline);

@@ -53,25 +53,3 @@ TEST_CASE("pick_free_port returns a port that can be bound at once", "[addresses
   ::close(fd);
   CHECK_THROWS_AS(pick_free_port("192.0.2.77"), std::system_error);  // not an address of this host
 }
-
-TEST_CASE("port_taken: a port someone listens on, and no other", "[addresses]") {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as a store server binds
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
-  socklen_t len = sizeof sa;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
-  const std::uint16_t port = ntohs(sa.sin_port);
-  CHECK_FALSE(port_taken("127.0.0.1", port));  // a rival server between its bind and its listen
-  REQUIRE(::listen(fd, 4) == 0);
-  CHECK(port_taken("127.0.0.1", port));
-  CHECK(port_taken("0.0.0.0", port));  // the wildcard address overlaps loopback's
-  CHECK_FALSE(port_taken("127.0.0.1", 0));
-  CHECK_FALSE(port_taken("192.0.2.77", port));  // not this host's: not "in use", the caller's bind says what
-  ::close(fd);
-  CHECK_FALSE(port_taken("127.0.0.1", port));
-}

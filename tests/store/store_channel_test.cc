@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "store/store_channel.h"
+#include "store/store_connection.h"
 #include "tests/support/hand_store_server.h"
 #include "tests/support/loopback_socket.h"
 #include "tests/support/store_fixture.h"
@@ -268,4 +269,24 @@ TEST_CASE("the hello goes out with the first requests; a refused one fails them 
   good.set("k", "v", in(5s));  // its hello and this set shared one write
   CHECK(good.reached());
   CHECK(good.try_get("k", in(5s)) == "v");
+}
+
+TEST_CASE("connect_once: a connection where a store listens, none where nobody does; a channel uses the one it is given", "[channel]") {
+  {
+    LoopbackSocket bound(LoopbackSocket::Mode::kBound);  // a rival server between its bind and its listen
+    const auto t0 = StoreChannel::Clock::now();
+    CHECK(StoreConnection::connect_once({"127.0.0.1", bound.port}, {}, 5000ms) == nullptr);
+    CHECK(StoreChannel::Clock::now() - t0 < 4s);  // refused at once: no retry, no waiting out `wait`
+  }
+  ServerFixture f;
+  auto made = StoreConnection::connect_once(f.endpoint(), {}, 5000ms);
+  REQUIRE(made != nullptr);
+  LostLog lost;
+  std::promise<void> connected;
+  StoreChannel ch(std::move(made), {"127.0.0.1", 1}, {}, lost.callback(), [&] { connected.set_value(); });
+  REQUIRE(connected.get_future().wait_for(10s) == std::future_status::ready);
+  ch.set("k", "v", in(5s));  // the handshake and a request over the given connection, not over port 1
+  CHECK(ch.try_get("k", in(5s)) == "v");
+  CHECK(f.server.stats().connections_accepted == 1);
+  CHECK(lost.count() == 0);
 }
