@@ -1,6 +1,7 @@
 #include "store/store_server.h"
 
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 
@@ -36,10 +38,38 @@ constexpr int kMaxAcceptsPerWake = 256;
 // store clients) when the open-files limit is sized for max_connections.
 constexpr std::uint64_t kSpareDescriptors = 256;
 
-std::string peer_name(const tcp::socket& socket) {
-  boost::system::error_code ec;
-  auto remote = socket.remote_endpoint(ec);
-  return ec ? std::string("unknown peer") : remote.address().to_string() + ":" + std::to_string(remote.port());
+// "address:port" of the peer accept4 reported (no system call).
+std::string peer_name(const sockaddr_storage& peer, socklen_t len) {
+  char host[NI_MAXHOST], port[NI_MAXSERV];
+  if (len == 0 || ::getnameinfo(reinterpret_cast<const sockaddr*>(&peer), len, host, sizeof host, port, sizeof port,
+                                NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "unknown peer";
+  return std::string(host) + ":" + port;
+}
+
+// What every connection's socket gets: no Nagle delay, and keepalive probes that notice a
+// vanished peer within ~45 s. Set on the listener, a connection inherits them from it (Linux
+// copies the listener's socket into each one it accepts); set again per connection only where it
+// did not (Impl::options_inherited).
+void set_connection_options(int fd) {
+  const int one = 1, idle = 30, interval = 5, count = 3;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+}
+
+// Whether an accepted socket carries set_connection_options' settings.
+bool has_connection_options(int fd) {
+  int nodelay = 0, keepalive = 0, count = 0;
+  socklen_t len = sizeof(int);
+  ::getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len);
+  len = sizeof(int);
+  ::getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &keepalive, &len);
+  len = sizeof(int);
+  ::getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, &len);
+  return nodelay != 0 && keepalive != 0 && count == 3;
 }
 }  // namespace
 
@@ -76,29 +106,26 @@ struct StoreServer::Impl {
   std::string bound_host;
   std::atomic<bool> stopped{false};
   StoreServerStats stats;
+  bool ipv6 = false;                      // the listener's protocol, for the sockets it accepts
+  std::optional<bool> options_inherited;  // learnt from the first connection accepted
 };
 
 // One client connection's I/O: reads into its StoreSession, writes what the session queues, and
 // keeps the handshake/frame and parked-request timers. Lives on the server thread.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(StoreServer::Impl& server, tcp::socket socket)
+  Connection(StoreServer::Impl& server, tcp::socket socket, std::string peer)
       : server_(server),
         socket_(std::move(socket)),
         io_timer_(server.io),
         deadline_timer_(server.io),
-        peer_(peer_name(socket_)),
+        peer_(std::move(peer)),
         session_(server.keys, server.limits, ++server.next_serial, [this] { on_output(); }) {}
 
   void start() {
-    boost::system::error_code ec;
-    socket_.set_option(tcp::no_delay(true), ec);
-    socket_.set_option(asio::socket_base::keep_alive(true), ec);
-    int fd = socket_.native_handle();
-    int idle = 30, interval = 5, count = 3;  // a vanished peer is noticed within ~45 s
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    const int fd = socket_.native_handle();
+    if (!server_.options_inherited) server_.options_inherited = has_connection_options(fd);
+    if (!*server_.options_inherited) set_connection_options(fd);
     arm_io_timer(server_.opt.handshake_timeout, "handshake not completed");
     read();
   }
@@ -381,7 +408,9 @@ void StoreServer::Impl::open() {
   const int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) throw StoreError(std::string("store server: socket: ") + std::strerror(errno));
   acceptor.assign(ep.protocol(), fd);
+  ipv6 = ep.protocol() == tcp::v6();
   acceptor.set_option(asio::socket_base::reuse_address(true));
+  set_connection_options(fd);
   acceptor.bind(ep, ec);
   // listen() fails with EADDRINUSE too: two sockets with SO_REUSEADDR bind one port while neither
   // listens (several agents on one endpoint, started at once), and the second to listen loses.
@@ -420,7 +449,10 @@ void StoreServer::Impl::accept() {
 // accept4 on, so no exec elsewhere in the process can inherit one.
 void StoreServer::Impl::on_acceptable() {
   for (int i = 0; i < kMaxAcceptsPerWake; ++i) {
-    const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof peer;
+    const int fd = ::accept4(acceptor.native_handle(), reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE) {
@@ -435,12 +467,12 @@ void StoreServer::Impl::on_acceptable() {
     }
     tcp::socket socket(io);
     boost::system::error_code ec;
-    socket.assign(acceptor.local_endpoint().protocol(), fd, ec);
+    socket.assign(ipv6 ? tcp::v6() : tcp::v4(), fd, ec);
     if (ec) {
       ::close(fd);
       continue;
     }
-    auto conn = std::make_shared<Connection>(*this, std::move(socket));
+    auto conn = std::make_shared<Connection>(*this, std::move(socket), peer_name(peer, peer_len));
     connections.insert(conn);
     conn->start();
   }

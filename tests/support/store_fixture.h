@@ -90,6 +90,12 @@ class RawSocket {
       if (r <= 0) return true;
     }
   }
+  // The port this end of the connection was given (0 when unknown).
+  std::uint16_t local_port() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    return ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? ntohs(a.sin_port) : 0;
+  }
   // Sends a valid handshake and checks the server's OK.
   bool handshake(const std::string& token = "") {
     send(wire::encode_hello(token));
