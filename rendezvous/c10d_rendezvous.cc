@@ -17,6 +17,9 @@ namespace {
 // How long an agent that may host waits for its connection to a store already listening on its
 // own host (loopback answers at once; a full accept queue drops the SYN, retried after 1 s).
 constexpr Millis kProbeWait{1500};
+// How long an agent whose bind lost waits for the winner to listen (a loaded host can hold an
+// agent between its bind and its listen for a while).
+constexpr Millis kRaceWait{3000};
 
 void say(const std::string& line) {
   std::string text = "crun: " + line + "\n";
@@ -59,10 +62,17 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         server = std::make_unique<StoreServer>(so);  // listens
         server->start();
       } catch (const StoreAddressInUse&) {
-        // Another agent on this host listened first (several agents, one endpoint): join it.
+        // Another agent on this host bound the port first (several agents, one endpoint): join
+        // it once it listens. When nothing comes to listen, what holds the port is not a store
+        // (another program's socket): say so now, not after the join timeout.
         if (!config.multi.join_if_taken) throw;
         server.reset();
         host = false;
+        if (!find_listener(so.host, so.port)) {
+          throw StoreError("the rendezvous endpoint's port " + so.host + ":" + std::to_string(so.port) +
+                           " is in use on this host, but nothing listens there (another program's socket holds "
+                           "it): choose another port");
+        }
         return;
       }
       if (config.multi.endpoint.port == 0) config.multi.endpoint.port = server->port();  // a free port (one node)
@@ -77,6 +87,22 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
           // The round's progress is the store host's to print: at 1,024 agents every joiner
           // printing every line made 5,401 lines; a joiner prints its rank (agent.cc).
           [this](const std::string& line) { post([line](Impl& self) { self.listener.on_progress(line); }); });
+    }
+  }
+
+  // After a lost bind: the winner's connection for the participant (`adopted`), trying while
+  // connections are refused for up to kRaceWait (a winner between its bind and its listen).
+  // False only when every attempt was refused; a connection that timed out leaves it to the
+  // participant's own retries.
+  bool find_listener(const std::string& addr, std::uint16_t port) {
+    const auto until = std::chrono::steady_clock::now() + kRaceWait;
+    auto pause = Millis(10);
+    for (;;) {
+      bool refused = false;
+      adopted = StoreConnection::connect_once(StoreEndpoint{addr, port}, options, kProbeWait, &refused);
+      if (adopted || !refused) return true;
+      if (std::chrono::steady_clock::now() + pause > until || cancel->wait_for(pause)) return false;
+      pause = std::min(pause * 2, Millis(500));
     }
   }
 

@@ -6,7 +6,9 @@
 //     host included, takes part through a RendezvousParticipant. When is_host was only inferred
 //     (join_if_taken), a connection attempt to that address says whether another agent on this
 //     host listened first: then this one joins it as a client (is_host() false), over that
-//     connection; else it hosts, unless its bind finds the port taken after all (a race).
+//     connection; else it hosts, unless its bind finds the port taken after all: then it joins
+//     the agent that won, once that one listens (up to 3 s), and the constructor throws
+//     StoreError naming the port when nothing comes to listen there (another program's socket).
 //   - request_round() returns at once: the participant's one I/O thread (connecting the first
 //     time) asks for the next round; the answer (a RoundInfo, or an error with crun's exit code
 //     for it) is delivered through the listener's on_round.

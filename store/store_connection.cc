@@ -41,14 +41,17 @@ bool connected_to_itself(int fd) {
 }
 
 // One non-blocking connect attempt bounded by `deadline` (and cut short by `cancel`); returns the
-// fd or -1 with `reason`.
-int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCancel* cancel, std::string& reason) {
+// fd or -1 with `reason`, and `refused` when nobody listens there (refused, or connected to itself).
+int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCancel* cancel, std::string& reason,
+                bool& refused) {
+  refused = false;
   int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
   if (fd < 0) {
     reason = std::strerror(errno);
     return -1;
   }
   if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    refused = errno == ECONNREFUSED;
     reason = std::strerror(errno);
     ::close(fd);
     return -1;
@@ -69,12 +72,14 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCan
   socklen_t len = sizeof err;
   ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) {
+    refused = err == ECONNREFUSED;
     reason = std::strerror(err);
     ::close(fd);
     return -1;
   }
   if (connected_to_itself(fd)) {  // nobody listens: the kernel gave it the endpoint's port
     reason = "nobody listens (connected to itself)";
+    refused = true;
     const linger reset{1, 0};  // closed by a reset: no TIME_WAIT keeps the port from its server
     ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
     ::close(fd);
@@ -109,7 +114,10 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
     if (gai != 0) {
       reason = std::string("cannot resolve host: ") + ::gai_strerror(gai);
     } else {
-      for (addrinfo* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) fd_ = try_connect(ai, deadline, options.cancel.get(), reason);
+      bool refused = false;
+      for (addrinfo* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
+        fd_ = try_connect(ai, deadline, options.cancel.get(), reason, refused);
+      }
       ::freeaddrinfo(list);
     }
     if (fd_ >= 0) break;
@@ -135,7 +143,9 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
 StoreConnection::StoreConnection(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
 
 std::unique_ptr<StoreConnection> StoreConnection::connect_once(const StoreEndpoint& endpoint,
-                                                               const StoreClientOptions& options, Millis wait) {
+                                                               const StoreClientOptions& options, Millis wait,
+                                                               bool* refused) {
+  if (refused != nullptr) *refused = false;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -144,11 +154,17 @@ std::unique_ptr<StoreConnection> StoreConnection::connect_once(const StoreEndpoi
   if (::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list) != 0) return nullptr;
   int fd = -1;
   std::string reason;
+  bool all_refused = true;
   for (addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    fd = try_connect(ai, Clock::now() + wait, options.cancel.get(), reason);
+    bool this_refused = false;
+    fd = try_connect(ai, Clock::now() + wait, options.cancel.get(), reason, this_refused);
+    all_refused = all_refused && this_refused;
   }
   ::freeaddrinfo(list);
-  if (fd < 0) return nullptr;
+  if (fd < 0) {
+    if (refused != nullptr) *refused = all_refused;
+    return nullptr;
+  }
   std::unique_ptr<StoreConnection> made(new StoreConnection(fd, "store " + endpoint.str()));
   made->use_socket(Clock::now() + options.connect_timeout);
   return made;

@@ -13,8 +13,9 @@
 //     reads the server's answer to it (the same errors) before any reply.
 //   - connect_once(endpoint, options, wait): one attempt at each of the endpoint's addresses,
 //     each bounded by `wait`, no retry; null when none connected (refused, nobody listening, a
-//     socket connected to itself, timed out, unresolvable). A connection comes back as
-//     kPipelined leaves it: the caller sends hello(options) and calls await_hello().
+//     socket connected to itself, timed out, unresolvable); `refused`, when given, says whether
+//     nobody listened at any of them (refused, or connected to itself). A connection comes back
+//     as kPipelined leaves it: the caller sends hello(options) and calls await_hello().
 //   - send()/receive() honour a deadline (StoreTimeout) and raise StoreConnectionError on a lost
 //     connection. receive() returns one reply frame; its payload stays valid until the next call.
 //   - interrupt() may be called from another thread to make a blocked receive() fail promptly
@@ -56,7 +57,7 @@ class StoreConnection {
   };
 
   static std::unique_ptr<StoreConnection> connect_once(const StoreEndpoint& endpoint, const StoreClientOptions& options,
-                                                       Millis wait);
+                                                       Millis wait, bool* refused = nullptr);
   static std::string hello(const StoreClientOptions& options);
   void await_hello();
   void send(std::string_view bytes, Clock::time_point deadline);

@@ -603,6 +603,46 @@ TEST_CASE("several agents on one host with one endpoint and no is_host: the firs
   CHECK(ranks.size() == kAgents);
 }
 
+TEST_CASE("an endpoint port of this host held by a socket that does not listen: one line and exit 3, not a wait",
+          "[e2e][shared_endpoint]") {
+  // The port is an outgoing connection's local port: the agents (no is_host) cannot listen there
+  // and nobody answers there. Before, each joined "whoever held it" and retried a refused connect
+  // until its join timeout, without a word.
+  auto loopback_socket = [](sockaddr_in& addr) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    addr = sockaddr_in{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    return fd;
+  };
+  sockaddr_in server_addr{}, held{};
+  const int server = loopback_socket(server_addr);
+  REQUIRE(::listen(server, 1) == 0);
+  const int holder = loopback_socket(held);
+  REQUIRE(::connect(holder, reinterpret_cast<sockaddr*>(&server_addr), sizeof(server_addr)) == 0);
+  const std::string port = std::to_string(ntohs(held.sin_port));
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(std::make_unique<ChildProcess>(crun_cmd(
+        {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port,
+         "--rdzv-id", "held", "--rdzv-conf", "join_timeout=600"},
+        {"--print-env"})));
+  }
+  for (auto& p : agents) {
+    const auto ended = p->wait_exit(60s);  // far below the join timeout the old behaviour waited out
+    INFO(p->err() << "\n" << exit_text(ended));
+    CHECK(ended == 3);
+    CHECK(p->err().find("port 127.0.0.1:" + port + " is in use on this host, but nothing listens there") !=
+          std::string::npos);
+    CHECK(p->out().find("RANK=") == std::string::npos);
+  }
+  ::close(holder);
+  ::close(server);
+}
+
 TEST_CASE("a worker's argv[0] is the program as written, not its resolved path", "[e2e][cli]") {
   // torchrun execs [script, args...] as given: programs that read their own name, and pgrep -x,
   // see "sh", not "/usr/bin/sh".
