@@ -390,9 +390,7 @@ struct StoreChannel::Impl {
 
 StoreChannel::StoreChannel(const StoreEndpoint& endpoint, const StoreClientOptions& options,
                            std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected)
-    : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost), std::move(on_connected))) {
-  impl_->io = quiet_thread([impl = impl_.get()] { impl->run(); });
-}
+    : StoreChannel(nullptr, endpoint, options, std::move(on_lost), std::move(on_connected)) {}
 
 StoreChannel::StoreChannel(std::unique_ptr<StoreConnection> connected, const StoreEndpoint& endpoint,
                            const StoreClientOptions& options, std::function<void(const std::string& why)> on_lost,

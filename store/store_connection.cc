@@ -88,6 +88,32 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCan
   return fd;
 }
 
+// One attempt at each of the endpoint's addresses in turn, each bounded by `deadline`: the fd of
+// the first that connects, or -1 with `reason` and `refused` (nobody listened at any of them).
+int connect_any(const StoreEndpoint& endpoint, Clock::time_point deadline, const ConnectCancel* cancel,
+                std::string& reason, bool& refused) {
+  refused = false;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* list = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  if (const int gai = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list); gai != 0) {
+    reason = std::string("cannot resolve host: ") + ::gai_strerror(gai);
+    return -1;
+  }
+  int fd = -1;
+  bool all_refused = true;
+  for (addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    bool this_refused = false;
+    fd = try_connect(ai, deadline, cancel, reason, this_refused);
+    all_refused = all_refused && this_refused;
+  }
+  ::freeaddrinfo(list);
+  refused = fd < 0 && all_refused;
+  return fd;
+}
+
 std::string seconds_text(Clock::duration d) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(d).count());
@@ -105,21 +131,8 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
   std::mt19937 rng(static_cast<std::mt19937::result_type>(random_bits()));
   auto backoff = std::chrono::milliseconds(10);
   for (int attempt = 1;; ++attempt) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* list = nullptr;
-    std::string port = std::to_string(endpoint.port);
-    int gai = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list);
-    if (gai != 0) {
-      reason = std::string("cannot resolve host: ") + ::gai_strerror(gai);
-    } else {
-      bool refused = false;
-      for (addrinfo* ai = list; ai != nullptr && fd_ < 0; ai = ai->ai_next) {
-        fd_ = try_connect(ai, deadline, options.cancel.get(), reason, refused);
-      }
-      ::freeaddrinfo(list);
-    }
+    bool refused = false;
+    fd_ = connect_any(endpoint, deadline, options.cancel.get(), reason, refused);
     if (fd_ >= 0) break;
     auto now = Clock::now();
     if (options.cancel && options.cancel->cancelled()) throw StoreConnectionError(name_ + ": connecting cancelled");
@@ -145,26 +158,11 @@ StoreConnection::StoreConnection(int fd, std::string name) : fd_(fd), name_(std:
 std::unique_ptr<StoreConnection> StoreConnection::connect_once(const StoreEndpoint& endpoint,
                                                                const StoreClientOptions& options, Millis wait,
                                                                bool* refused) {
-  if (refused != nullptr) *refused = false;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* list = nullptr;
-  const std::string port = std::to_string(endpoint.port);
-  if (::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &list) != 0) return nullptr;
-  int fd = -1;
   std::string reason;
-  bool all_refused = true;
-  for (addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    bool this_refused = false;
-    fd = try_connect(ai, Clock::now() + wait, options.cancel.get(), reason, this_refused);
-    all_refused = all_refused && this_refused;
-  }
-  ::freeaddrinfo(list);
-  if (fd < 0) {
-    if (refused != nullptr) *refused = all_refused;
-    return nullptr;
-  }
+  bool nobody = false;
+  const int fd = connect_any(endpoint, Clock::now() + wait, options.cancel.get(), reason, nobody);
+  if (refused != nullptr) *refused = nobody;
+  if (fd < 0) return nullptr;
   std::unique_ptr<StoreConnection> made(new StoreConnection(fd, "store " + endpoint.str()));
   made->use_socket(Clock::now() + options.connect_timeout);
   return made;

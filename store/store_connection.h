@@ -12,7 +12,7 @@
 //     first requests (one write, one round trip fewer) and then calls await_hello(), which
 //     reads the server's answer to it (the same errors) before any reply.
 //   - connect_once(endpoint, options, wait): one attempt at each of the endpoint's addresses,
-//     each bounded by `wait`, no retry; null when none connected (refused, nobody listening, a
+//     all within `wait`, no retry; null when none connected (refused, nobody listening, a
 //     socket connected to itself, timed out, unresolvable); `refused`, when given, says whether
 //     nobody listened at any of them (refused, or connected to itself). A connection comes back
 //     as kPipelined leaves it: the caller sends hello(options) and calls await_hello().
