@@ -12,9 +12,9 @@ not dominate the run time. torch 1.13's torchrun only knows underscore spellings
 
 Known, intended differences (checked, not hidden):
   - exit code of a failed job: crun exits with the root-cause worker's code, torchrun with 1;
-  - crun sets TORCH_NCCL_ASYNC_ERROR_HANDLING (the name torch >= 2.2 reads) besides torch
-    1.13's NCCL_ASYNC_ERROR_HANDLING, and CRUN_AGENT_ID (the marker by which crun's keeper finds
-    a SIGKILLed agent's leftover processes); no other variable differs.
+  - crun sets TORCH_NCCL_ASYNC_ERROR_HANDLING (the name torch >= 2.2 reads, and its torchrun
+    sets) besides torch 1.13's NCCL_ASYNC_ERROR_HANDLING, and CRUN_AGENT_ID (the marker by which
+    crun's keeper finds a SIGKILLed agent's leftover processes); no other variable differs.
 """
 import argparse
 import difflib
@@ -34,7 +34,19 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(ROOT, "bench", "agent", "torchrun_shim.py")
 PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 RUN_TIMEOUT_S = 120  # one launcher run; far above the ~5-10 s a run takes
-CRUN_ONLY_VARIABLES = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "CRUN_AGENT_ID"}
+
+
+def torchrun_sets_torch_nccl_name():
+    """torchrun itself sets TORCH_NCCL_ASYNC_ERROR_HANDLING from torch 2.2 on."""
+    out = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", out).groups())
+    return (major, minor) >= (2, 2)
+
+
+# What crun sets and this Python's torchrun does not (see the module's comment).
+CRUN_ONLY_VARIABLES = {"CRUN_AGENT_ID"} | (set() if torchrun_sets_torch_nccl_name()
+                                           else {"TORCH_NCCL_ASYNC_ERROR_HANDLING"})
 # Variables the launchers set: never inherited from the test's own environment.
 LAUNCHER_VARIABLES = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|"
