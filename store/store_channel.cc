@@ -95,6 +95,7 @@ struct StoreChannel::Impl {
   std::unique_ptr<StoreConnection> adopted;  // a connection made by the owner: the I/O thread's to use
   std::unique_ptr<StoreConnection> conn;  // set once by the I/O thread
   bool handshaken = false;                // the server accepted the hello
+  std::string send_failed;                // a send that failed before the hello was answered
   Clock::time_point timer_at = Clock::time_point::max();
   std::function<void()> timer_fn;
 
@@ -114,10 +115,12 @@ struct StoreChannel::Impl {
     {
       std::unique_lock lock(mu);
       if (!broken.empty() || closing) {
+        // A store never reached fails a late request as it failed the early ones (a refusal stays one).
+        std::exception_ptr error = !closing && !handshaken ? failure : nullptr;
         const std::string why = closing ? std::string("the channel is closing") : broken;
         lock.unlock();
-        const auto error = StoreConnectionError(name + ": " + what + ": connection unusable (" + why + ")");
-        if (done) done(std::make_exception_ptr(error), {});
+        if (!error) error = std::make_exception_ptr(StoreConnectionError(name + ": " + what + ": connection unusable (" + why + ")"));
+        if (done) done(error, {});
         return 0;
       }
       id = next_id++;
@@ -171,11 +174,17 @@ struct StoreChannel::Impl {
       conn->send(frame, deadline);
     } catch (const StoreError& e) {
       // Part of a frame may have gone: the stream is out of step. The I/O thread fails the rest.
+      // Before the hello is answered it is left to read the answer: a server that refused
+      // (wrong token, at its limit) closed the connection, which is why the send failed, and
+      // the refusal, not the send, says why.
+      bool answered = false;
       {
         std::lock_guard guard(mu);
-        if (broken.empty()) broken = e.what();
+        answered = handshaken;
+        std::string& why = answered ? broken : send_failed;
+        if (why.empty()) why = e.what();
       }
-      conn->interrupt();
+      if (answered) conn->interrupt();
     }
   }
 
@@ -247,24 +256,35 @@ struct StoreChannel::Impl {
         cork += queued;
         std::string().swap(queued);
         connected = true;
-        conn->send(cork, Clock::now() + options.timeout);  // others wait for send_mu: order kept
+        try {
+          conn->send(cork, Clock::now() + options.timeout);  // others wait for send_mu: order kept
+        } catch (const StoreTimeout&) {
+          throw;  // the server does not read: no answer is coming either
+        } catch (const StoreError& e) {
+          std::lock_guard guard(mu);
+          send_failed = e.what();  // a server at its limit answers and closes before the hello comes
+        }
         std::string().swap(cork);
       }
-      conn->await_hello();
+      await_answer();
+      bool usable = false;
       {
         std::lock_guard lock(mu);
         handshaken = true;
+        if (broken.empty()) broken = send_failed;  // accepted, but a frame did not go whole
+        usable = broken.empty();
       }
       // Timer wakes and the channel's own close are the loop's ordinary events: no exception
       // (unwinding cost each agent's end ~30 us and three page faults of unwind tables).
-      for (;;) {
+      while (usable) {
         StoreConnection::Reply reply{};
         const auto w = conn->receive_or_stop(next_wake(), reply);
         if (w == StoreConnection::Wait::kInterrupted) break;
         if (w == StoreConnection::Wait::kReply) dispatch(reply);
         expire_and_tick();
       }
-      // Interrupted: by the destructor, or by a send that failed half-way (it said why).
+      // Interrupted: by the destructor, or by a send that failed half-way (it said why); or a
+      // send failed before the server accepted the hello.
       std::lock_guard lock(mu);
       why = broken.empty() ? name + ": the channel is closing" : broken;
       if (!failure) failure = std::make_exception_ptr(StoreConnectionError(why));
@@ -275,6 +295,24 @@ struct StoreChannel::Impl {
       if (!failure) failure = handshaken ? std::make_exception_ptr(StoreConnectionError(why)) : unreached;
     }
     fail_all(why, unreached);
+  }
+
+  // The server's answer to the hello. A refusal says why a send before it failed; another end
+  // of the connection leaves the send's own error as the reason.
+  void await_answer() {
+    try {
+      conn->await_hello();
+    } catch (const StoreRejected&) {
+      throw;
+    } catch (const StoreError&) {
+      std::string failed;
+      {
+        std::lock_guard lock(mu);
+        failed = send_failed;
+      }
+      if (!failed.empty()) throw StoreConnectionError(failed);
+      throw;
+    }
   }
 
   Clock::time_point next_wake() {

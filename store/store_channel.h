@@ -8,7 +8,8 @@
 //     handshake's hello, the requests made before the connection (kept in memory, in the order
 //     they were made) and what on_connected made, in one write; then it reads the server's answer
 //     to the hello, and replies and notifications until the connection breaks or the channel is
-//     destroyed. A refused hello fails every request like a connection that could not be made.
+//     destroyed. A refused hello fails every request like a connection that could not be made,
+//     also where a send failed first (a server at its limit answers and closes at once).
 //   - Given a connection already made (StoreConnection::connect_once), the I/O thread uses it
 //     and does not connect.
 //   - Asynchronous requests (set, set_ephemeral, get, try_get, list_keys, watch with a `done`

@@ -172,8 +172,8 @@ std::string failure_of_a_set(StoreChannel& ch) {
       std::rethrow_exception(e);
     } catch (const E& x) {
       failed->set_value(x.what());
-    } catch (...) {
-      failed->set_value("another error");
+    } catch (const std::exception& x) {
+      failed->set_value(std::string("another error: ") + x.what());
     }
   });
   auto why = failed->get_future();
@@ -262,6 +262,7 @@ TEST_CASE("the hello goes out with the first requests; a refused one fails them 
   REQUIRE(eventually([&] { return lost.count() == 1; }));
   CHECK_FALSE(ch.reached());
   CHECK_THROWS_AS(std::rethrow_exception(ch.failure()), StoreRejected);
+  CHECK_THROWS_AS(ch.set("k", "v", in(1s)), StoreRejected);  // and a later request, at once
 
   StoreClientOptions right;
   right.token = "right";
@@ -269,6 +270,34 @@ TEST_CASE("the hello goes out with the first requests; a refused one fails them 
   good.set("k", "v", in(5s));  // its hello and this set shared one write
   CHECK(good.reached());
   CHECK(good.try_get("k", in(5s)) == "v");
+}
+
+TEST_CASE("a server at its limit answers and closes before the hello comes: its answer, not the failed send, says why", "[channel]") {
+  StoreServerOptions so;
+  so.max_connections = 1;
+  ServerFixture f(so);
+  LostLog lost;
+  StoreChannel holder(f.endpoint(), {}, lost.callback());
+  holder.set("k", "v", in(5s));  // the one connection the server allows
+  auto made = StoreConnection::connect_once(f.endpoint(), {}, 5000ms);
+  REQUIRE(made != nullptr);
+  REQUIRE(eventually([&] { return f.server.stats().connections_dropped == 1; }));  // answered "full", closed
+  // Bytes to a closed peer draw its reset: from then on every send fails (EPIPE), while the
+  // answer waits unread. The channel's first write, hello and all, fails so.
+  REQUIRE(eventually([&] {
+    try {
+      made->send("x", in(1s));
+      return false;
+    } catch (const StoreConnectionError&) {
+      return true;
+    }
+  }));
+  StoreChannel refused(std::move(made), f.endpoint(), {}, lost.callback());
+  CHECK_THAT(failure_of_a_set<StoreRejected>(refused), Catch::Contains("server at its connection limit"));
+  REQUIRE(eventually([&] { return lost.count() == 1; }));
+  CHECK_FALSE(refused.reached());
+  CHECK_THROWS_AS(std::rethrow_exception(refused.failure()), StoreRejected);
+  CHECK_THROWS_AS(refused.set("k", "v", in(1s)), StoreRejected);  // and a later request, at once
 }
 
 TEST_CASE("connect_once: a connection where a store listens, none where nobody does; a channel uses the one it is given", "[channel]") {
