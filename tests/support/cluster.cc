@@ -89,8 +89,11 @@ std::vector<std::string> c10d(const std::string& nnodes, int nproc, const std::s
 }
 
 bool err_has(ChildProcess& p, const std::string& needle, std::chrono::milliseconds bound) {
-  return p.wait_until([&](const std::string&, const std::string& err) { return err.find(needle) != std::string::npos; },
-                      bound);
+  const bool found = p.wait_until(
+      [&](const std::string&, const std::string& err) { return err.find(needle) != std::string::npos; }, bound);
+  // The agent's own account goes with the failed assertion: what it saw instead.
+  if (!found) UNSCOPED_INFO("not in its stderr within " << bound.count() << " ms: " << needle << "\n--- its stderr:\n" << p.err());
+  return found;
 }
 
 std::string read_file(const std::string& path) {

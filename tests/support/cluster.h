@@ -53,7 +53,8 @@ class Cluster {
 // Flags of a c10d job whose store is hosted by host 1 (port 29400, run id "job").
 std::vector<std::string> c10d(const std::string& nnodes, int nproc, const std::string& conf = "", int max_restarts = 0);
 
-// Waits (up to `bound`) until the process' stderr contains `needle`.
+// Waits (up to `bound`) until the process' stderr contains `needle`. When it does not, its stderr
+// goes with the next assertion (UNSCOPED_INFO), so a failed REQUIRE shows what the agent saw.
 bool err_has(ChildProcess& p, const std::string& needle, std::chrono::milliseconds bound = std::chrono::seconds(30));
 
 std::string read_file(const std::string& path);
