@@ -36,17 +36,14 @@ PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 RUN_TIMEOUT_S = 120  # one launcher run; far above the ~5-10 s a run takes
 
 
-def torchrun_sets_torch_nccl_name():
-    """torchrun itself sets TORCH_NCCL_ASYNC_ERROR_HANDLING from torch 2.2 on."""
+def crun_only_variables():
+    """What crun sets and this Python's torchrun does not (see the module's comment): its torchrun
+    sets TORCH_NCCL_ASYNC_ERROR_HANDLING itself from torch 2.2 on. Asked once, by the env case
+    (importing torch takes ~1.7 s here)."""
     out = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", out).groups())
-    return (major, minor) >= (2, 2)
-
-
-# What crun sets and this Python's torchrun does not (see the module's comment).
-CRUN_ONLY_VARIABLES = {"CRUN_AGENT_ID"} | (set() if torchrun_sets_torch_nccl_name()
-                                           else {"TORCH_NCCL_ASYNC_ERROR_HANDLING"})
+    return {"CRUN_AGENT_ID"} | (set() if (major, minor) >= (2, 2) else {"TORCH_NCCL_ASYNC_ERROR_HANDLING"})
 # Variables the launchers set: never inherited from the test's own environment.
 LAUNCHER_VARIABLES = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|"
@@ -222,30 +219,31 @@ def case_resume(L):
 def case_env(L):
     """The worker environment, normalized, under init_method="env://" (2 ranks, --max-restarts 1)
     and the default init (1 rank): the same values and the same variable names under both."""
+    crun_only = crun_only_variables()
     for init, nproc, restarts in (("env", 2, 1), ("default", 1, 0)):
         runs = [L.run(x, "env_check.py", ["--init", init], nproc=nproc, max_restarts=restarts)
                 for x in ("crun", "torchrun")]
         for r in runs:
             check(r.rc == 0, f"{r.launcher} failed\n{r.describe()}")
             check(len([l for l in r.results() if "key=RANK " in l]) == nproc, f"{r.launcher}: missing ranks")
-        a, b = (without_crun_extras(r) for r in runs)
+        a, b = (without_crun_extras(r, crun_only) for r in runs)
         if a != b:
             raise CaseFailed(f"env --init {init}: worker environments differ\n" +
                              "\n".join(difflib.unified_diff(a, b, "crun", "torchrun", lineterm="")))
 
 
-def without_crun_extras(run):
-    """RESULT lines with crun's documented extra variables taken out of the ALL_NAMES lists;
-    they must be there under crun and absent under torchrun."""
+def without_crun_extras(run, crun_only):
+    """RESULT lines with crun's documented extra variables (`crun_only`) taken out of the
+    ALL_NAMES lists; they must be there under crun and absent under torchrun."""
     lines = []
     for line in run.results():
         if "key=ALL_NAMES" in line:
             head, names = line.split("value=", 1)
             names = names.split(",")
-            kept = [n for n in names if n not in CRUN_ONLY_VARIABLES]
+            kept = [n for n in names if n not in crun_only]
             extras = len(names) - len(kept)
-            check(extras == (len(CRUN_ONLY_VARIABLES) if run.launcher == "crun" else 0),
-                  f"{run.launcher}: {extras} of {sorted(CRUN_ONLY_VARIABLES)} in the worker environment")
+            check(extras == (len(crun_only) if run.launcher == "crun" else 0),
+                  f"{run.launcher}: {extras} of {sorted(crun_only)} in the worker environment")
             line = head + "value=" + ",".join(kept)
         lines.append(line)
     return lines
