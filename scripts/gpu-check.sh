@@ -29,7 +29,7 @@ for size in "default" "large"; do
   extra=(); [ "$size" = large ] && extra=(--hidden 1024 --batch-size 512 --train-size 100000 --epochs 3)
   for dev in cpu cuda; do
     step "train_mlp $size --device $dev, 1 rank, 5 runs"
-    for i in 1 2 3 4 5; do
+    for _ in 1 2 3 4 5; do
       run 300 "$crun" --standalone --nproc-per-node 1 "$mlp" --device "$dev" "${extra[@]}"
       grep -E "^(throughput|final):" "$log"
     done
