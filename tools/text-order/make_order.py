@@ -13,10 +13,11 @@ with -ffunction-sections, so a section is one function; glibc's archive holds on
 few in each member).
 
 Why: the kernel maps a program's text 64 KiB at a time around each page fault (fault-around), and
-unmaps all of it when the process exits. Scattered through 3.9 MB, the code an agent runs touched
-~49 such windows (~670 pages) at every start; together it fills a few. The order only places
+unmaps all of it when the process exits. Scattered through 4 MB, the code an agent runs touched
+~49 such windows (~670 pages) at every start; together, ~16 (~255 pages). The order only places
 code: a section that has moved or gone matches nothing and is linked where it would have been.
 """
+import bisect
 import os
 import re
 import sys
@@ -61,13 +62,16 @@ def pattern(file, section):
 
 def main():
     if len(sys.argv) < 3:
-        sys.exit("usage: make_order.py MAP TRACE... > launcher/hot_text.ld")
-    sections = sorted(s for s in input_sections(sys.argv[1]) if s[1] > 0)
+        print("usage: make_order.py MAP TRACE... > launcher/hot_text.ld", file=sys.stderr)
+        sys.exit(2)
+    try:
+        sections = sorted(s for s in input_sections(sys.argv[1]) if s[1] > 0)
+        offsets = sorted({int(line, 16) for path in sys.argv[2:] for line in open(path) if line.strip()})
+    except (OSError, ValueError) as e:
+        sys.exit(f"make_order.py: {e}")
     if not sections:
         sys.exit(f"make_order.py: no input sections of .text in {sys.argv[1]}")
-    offsets = sorted({int(line, 16) for path in sys.argv[2:] for line in open(path) if line.strip()})
     starts = [s[0] for s in sections]
-    import bisect
     first = {}  # index of section -> lowest traced offset in it
     for off in offsets:
         i = bisect.bisect_right(starts, off) - 1
