@@ -6,7 +6,7 @@
 # side by side): `crun --standalone --nproc-per-node 2 /bin/true`, and the joiner of a 2-node
 # c10d job on loopback whose host runs untraced. The joiner is the path 1,023 of 1,024 agents
 # take; it is told is_host=0, so that it connects when it is ready to speak (a traced agent is
-# ~10,000x slower, and the host closes a connection that sends nothing for 10 s).
+# ~100,000x slower, and the host closes a connection that sends nothing for 10 s).
 # Then tools/text-order/make_order.py names the input sections they ran. Needs cc and python3.
 set -euo pipefail
 build=${1:?usage: tools/text-order/regenerate.sh BUILD}
@@ -16,19 +16,20 @@ crun=$(realpath "$build/launcher/crun")
 map="$build/launcher/crun.map"
 [[ -f $map ]] || { echo "regenerate.sh: no $map (build crun with this tree's launcher/CMakeLists.txt)" >&2; exit 2; }
 work=$(mktemp -d)
-host=""
-cleanup() { [[ -n $host ]] && kill "$host" 2>/dev/null; rm -rf "$work"; }
+host="" standalone=""
+# shellcheck disable=SC2086  # an empty pid is no argument
+cleanup() { kill $host $standalone 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 cc -O2 -Wall -Wextra -o "$work/trace_text" "$here/trace_text.c"
 port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 job=(--nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" --rdzv-id text-order)
-"$crun" "${job[@]}" --rdzv-conf is_host=1,join_timeout=900 /bin/true >"$work/host.log" 2>&1 &
+"$crun" "${job[@]}" --rdzv-conf is_host=1,join_timeout=900,heartbeat_timeout=900 /bin/true >"$work/host.log" 2>&1 &
 host=$!
 "$work/trace_text" "$work/standalone" "$crun" --standalone --nproc-per-node 2 /bin/true &
 standalone=$!
-"$work/trace_text" "$work/joiner" "$crun" "${job[@]}" --rdzv-conf is_host=0,join_timeout=900 /bin/true
+"$work/trace_text" "$work/joiner" "$crun" "${job[@]}" --rdzv-conf is_host=0,join_timeout=900,heartbeat_timeout=900 /bin/true
 wait "$standalone"
 wait "$host"
-host=""
+host="" standalone=""
 /usr/bin/python3 "$here/make_order.py" "$map" "$work/standalone" "$work/joiner" >"$work/hot_text.ld"
 mv "$work/hot_text.ld" "$root/launcher/hot_text.ld"

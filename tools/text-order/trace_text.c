@@ -7,7 +7,7 @@
 // OUT gets one hexadecimal offset per line: each distinct instruction address executed inside
 // PROGRAM's file mapping, less the mapping's start (so a PIE's offsets match its link-time
 // addresses). A tracee that execs another program is let go at its exec. Single-threaded; the
-// run is ~10,000x slower than a free one, so the program's own timeouts must allow for it.
+// run is ~100,000x slower than a free one, so the program's own timeouts must allow for it.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
