@@ -3,6 +3,7 @@
 linked together at the front of its text.
 
     make_order.py MAP TRACE... > launcher/hot_text.ld
+    make_order.py --check MAP launcher/hot_text.ld    (how much of the order a build still placed)
 
 MAP is the linker map of the crun that was traced (build/launcher/crun.map; the build writes it),
 each TRACE the output of tools/text-order/trace_text for one run of that crun (offsets from the
@@ -23,14 +24,14 @@ import re
 import sys
 
 
-def input_sections(map_path):
-    """(start, size, file, section) for each input section placed in .hot_text or .text."""
+def input_sections(map_path, outputs=(".hot_text", ".text")):
+    """(start, size, file, section) for each input section placed in the output sections named."""
     out, inside, pending = [], False, None
     addr = re.compile(r"\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+(\S.*)$")
     with open(map_path) as f:
         for line in f:
             if re.match(r"^\S", line):  # an output section's first line (or the map's headings)
-                inside = line.split()[0] in (".hot_text", ".text")
+                inside = line.split()[0] in outputs
                 pending = None
                 continue
             if not inside:
@@ -60,7 +61,23 @@ def pattern(file, section):
     return f"*{os.path.basename(file)}({section})"
 
 
+def check(map_path, order_path):
+    """Prints how many of the order's lines a build placed in .hot_text: after functions are
+    renamed or removed, fewer (regenerate when the share falls)."""
+    lines = [line.strip() for line in open(order_path) if line.startswith("    *")]
+    placed = {pattern(f, name) for start, size, f, name in input_sections(map_path, (".hot_text",))}
+    hot = sum(size for start, size, f, name in input_sections(map_path, (".hot_text",)))
+    found = sum(1 for line in lines if line in placed)
+    print(f"{order_path}: {found} of {len(lines)} sections placed in .hot_text ({hot // 1024} KiB)")
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--check":
+        try:
+            check(sys.argv[2], sys.argv[3])
+        except OSError as e:
+            sys.exit(f"make_order.py: {e}")
+        return
     if len(sys.argv) < 3:
         print("usage: make_order.py MAP TRACE... > launcher/hot_text.ld", file=sys.stderr)
         sys.exit(2)

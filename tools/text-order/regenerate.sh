@@ -8,6 +8,8 @@
 # take; it is told is_host=0, so that it connects when it is ready to speak (a traced agent is
 # ~100,000x slower, and the host closes a connection that sends nothing for 10 s).
 # Then tools/text-order/make_order.py names the input sections they ran. Needs cc and python3.
+# `make_order.py --check build/launcher/crun.map launcher/hot_text.ld` says how much of the order
+# a build still places (renamed or removed functions fall out of it).
 set -euo pipefail
 build=${1:?usage: tools/text-order/regenerate.sh BUILD}
 here=$(cd "$(dirname "$0")" && pwd)
