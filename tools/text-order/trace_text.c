@@ -51,9 +51,11 @@ int main(int argc, char** argv) {
   char exe[4096];
   if (!realpath(argv[2], exe)) { perror(argv[2]); return 2; }
   seen = calloc(max_text, 1);
+  if (!seen) { perror("calloc"); return 1; }
   pid_t child = fork();
+  if (child < 0) { perror("fork"); return 1; }
   if (child == 0) {
-    ptrace(PTRACE_TRACEME, 0, 0, 0);
+    if (ptrace(PTRACE_TRACEME, 0, 0, 0) != 0) { perror("ptrace"); _exit(127); }
     raise(SIGSTOP);
     execv(argv[2], argv + 2);
     perror("execv");
