@@ -5,9 +5,11 @@
         [--torch-runs 5] [--crun-scale 64,256,1024] [--torch-scale 8,16,32] [--skip-netns]
     /usr/bin/python3 bench/rendezvous/run.py --shared-endpoint 1024 [--runs 5]   (issue 16's figure)
         [--shared-also LABEL=CRUN ...]   (another crun build in the same interleaving)
+        [--shared-env LABEL=NAME=VALUE ...]   (this build's crun with NAME=VALUE, the same)
         beside two floors: N x `timeout 60 /bin/true` (the process floor, the issue's anchor) and
         N x rdzv_floor_agent (the same work with the least code: one endpoint, a join, a worker,
-        a report, the exit barrier)
+        a report, the exit barrier); wall time and the machine's CPU time (per agent, from
+        /proc/stat: every process and kernel thread, the kernel's deferred work included)
 
 1. Rendezvous scale on loopback: N agents (`--nnodes N --nproc-per-node 1 --rdzv-backend c10d
    --rdzv-endpoint 127.0.0.1:PORT`, exactly one with `--rdzv-conf is_host=1`, the others
@@ -133,10 +135,20 @@ def scale_once(launcher, n, worker, timeout, tag):
     return (t_start - t0) / 1e6, (exited - t0) / 1e6, (launched - t0) / 1e6, (t_first - t0) / 1e6
 
 
-def shared_once(n, tag, crun=None, argv=None):
+def machine_cpu_s():
+    """Non-idle CPU seconds of the whole machine since boot (/proc/stat: user, nice, system, irq,
+    softirq; not idle, iowait or steal): a run's share includes the kernel threads that finish its
+    work (RCU callbacks, cgroup and socket teardown), which no process's rusage shows."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+
+
+def shared_once(n, tag, crun=None, argv=None, env=None):
     """Issue 16's figure: N agents on one shared endpoint, no is_host (each infers it; the first
-    to listen hosts), nproc 1, /bin/true; ms from the first launch to the last agent reaped.
-    `argv` (a list with "{PORT}") instead of crun: the same-work floor's agents."""
+    to listen hosts), nproc 1, /bin/true: (ms from the first launch to the last agent reaped, the
+    machine's CPU seconds meanwhile). `argv` (a list with "{PORT}") instead of crun: the same-work
+    floor's agents. `env`: extra environment variables."""
     d = tempfile.mkdtemp(prefix="rdzvbench-")
     port = str(free_port())
     cmd = [crun or CRUN, "--nnodes", str(n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
@@ -144,42 +156,51 @@ def shared_once(n, tag, crun=None, argv=None):
     if argv:
         cmd = [a.replace("{PORT}", port) for a in argv]
     try:
+        cpu0 = machine_cpu_s()
         out = subprocess.run([SPAWN, str(n), "120", os.path.join(d, "pids"), os.path.join(d, "log"), "--", *cmd],
-                             capture_output=True, text=True, timeout=150)
+                             capture_output=True, text=True, timeout=150, env=dict(os.environ, **(env or {})))
+        cpu = machine_cpu_s() - cpu0
     finally:
         kill_sessions(os.path.join(d, "pids"))
     f = out.stdout.split()
     if out.returncode != 0 or int(f[7]) != 0:
         raise RuntimeError(f"shared endpoint, {n} agents: {out.stdout} {out.stderr}; log {d}/log")
     shutil.rmtree(d, ignore_errors=True)
-    return (int(f[5]) - int(f[1])) / 1e6
+    return (int(f[5]) - int(f[1])) / 1e6, cpu
 
 
 def shared_endpoint_bench(n, runs, others=()):
     """Interleaved: the process floor (N x `timeout 60 /bin/true`, each forked, exec'd and reaped by
     rdzv_spawn: the issue's anchor), the same-work floor (N rdzv_floor_agent processes: one
     endpoint, a join and its rank, one /bin/true each, a report and the exit barrier, nothing
-    more) and N crun agents on one shared endpoint; medians and their ratios (goal <= 1.5x the
-    process floor). `others` ((label, crun), --shared-also): other crun builds, same interleaving."""
-    floor, work, ours = [], [], []
-    theirs = {label: [] for label, _ in others}
+    more) and N crun agents on one shared endpoint; medians of the wall time and of the machine's
+    CPU time per agent, and their ratios to the process floor (goal: wall <= 1.5x). `others`
+    ((label, crun, env), --shared-also and --shared-env): other crun builds or environments, in the
+    same interleaving."""
+    rows = {"floor": [], "work": [], "crun": []}
+    rows.update({label: [] for label, _, _ in others})
     for r in range(runs):
-        floor.append(baseline(n, ["/usr/bin/timeout", "60", "/bin/true"])[0])
-        work.append(shared_once(n, None, argv=[FLOOR_AGENT, "{PORT}", str(n), "--", "/bin/true"]))
-        ours.append(shared_once(n, f"se{n}r{r}"))
-        for label, crun in others:
-            theirs[label].append(shared_once(n, f"se{n}r{r}{label}", crun))
-        extra = "".join(f", {label} {t[-1]:7.0f} ms" for label, t in theirs.items())
-        print(f"  run {r}: process floor {floor[-1]:7.0f} ms, same-work floor {work[-1]:7.0f} ms,"
-              f" crun {ours[-1]:7.0f} ms{extra} (load {loadavg()})", flush=True)
-    f, w, c = statistics.median(floor), statistics.median(work), statistics.median(ours)
-    print(f"{n} x timeout 60 /bin/true (the process floor){'':3} {f:8.0f} ms")
-    print(f"{n} rdzv_floor_agent, shared endpoint (same work) {w:8.0f} ms   {w / f:.2f}x the process floor")
-    print(f"{n} crun agents, shared endpoint, /bin/true{'':7} {c:8.0f} ms   {c / f:.2f}x the process floor"
-          f" (goal <= 1.5x), {c / w:.2f}x the same-work floor")
-    for label, t in theirs.items():
-        o = statistics.median(t)
-        print(f"{'the same, ' + label:48} {o:8.0f} ms   {o / f:.2f}x the process floor, {o / w:.2f}x the same-work floor")
+        cpu0 = machine_cpu_s()
+        wall = baseline(n, ["/usr/bin/timeout", "60", "/bin/true"])[0]
+        rows["floor"].append((wall, machine_cpu_s() - cpu0))
+        rows["work"].append(shared_once(n, None, argv=[FLOOR_AGENT, "{PORT}", str(n), "--", "/bin/true"]))
+        rows["crun"].append(shared_once(n, f"se{n}r{r}"))
+        for label, crun, env in others:
+            rows[label].append(shared_once(n, f"se{n}r{r}{label}", crun, env=env))
+        print(f"  run {r}: " + ", ".join(f"{k} {v[-1][0]:.0f} ms / {v[-1][1] * 1e3 / n:.2f} ms CPU" for k, v in rows.items())
+              + f" (load {loadavg()})", flush=True)
+    med = {k: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v) * 1e3 / n)
+           for k, v in rows.items()}
+    f, w = med["floor"], med["work"]
+    names = {"floor": f"{n} x timeout 60 /bin/true (the process floor)",
+             "work": f"{n} rdzv_floor_agent, shared endpoint (same work)",
+             "crun": f"{n} crun agents, shared endpoint, /bin/true"}
+    print(f"{'':48} {'wall':>8}    {'x floor':>7} {'CPU/agent':>10} {'x floor':>7}")
+    for k, (wall, cpu) in med.items():
+        note = " (goal <= 1.5x)" if k == "crun" else ""
+        if k not in ("floor", "work"):
+            note += f", {wall / w[0]:.2f}x the same-work floor"
+        print(f"{names.get(k, 'the same, ' + k):48} {wall:8.0f} ms {wall / f[0]:6.2f}x {cpu:7.2f} ms {cpu / f[1]:6.2f}x{note}")
 
 
 CPU = [0.0]  # CPU seconds (user + sys) of the last scale run's processes, agents and workers
@@ -326,6 +347,8 @@ def main():
                     help="only issue 16's figure: N agents on one shared endpoint against the process floor")
     ap.add_argument("--shared-also", action="append", default=[], metavar="LABEL=CRUN",
                     help="with --shared-endpoint: another crun build, interleaved with the rest")
+    ap.add_argument("--shared-env", action="append", default=[], metavar="LABEL=NAME=VALUE",
+                    help="with --shared-endpoint: this build's crun with NAME=VALUE in its environment, interleaved")
     ap.add_argument("--torch-monitor-interval", default="0.1",
                     help="extra torchrun row with this --monitor_interval in the restart benchmark ('' for none)")
     a = ap.parse_args()
@@ -338,9 +361,21 @@ def main():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if a.shared_endpoint:
+        others = []
+        for v in a.shared_also:
+            label, _, crun = v.partition("=")
+            if not label or not crun:
+                ap.error(f"--shared-also {v!r}: expected LABEL=CRUN")
+            others.append((label, crun, None))
+        for v in a.shared_env:
+            label, _, var = v.partition("=")
+            name, eq, value = var.partition("=")
+            if not label or not name or not eq:
+                ap.error(f"--shared-env {v!r}: expected LABEL=NAME=VALUE")
+            others.append((label, None, {name: value}))
         print(f"# {a.shared_endpoint} agents on one endpoint vs the process floor, {os.cpu_count()} cores, "
               f"load average {loadavg()}, median of {a.runs}", flush=True)
-        shared_endpoint_bench(a.shared_endpoint, a.runs, [tuple(v.split("=", 1)) for v in a.shared_also])
+        shared_endpoint_bench(a.shared_endpoint, a.runs, others)
         return
     print(f"# crun vs torchrun (torch 1.13) c10d rendezvous, {os.cpu_count()} cores, "
           f"load average {loadavg()}, RLIMIT_NOFILE {hard}", flush=True)
