@@ -195,12 +195,12 @@ def shared_endpoint_bench(n, runs, others=()):
     names = {"floor": f"{n} x timeout 60 /bin/true (the process floor)",
              "work": f"{n} rdzv_floor_agent, shared endpoint (same work)",
              "crun": f"{n} crun agents, shared endpoint, /bin/true"}
-    print(f"{'':48} {'wall':>8}    {'x floor':>7} {'CPU/agent':>10} {'x floor':>7}")
+    print(f"{'':52} {'wall':>8}    {'x floor':>7} {'CPU/agent':>10} {'x floor':>7}")
     for k, (wall, cpu) in med.items():
         note = " (goal <= 1.5x)" if k == "crun" else ""
         if k not in ("floor", "work"):
             note += f", {wall / w[0]:.2f}x the same-work floor"
-        print(f"{names.get(k, 'the same, ' + k):48} {wall:8.0f} ms {wall / f[0]:6.2f}x {cpu:7.2f} ms {cpu / f[1]:6.2f}x{note}")
+        print(f"{names.get(k, 'the same, ' + k):52} {wall:8.0f} ms {wall / f[0]:6.2f}x {cpu:7.2f} ms {cpu / f[1]:6.2f}x{note}")
 
 
 CPU = [0.0]  # CPU seconds (user + sys) of the last scale run's processes, agents and workers
