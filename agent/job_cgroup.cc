@@ -142,7 +142,7 @@ std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& agent_id) {
 JobCgroup::~JobCgroup() {
   if (procs_fd_ >= 0) ::close(procs_fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
-  ::rmdir(dir_.c_str());  // normally gone already (ENOENT); never removes a populated one
+  if (!keeper_removes_) ::rmdir(dir_.c_str());  // never removes a populated one
 }
 
 int kill_and_remove_cgroup(const char* dir, int timeout_ms) {

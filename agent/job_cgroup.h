@@ -13,8 +13,11 @@
 //     writing: where clone3 cannot do that, the spawned worker writes "0" to it before exec.
 //     Either way the worker and all it starts live in the cgroup.
 //   - Emptying and removing the cgroup is kill_and_remove_cgroup()'s, called by the keeper
-//     (keeper.h), which outlives the agent when the agent is killed; the destructor only removes
-//     the cgroup if it is still there and empty (an agent whose keeper could not start).
+//     (keeper.h), which outlives the agent when the agent is killed. Once the keeper has started,
+//     keeper_removes() says so and the destructor leaves the directory alone; otherwise (an agent
+//     whose keeper could not start) the destructor removes the cgroup if it is empty. An rmdir
+//     of a name already gone still takes the parent directory's lock, the lock every agent's
+//     mkdir and rmdir beside it wait for (1,024 agents on one host end at once).
 //   - kill_and_remove_cgroup() removes `dir` at once when it is empty; else it kills every process
 //     in it (cgroup.kill, when cgroup.events says it is populated), waits until the cgroup is
 //     empty ("populated 0", waited on with poll, at most `timeout_ms`) and removes it. Raw
@@ -37,6 +40,7 @@ class JobCgroup {
   JobCgroup(const JobCgroup&) = delete;
   JobCgroup& operator=(const JobCgroup&) = delete;
 
+  void keeper_removes() { keeper_removes_ = true; }
   const std::string& dir() const { return dir_; }
   int procs_fd() const { return procs_fd_; }
   int dir_fd() const { return dir_fd_; }
@@ -46,6 +50,7 @@ class JobCgroup {
   std::string dir_;
   int procs_fd_ = -1;
   int dir_fd_ = -1;
+  bool keeper_removes_ = false;
 };
 
 // 0 when `dir` is gone, else the errno of what failed (EBUSY: still populated after the timeout).

@@ -38,6 +38,7 @@ struct WorkerContainment::Impl {
         cgroup(JobCgroup::create(agent_id)),
         keeper(cgroup ? cgroup->dir() : std::string(), "CRUN_AGENT_ID=" + agent_id, run_dir),
         keeper_exit(io, ::fcntl(keeper.pidfd(), F_DUPFD_CLOEXEC, 3)) {
+    if (cgroup) cgroup->keeper_removes();  // the keeper's job now (keeper.finish()'s if it fails)
     orphans.track(keeper.pid());  // reaped here, by keeper.finish() or on its early death
     watch_keeper();
   }

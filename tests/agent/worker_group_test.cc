@@ -17,6 +17,7 @@
 #include <set>
 
 #include "agent/clone_on_stack.h"
+#include "agent/job_cgroup.h"
 #include "agent/keeper.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
@@ -231,6 +232,30 @@ TEST_CASE("the keeper shares the agent's memory and nothing else", "[worker_grou
   CHECK(crun::test::wait_pid_gone(keeper, 1s));
 }
 #endif
+
+TEST_CASE("a job cgroup's destructor removes it only while its removal is not the keeper's", "[worker_group]") {
+  REQUIRE(::geteuid() == 0);  // a writable cgroup v2 hierarchy (CI is root)
+  const std::string id = "cgroup-test-" + std::to_string(::getpid());
+  std::string dir;
+  {
+    auto cgroup = crun::JobCgroup::create(id);
+    REQUIRE(cgroup != nullptr);
+    dir = cgroup->dir();
+    CHECK(std::filesystem::is_directory(dir));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir));  // no keeper: the destructor removes it
+  {
+    auto cgroup = crun::JobCgroup::create(id);
+    REQUIRE(cgroup != nullptr);
+    cgroup->keeper_removes();
+    // The keeper removed it, and the name was made again: not this object's to touch (and an
+    // rmdir of a name that is gone would still take the parent directory's lock).
+    REQUIRE(crun::kill_and_remove_cgroup(cgroup->dir().c_str(), 1000) == 0);
+    REQUIRE(::mkdir(cgroup->dir().c_str(), 0755) == 0);
+  }
+  CHECK(std::filesystem::is_directory(dir));
+  CHECK(::rmdir(dir.c_str()) == 0);
+}
 
 TEST_CASE("--crun-keeper without an agent's pipe and marker never reaches main()", "[worker_group]") {
   std::error_code ec;
