@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "base/random_bits.h"
+#include "store/local_socket.h"
 
 namespace crun {
 
@@ -88,11 +89,14 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCan
   return fd;
 }
 
-// One attempt at each of the endpoint's addresses in turn, each bounded by `deadline`: the fd of
-// the first that connects, or -1 with `reason` and `refused` (nobody listened at any of them).
+// One attempt at each of the endpoint's addresses in turn, each bounded by `deadline`, an address
+// of this host first through the store's local socket (store/local_socket.h; `local_ip` then
+// says which loopback address it stood for): the fd of the first that connects, or -1 with
+// `reason` and `refused` (nobody listened at any of them).
 int connect_any(const StoreEndpoint& endpoint, Clock::time_point deadline, const ConnectCancel* cancel,
-                std::string& reason, bool& refused) {
+                std::string& reason, bool& refused, std::string& local_ip) {
   refused = false;
+  local_ip.clear();
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -105,6 +109,7 @@ int connect_any(const StoreEndpoint& endpoint, Clock::time_point deadline, const
   int fd = -1;
   bool all_refused = true;
   for (addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    if (fd = connect_local(ai->ai_addr, ai->ai_addrlen, local_ip); fd >= 0) break;
     bool this_refused = false;
     fd = try_connect(ai, deadline, cancel, reason, this_refused);
     all_refused = all_refused && this_refused;
@@ -132,7 +137,7 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
   auto backoff = std::chrono::milliseconds(10);
   for (int attempt = 1;; ++attempt) {
     bool refused = false;
-    fd_ = connect_any(endpoint, deadline, options.cancel.get(), reason, refused);
+    fd_ = connect_any(endpoint, deadline, options.cancel.get(), reason, refused, local_ip_);
     if (fd_ >= 0) break;
     auto now = Clock::now();
     if (options.cancel && options.cancel->cancelled()) throw StoreConnectionError(name_ + ": connecting cancelled");
@@ -160,21 +165,26 @@ std::unique_ptr<StoreConnection> StoreConnection::connect_once(const StoreEndpoi
                                                                bool* refused) {
   std::string reason;
   bool nobody = false;
-  const int fd = connect_any(endpoint, Clock::now() + wait, options.cancel.get(), reason, nobody);
+  std::string local_ip;
+  const int fd = connect_any(endpoint, Clock::now() + wait, options.cancel.get(), reason, nobody, local_ip);
   if (refused != nullptr) *refused = nobody;
   if (fd < 0) return nullptr;
   std::unique_ptr<StoreConnection> made(new StoreConnection(fd, "store " + endpoint.str()));
+  made->local_ip_ = std::move(local_ip);
   made->use_socket(Clock::now() + options.connect_timeout);
   return made;
 }
 
 // Blocking from here on: receive() blocks in recv() bounded by SO_RCVTIMEO (one syscall per reply
 // instead of poll + recv); send() passes MSG_DONTWAIT and polls only when the buffer is full.
+// A TCP connection gets no Nagle delay and keepalive probes; a local socket needs neither.
 void StoreConnection::use_socket(Clock::time_point connect_deadline) {
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
-  int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  if (local_ip_.empty()) {
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    ::setsockopt(fd_, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  }
   hello_deadline_ = std::max(connect_deadline, Clock::now() + std::chrono::seconds(10));
 }
 
@@ -203,6 +213,7 @@ void StoreConnection::interrupt() {
 }
 
 std::string StoreConnection::local_address() const {
+  if (!local_ip_.empty()) return local_ip_;
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return {};

@@ -1,7 +1,9 @@
-// StoreConnection: one TCP connection to a store server, after a completed handshake.
+// StoreConnection: one connection to a store server, after a completed handshake.
 // Internal to rendezvous/ (TcpStore and its watches use it).
 //
 // Contract
+//   - An endpoint on this host (loopback or wildcard address) is tried first through the
+//     store's local socket (store/local_socket.h: same protocol, checked owner), then over TCP.
 //   - The constructor connects, retrying refused/unreachable/timed-out attempts with exponential
 //     backoff (10 ms doubling to 1 s, ±50% jitter) until `connect_timeout` (a socket the kernel
 //     connected to itself, nobody listening on a port of this host, counts as refused and is
@@ -70,8 +72,11 @@ class StoreConnection {
   void interrupt();
   // "store 127.0.0.1:29500" — the prefix of every error message.
   const std::string& name() const { return name_; }
-  // The local IP address of this connection (the interface that reaches the server).
+  // The local IP address of this connection (the interface that reaches the server; for the
+  // store's local socket, the loopback address it stood for).
   std::string local_address() const;
+  // Whether it went through the store's local socket (store/local_socket.h), not TCP.
+  bool is_local() const { return !local_ip_.empty(); }
   // Bytes held for replies: one page at first, doubling as bigger replies arrive.
   std::size_t buffer_bytes() const { return buf_.size(); }
 
@@ -87,6 +92,7 @@ class StoreConnection {
   long long recv_timeout_ms_ = -1;  // SO_RCVTIMEO as configured; -1 unset, 0 none
   Clock::time_point hello_deadline_{};
   std::string name_;
+  std::string local_ip_;  // set when connected through the store's local socket
   std::string buf_;
   std::size_t begin_ = 0, end_ = 0;
 };

@@ -19,6 +19,7 @@
 #include "base/fd_io.h"
 #include "base/open_files.h"
 #include "base/quiet_thread.h"
+#include "store/local_socket.h"
 #include "store/log_throttle.h"
 #include "store/spin_policy.h"
 #include "store/store.h"
@@ -30,6 +31,8 @@ namespace crun {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+// A connection's socket: TCP, or the local socket (store/local_socket.h) for clients on this host.
+using stream = asio::generic::stream_protocol;
 
 namespace {
 constexpr std::size_t kMaxReadPerWake = 1u << 20;  // then other connections get a turn
@@ -81,7 +84,9 @@ struct StoreServer::Impl {
 
   void open();
   void accept();
-  void on_acceptable();
+  void accept_local();
+  // Takes what waits on `listener` (TCP or local); the connections' protocol is `protocol`.
+  void on_acceptable(int listener, stream protocol);
   void refuse_full(int fd);
   void close_all();
   // One line about a connection; throttled per kind, never blocking the loop.
@@ -91,6 +96,7 @@ struct StoreServer::Impl {
   asio::io_context& io;
   StoreServerOptions opt;
   tcp::acceptor acceptor;
+  asio::posix::stream_descriptor local_listener{io};  // not open: no local socket (store/local_socket.h)
   SessionLimits limits;
   KeySpace keys;
   LogThrottle throttle;
@@ -107,15 +113,16 @@ struct StoreServer::Impl {
   std::atomic<bool> stopped{false};
   StoreServerStats stats;
   bool ipv6 = false;                      // the listener's protocol, for the sockets it accepts
-  std::optional<bool> options_inherited;  // learnt from the first connection accepted
+  std::optional<bool> options_inherited;  // learnt from the first TCP connection accepted
 };
 
 // One client connection's I/O: reads into its StoreSession, writes what the session queues, and
 // keeps the handshake/frame and parked-request timers. Lives on the server thread.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(StoreServer::Impl& server, tcp::socket socket, std::string peer)
+  Connection(StoreServer::Impl& server, stream::socket socket, std::string peer, bool local)
       : server_(server),
+        local_(local),
         socket_(std::move(socket)),
         io_timer_(server.io),
         deadline_timer_(server.io),
@@ -124,8 +131,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start() {
     const int fd = socket_.native_handle();
-    if (!server_.options_inherited) server_.options_inherited = has_connection_options(fd);
-    if (!*server_.options_inherited) set_connection_options(fd);
+    if (!local_) {  // a local socket has no TCP options
+      if (!server_.options_inherited) server_.options_inherited = has_connection_options(fd);
+      if (!*server_.options_inherited) set_connection_options(fd);
+    }
     arm_io_timer(server_.opt.handshake_timeout, "handshake not completed");
     read();
   }
@@ -144,7 +153,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       server_.log("closed", "connection from " + peer_ + " closed: " + reason);
     }
     boost::system::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.shutdown(stream::socket::shutdown_both, ec);
     socket_.close(ec);
     io_timer_.cancel();
     deadline_timer_.cancel();
@@ -159,7 +168,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Waits for readability, then drains the socket itself: unlike async_read_some this costs no
   // speculative recv() that fails with EAGAIN on every request/reply round trip.
   void read() {
-    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+    socket_.async_wait(stream::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
       self->on_readable(ec);
     });
   }
@@ -338,7 +347,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   StoreServer::Impl& server_;
-  tcp::socket socket_;
+  const bool local_;  // the store's local socket, not TCP
+  stream::socket socket_;
   asio::steady_timer io_timer_;
   asio::steady_timer deadline_timer_;
   bool io_timer_armed_ = false;
@@ -435,23 +445,36 @@ void StoreServer::Impl::open() {
   bound_port = acceptor.local_endpoint().port();
   bound_host = opt.host;
   accept();
+  if (const int local = listen_local(opt.host, bound_port); local >= 0) {
+    local_listener.assign(local);
+    accept_local();
+  }
 }
 
 void StoreServer::Impl::accept() {
   acceptor.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-    on_acceptable();
+    on_acceptable(acceptor.native_handle(), ipv6 ? stream(tcp::v6()) : stream(tcp::v4()));
     accept();
+  });
+}
+
+void StoreServer::Impl::accept_local() {
+  local_listener.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+    if (ec == asio::error::operation_aborted || !local_listener.is_open()) return;
+    on_acceptable(local_listener.native_handle(), stream(AF_UNIX, 0));
+    accept_local();
   });
 }
 
 // Takes every connection waiting (bounded per wake), each close-on-exec and non-blocking from
 // accept4 on, so no exec elsewhere in the process can inherit one.
-void StoreServer::Impl::on_acceptable() {
+void StoreServer::Impl::on_acceptable(int listener, stream protocol) {
+  const bool local = protocol.family() == AF_UNIX;
   for (int i = 0; i < kMaxAcceptsPerWake; ++i) {
     sockaddr_storage peer{};
     socklen_t peer_len = sizeof peer;
-    const int fd = ::accept4(acceptor.native_handle(), reinterpret_cast<sockaddr*>(&peer), &peer_len,
+    const int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&peer), &peer_len,
                              SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -461,18 +484,19 @@ void StoreServer::Impl::on_acceptable() {
       return;  // EAGAIN: none left
     }
     ++stats.connections_accepted;
+    if (local) ++stats.local_connections_accepted;
     if (connections.size() >= opt.max_connections) {
       refuse_full(fd);
       continue;
     }
-    tcp::socket socket(io);
+    stream::socket socket(io);
     boost::system::error_code ec;
-    socket.assign(ipv6 ? tcp::v6() : tcp::v4(), fd, ec);
+    socket.assign(protocol, fd, ec);
     if (ec) {
       ::close(fd);
       continue;
     }
-    auto conn = std::make_shared<Connection>(*this, std::move(socket), peer_name(peer, peer_len));
+    auto conn = std::make_shared<Connection>(*this, std::move(socket), local ? "a local socket" : peer_name(peer, peer_len), local);
     connections.insert(conn);
     conn->start();
   }
@@ -509,6 +533,7 @@ void StoreServer::Impl::log(std::string_view kind, const std::string& line) {
 void StoreServer::Impl::close_all() {
   boost::system::error_code ec;
   acceptor.close(ec);
+  local_listener.close(ec);
   auto all = connections;  // close() erases from the set
   for (auto& c : all) c->close("server stopping", false);
 }

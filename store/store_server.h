@@ -1,7 +1,9 @@
 // StoreServer: crun's key-value store server (docs/store-protocol.md) on Boost.Asio.
 //
 // Contract
-//   - Listens on host:port (port 0 = OS-assigned; port() tells the bound one) and serves every
+//   - Listens on host:port (port 0 = OS-assigned; port() tells the bound one), and on a loopback or
+//     wildcard host also on the local socket named after it (store/local_socket.h: crun's own
+//     clients on this host come that way, without TCP), and serves every
 //     operation of the Store contract plus watches, with request ids so clients may pipeline;
 //     torch's TCPStore clients on the same port (the first byte tells them apart; StoreSession).
 //   - A misbehaving connection (bad magic, wrong token, oversized or malformed frame, a frame left
@@ -52,6 +54,7 @@ struct StoreServerOptions {
 
 struct StoreServerStats {
   std::uint64_t connections_accepted = 0;
+  std::uint64_t local_connections_accepted = 0;  // of those, through the local socket
   std::uint64_t connections_dropped = 0;  // closed by the server for a protocol reason
   std::uint64_t open_connections = 0;
   std::uint64_t keys = 0;
