@@ -157,6 +157,7 @@ TcpStore::~TcpStore() = default;
 
 const StoreEndpoint& TcpStore::endpoint() const { return impl_->endpoint; }
 std::string TcpStore::local_address() const { return impl_->conn.local_address(); }
+bool TcpStore::is_local() const { return impl_->conn.is_local(); }
 std::size_t TcpStore::receive_buffer_bytes() const { return impl_->conn.buffer_bytes(); }
 void TcpStore::interrupt() { impl_->conn.interrupt(); }
 

@@ -51,6 +51,9 @@ struct StoreClientOptions {
   Millis timeout{300000};  // deadline of non-blocking operations
   std::string token;       // shared secret, when the server requires one
   std::shared_ptr<ConnectCancel> cancel;  // optional
+  // An endpoint on this host is tried through the store's local socket first
+  // (store/local_socket.h); false: TCP only (a test or bench standing in for remote nodes).
+  bool local_socket = true;
 };
 
 // One change seen by a watch.
@@ -73,6 +76,8 @@ class TcpStore final : public Store {
   const StoreEndpoint& endpoint() const;
   // The local IP address this client's connection uses (the interface that reaches the store).
   std::string local_address() const;
+  // Whether its connection is the store's local socket (store/local_socket.h), not TCP.
+  bool is_local() const;
   // Bytes its connection holds for replies: they grow with the replies received.
   std::size_t receive_buffer_bytes() const;
   // From another thread: makes a call blocked on this connection fail at once (the client is

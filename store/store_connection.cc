@@ -90,11 +90,13 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCan
 }
 
 // One attempt at each of the endpoint's addresses in turn, each bounded by `deadline`, an address
-// of this host first through the store's local socket (store/local_socket.h; `local_ip` then
+// of this host first through the store's local socket (store/local_socket.h, unless
+// options.local_socket is false; `local_ip` then
 // says which loopback address it stood for): the fd of the first that connects, or -1 with
 // `reason` and `refused` (nobody listened at any of them).
-int connect_any(const StoreEndpoint& endpoint, Clock::time_point deadline, const ConnectCancel* cancel,
+int connect_any(const StoreEndpoint& endpoint, Clock::time_point deadline, const StoreClientOptions& options,
                 std::string& reason, bool& refused, std::string& local_ip) {
+  const ConnectCancel* cancel = options.cancel.get();
   refused = false;
   local_ip.clear();
   addrinfo hints{};
@@ -109,7 +111,7 @@ int connect_any(const StoreEndpoint& endpoint, Clock::time_point deadline, const
   int fd = -1;
   bool all_refused = true;
   for (addrinfo* ai = list; ai != nullptr && fd < 0; ai = ai->ai_next) {
-    if (fd = connect_local(ai->ai_addr, ai->ai_addrlen, local_ip); fd >= 0) break;
+    if (options.local_socket && (fd = connect_local(ai->ai_addr, ai->ai_addrlen, local_ip)) >= 0) break;
     bool this_refused = false;
     fd = try_connect(ai, deadline, cancel, reason, this_refused);
     all_refused = all_refused && this_refused;
@@ -137,7 +139,7 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
   auto backoff = std::chrono::milliseconds(10);
   for (int attempt = 1;; ++attempt) {
     bool refused = false;
-    fd_ = connect_any(endpoint, deadline, options.cancel.get(), reason, refused, local_ip_);
+    fd_ = connect_any(endpoint, deadline, options, reason, refused, local_ip_);
     if (fd_ >= 0) break;
     auto now = Clock::now();
     if (options.cancel && options.cancel->cancelled()) throw StoreConnectionError(name_ + ": connecting cancelled");
@@ -154,7 +156,20 @@ StoreConnection::StoreConnection(const StoreEndpoint& endpoint, const StoreClien
   }
   use_socket(deadline);
   if (handshake == Handshake::kPipelined) return;  // the caller sends hello() and calls await_hello()
-  send(hello, hello_deadline_);
+  try {
+    send(hello, hello_deadline_);
+  } catch (const StoreConnectionError&) {
+    // A server that refuses at once (at its connection limit) answers and closes, which may be
+    // before the hello arrives (on a local socket, often): its answer is still in the socket,
+    // and it is the reason to report.
+    try {
+      await_hello();
+    } catch (const StoreRejected&) {
+      throw;
+    } catch (const StoreError&) {
+    }
+    throw;
+  }
   await_hello();
 }
 
@@ -166,7 +181,7 @@ std::unique_ptr<StoreConnection> StoreConnection::connect_once(const StoreEndpoi
   std::string reason;
   bool nobody = false;
   std::string local_ip;
-  const int fd = connect_any(endpoint, Clock::now() + wait, options.cancel.get(), reason, nobody, local_ip);
+  const int fd = connect_any(endpoint, Clock::now() + wait, options, reason, nobody, local_ip);
   if (refused != nullptr) *refused = nobody;
   if (fd < 0) return nullptr;
   std::unique_ptr<StoreConnection> made(new StoreConnection(fd, "store " + endpoint.str()));

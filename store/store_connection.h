@@ -3,13 +3,15 @@
 //
 // Contract
 //   - An endpoint on this host (loopback or wildcard address) is tried first through the
-//     store's local socket (store/local_socket.h: same protocol, checked owner), then over TCP.
+//     store's local socket (store/local_socket.h: same protocol, checked owner), then over TCP;
+//     StoreClientOptions::local_socket = false: TCP only.
 //   - The constructor connects, retrying refused/unreachable/timed-out attempts with exponential
 //     backoff (10 ms doubling to 1 s, ±50% jitter) until `connect_timeout` (a socket the kernel
 //     connected to itself, nobody listening on a port of this host, counts as refused and is
 //     reset at once, so it keeps no hold on the port), then performs the
 //     handshake; it throws StoreConnectionError naming the endpoint and the last reason, or
-//     StoreRejected when the server refuses the handshake (wrong token, version, full).
+//     StoreRejected when the server refuses the handshake (wrong token, version, full), also
+//     when it answered and closed before the hello could be sent.
 //     Handshake::kPipelined stops after connecting: the caller sends hello(options) ahead of its
 //     first requests (one write, one round trip fewer) and then calls await_hello(), which
 //     reads the server's answer to it (the same errors) before any reply.

@@ -94,6 +94,7 @@ TEST_CASE("a client on the store's host comes through its local socket and tells
   c->set("k", "v");
   CHECK(c->get("k", 1s) == "v");
   CHECK(c->local_address() == "127.0.0.1");
+  CHECK(c->is_local());
   const auto stats = f.server.stats();
   CHECK(stats.connections_accepted == 1);
   CHECK(stats.local_connections_accepted == 1);
@@ -143,6 +144,17 @@ TEST_CASE("CRUN_STORE_TCP_ONLY=1 leaves the store on TCP alone", "[local_socket]
   CHECK(c->local_address() == "127.0.0.1");
   CHECK(f.server.stats().connections_accepted == 1);
   CHECK(f.server.stats().local_connections_accepted == 0);
+}
+
+TEST_CASE("a client told local_socket = false connects over TCP", "[local_socket]") {
+  ServerFixture f;
+  StoreClientOptions o;
+  o.local_socket = false;
+  StoreConnection tcp(f.endpoint(), o);
+  CHECK_FALSE(tcp.is_local());
+  CHECK(tcp.local_address() == "127.0.0.1");
+  CHECK(f.server.stats().local_connections_accepted == 0);
+  CHECK(eventually([&] { return f.server.stats().open_connections == 1; }));
 }
 
 TEST_CASE("a stopped store leaves no local socket behind", "[local_socket]") {
@@ -234,4 +246,29 @@ TEST_CASE("a client of another user is served through root's local socket", "[lo
   }
   CHECK(wait_child(child) == 0);
   CHECK(f.server.stats().local_connections_accepted == 1);
+}
+
+// A server at its limit answers "full" and closes at once; over the local socket the client's
+// hello then often meets a closed socket (EPIPE). The answer is still there to be read, and it is
+// the error the client reports, not the broken pipe.
+TEST_CASE("a client refused at the connection limit is told so however soon the server closed", "[local_socket]") {
+  StoreServerOptions o;
+  o.max_connections = 1;
+  ServerFixture f(o);
+  auto first = f.client();
+  StoreClientOptions quick;
+  quick.connect_timeout = 2s;
+  int rejected = 0;
+  for (int i = 0; i < 200; ++i) {
+    try {
+      TcpStore refused(f.endpoint(), quick);
+      FAIL("a second connection must be refused");
+    } catch (const StoreRejected& e) {
+      ++rejected;
+      CHECK_THAT(e.what(), Catch::Contains("connection limit"));
+    } catch (const StoreError& e) {
+      FAIL_CHECK("refused with " << e.what());
+    }
+  }
+  CHECK(rejected == 200);
 }
