@@ -36,7 +36,9 @@ int main(int argc, char** argv) {
   RendezvousKeys keys(cfg.run_id);
 
   std::vector<std::unique_ptr<TcpStore>> clients;
-  for (int c = 0; c < connections; ++c) clients.push_back(std::make_unique<TcpStore>(ep));
+  StoreClientOptions remote;  // the simulated nodes stand for other hosts: TCP, as theirs would be
+  remote.local_socket = false;
+  for (int c = 0; c < connections; ++c) clients.push_back(std::make_unique<TcpStore>(ep, remote));
   std::vector<std::vector<std::string>> answers(connections);
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;

@@ -1,18 +1,23 @@
 // echo_ceiling: what this machine allows for request/reply over loopback, with no protocol at all.
-//   echo_ceiling --clients N [--ops OPS]
+//   echo_ceiling --clients N [--ops OPS] [--transport tcp|local]
 // One thread echoes 16-byte messages through epoll (as the store's single event loop does); N
 // client threads each do blocking send/recv round trips (as TcpStore does). Prints
 // "echo clients=<N> ops_per_s=<X>": the ceiling the store's ops/s should be read against.
+// --transport local: over an abstract Unix-domain socket instead of loopback TCP (the ceiling
+// for the store's local socket, store_bench --transport local).
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,15 +26,28 @@ int main(int argc, char** argv) {
   int clients = 1, ops = 20000;
   app.add_option("--clients", clients)->check(CLI::Range(1, 256));
   app.add_option("--ops", ops)->check(CLI::PositiveNumber);
+  std::string transport = "tcp";
+  app.add_option("--transport", transport)->check(CLI::IsMember({"tcp", "local"}));
   CLI11_PARSE(app, argc, argv);
 
-  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener, 256) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+  const bool local = transport == "local";
+  int listener = ::socket(local ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage storage{};
+  auto* addr = reinterpret_cast<sockaddr*>(&storage);
+  socklen_t len = sizeof storage;
+  if (local) {  // an abstract name of this process' own
+    auto* un = reinterpret_cast<sockaddr_un*>(&storage);
+    un->sun_family = AF_UNIX;
+    const int n = std::snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "crun-echo-ceiling/%d", ::getpid());
+    len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  } else {
+    auto* in = reinterpret_cast<sockaddr_in*>(&storage);
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
+  socklen_t bound_len = len;
+  if (::bind(listener, addr, len) != 0 || ::listen(listener, 256) != 0 ||
+      ::getsockname(listener, addr, &bound_len) != 0) {
     std::perror("echo_ceiling: listen");
     return 1;
   }
@@ -39,7 +57,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < clients; ++i) {
       int c = ::accept(listener, nullptr, nullptr);
       int one = 1;
-      ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      if (!local) ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       epoll_event e{};
       e.events = EPOLLIN;
       e.data.fd = c;
@@ -58,13 +76,13 @@ int main(int argc, char** argv) {
   });
   std::vector<int> socks;
   for (int i = 0; i < clients; ++i) {
-    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    int s = ::socket(local ? AF_UNIX : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(s, addr, local ? len : bound_len) != 0) {
       std::perror("echo_ceiling: connect");
       return 1;
     }
     int one = 1;
-    ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!local) ::setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     socks.push_back(s);
   }
   auto t0 = std::chrono::steady_clock::now();

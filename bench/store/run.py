@@ -1,12 +1,15 @@
 """Store throughput, crun vs torch's TCPStore, side by side in one run (median of --repeat runs).
 
-  /usr/bin/python3 bench/store/run.py --build build [--repeat 5]
+  /usr/bin/python3 bench/store/run.py --build build [--repeat 5] [--transport tcp|local]
 
 First it prints this machine's ceiling for the same traffic: a bare epoll echo server (one
 thread, like the store's event loop) with 1 and 16 blocking clients and no protocol at all; each
 blocking case then runs it again, interleaved with crun's runs, and prints crun over it.
 
-crun: `crun store-server` in its own process, `store_bench` clients (C++).
+crun: `crun store-server` in its own process, `store_bench` clients (C++). --transport: tcp (the
+default: what clients on other hosts use, and what torch's clients use) or local (crun's clients
+on the store's host use its local socket, store/local_socket.h; the echo ceiling then runs over a
+Unix-domain socket too, and the torch column stays on TCP).
 torch: a TCPStore server in its own Python process, clients from Python threads (the anchor's
 client is Python: that is how PyTorch users drive it).
 """
@@ -30,7 +33,9 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--ops", type=int, default=20000)
+    ap.add_argument("--transport", choices=("tcp", "local"), default="tcp")
     a = ap.parse_args()
+    transport = ["--transport", a.transport]
     crun_bin = os.path.join(a.build, "launcher", "crun")
     bench_bin = os.path.join(a.build, "bench", "store", "store_bench")
     echo_bin = os.path.join(a.build, "bench", "store", "echo_ceiling")
@@ -45,10 +50,10 @@ def main():
     cases = [(op, 1, 0) for op in ("set", "get", "add")]
     cases += [(op, 16, 0) for op in ("set", "get", "add")]
     cases += [(op, 1, 1000) for op in ("set", "get", "add")]
-    print(f"load average: {os.getloadavg()[0]:.2f}")
+    print(f"load average: {os.getloadavg()[0]:.2f}; crun's clients and the echo ceiling over {a.transport}")
     for clients in (1, 16):  # the machine's ceiling for this traffic, with no protocol at all
         ops = a.ops if clients == 1 else a.ops // 4
-        runs = [ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(ops)]) for _ in range(a.repeat)]
+        runs = [ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(ops), *transport]) for _ in range(a.repeat)]
         print(f"bare epoll echo ceiling, {clients:>2} client(s): {statistics.median(runs):>9.0f} round trips/s")
     # Each blocking case also runs the echo ceiling for its client count, one echo run before each
     # crun run: "vs echo" is crun's median over that interleaved echo median (the host's load
@@ -63,9 +68,10 @@ def main():
             crun, echo = [], []
             for _ in range(a.repeat):
                 if not depth:
-                    echo.append(ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(a.ops if clients == 1 else a.ops // 4)]))
+                    echo.append(ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(a.ops if clients == 1 else a.ops // 4),
+                                           *transport]))
                 crun.append(ops_per_s([bench_bin, "--endpoint", crun_ep, "--op", op, "--clients", str(clients),
-                                       "--ops", str(ops), "--pipeline", str(depth)]))
+                                       "--ops", str(ops), "--pipeline", str(depth), *transport]))
             torch_ops = a.ops // 4 if clients == 1 else a.ops // 16
             torch = [ops_per_s([PY, os.path.join(HERE, "tcpstore_bench.py"), "--port", torch_port, "--op", op,
                                 "--clients", str(clients), "--ops", str(torch_ops)]) for _ in range(a.repeat)]

@@ -1,11 +1,13 @@
 // store_bench: ops/s of crun's store client against a running server.
-//   store_bench --endpoint H:P --op set|get|add --clients N --ops OPS [--pipeline DEPTH]
+//   store_bench --endpoint H:P --op set|get|add --clients N --ops OPS [--pipeline DEPTH] [--transport tcp|local]
 // Prints one line: "<op> clients=<N> pipeline=<D> ops_per_s=<X>". Each client is a thread with
 // its own connection; OPS is per client. With --pipeline D a client sends D requests per flush.
 //   store_bench --endpoint H:P --op barrier --clients N [--threads T]
 // A torch-style barrier of N connections (up to 20,000), driven by T threads (default 64): every
 // client adds 1 to a counter, the one that sees N sets "done", every client waits for "done".
 // Prints "barrier clients=<N> ms=<X>" (connections made beforehand, not timed).
+// --transport: tcp (the default: what clients on other hosts use) or local (the store's local
+// socket, store/local_socket.h, which crun's clients on the store's host use).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -19,9 +21,8 @@
 
 namespace {
 
-int barrier(const crun::StoreEndpoint& ep, int clients, int threads) {
+int barrier(const crun::StoreEndpoint& ep, crun::StoreClientOptions opt, int clients, int threads) {
   threads = std::min(threads, clients);
-  crun::StoreClientOptions opt;
   opt.timeout = std::chrono::seconds(120);
   opt.connect_timeout = std::chrono::seconds(30);
   std::vector<std::unique_ptr<crun::TcpStore>> stores;
@@ -67,17 +68,25 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads_for_barrier)->check(CLI::Range(1, 1024));
   app.add_option("--ops", ops)->check(CLI::PositiveNumber);
   app.add_option("--pipeline", pipeline)->check(CLI::NonNegativeNumber);
+  std::string transport = "tcp";
+  app.add_option("--transport", transport)->check(CLI::IsMember({"tcp", "local"}));
   CLI11_PARSE(app, argc, argv);
 
   auto ep = crun::StoreEndpoint::parse(endpoint);
-  if (op == "barrier") return barrier(ep, clients, threads_for_barrier);
+  crun::StoreClientOptions opt;
+  opt.local_socket = transport == "local";
+  if (op == "barrier") return barrier(ep, opt, clients, threads_for_barrier);
   if (clients > 1024) {
     std::fprintf(stderr, "store_bench: --clients above 1024 only with --op barrier\n");
     return 2;
   }
   std::vector<std::unique_ptr<crun::TcpStore>> stores;
   for (int i = 0; i < clients; ++i) {
-    stores.push_back(std::make_unique<crun::TcpStore>(ep));
+    stores.push_back(std::make_unique<crun::TcpStore>(ep, opt));
+    if (stores.back()->is_local() != (transport == "local")) {
+      std::fprintf(stderr, "store_bench: %s: no local socket there\n", endpoint.c_str());
+      return 1;
+    }
     stores.back()->set("bench/key" + std::to_string(i), std::string(32, 'v'));
   }
   std::atomic<int> ready{0};

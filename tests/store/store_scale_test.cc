@@ -59,6 +59,7 @@ TEST_CASE("crun store-server holds 10,000 connections in at most 64 MiB, each on
   StoreClientOptions opt;
   opt.connect_timeout = 30s;
   opt.timeout = 30s;
+  opt.local_socket = false;  // they stand for 10,000 nodes: TCP, as remote nodes' connections are
   std::vector<std::unique_ptr<TcpStore>> clients;
   clients.reserve(kClients);
   const auto t0 = std::chrono::steady_clock::now();
