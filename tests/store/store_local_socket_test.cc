@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdlib>
@@ -134,16 +135,30 @@ TEST_CASE("a store on ::1 or 127.0.0.2 has a local socket too; the client tells 
   }
 }
 
-TEST_CASE("CRUN_STORE_TCP_ONLY=1 leaves the store on TCP alone", "[local_socket]") {
-  REQUIRE(::setenv("CRUN_STORE_TCP_ONLY", "1", 1) == 0);
-  ServerFixture f;
-  REQUIRE(::unsetenv("CRUN_STORE_TCP_ONLY") == 0);
-  auto c = f.client();
-  c->set("k", "v");
-  CHECK(c->get("k", 1s) == "v");
-  CHECK(c->local_address() == "127.0.0.1");
-  CHECK(f.server.stats().connections_accepted == 1);
-  CHECK(f.server.stats().local_connections_accepted == 0);
+TEST_CASE("CRUN_STORE_TCP_ONLY=1 leaves a store and its clients on TCP alone", "[local_socket]") {
+  SECTION("the server's environment") {
+    REQUIRE(::setenv("CRUN_STORE_TCP_ONLY", "1", 1) == 0);
+    ServerFixture f;
+    REQUIRE(::unsetenv("CRUN_STORE_TCP_ONLY") == 0);
+    CHECK_FALSE(name_listened(local_socket_name("127.0.0.1", f.server.port())));
+    auto c = f.client();
+    c->set("k", "v");
+    CHECK(c->get("k", 1s) == "v");
+    CHECK(c->local_address() == "127.0.0.1");
+    CHECK(f.server.stats().connections_accepted == 1);
+    CHECK(f.server.stats().local_connections_accepted == 0);
+  }
+  SECTION("the client's environment") {
+    ServerFixture f;  // listens on its local socket too
+    REQUIRE(::setenv("CRUN_STORE_TCP_ONLY", "1", 1) == 0);
+    auto c = f.client();
+    REQUIRE(::unsetenv("CRUN_STORE_TCP_ONLY") == 0);
+    c->set("k", "v");
+    CHECK_FALSE(c->is_local());
+    CHECK(f.server.stats().connections_accepted == 1);
+    CHECK(f.server.stats().local_connections_accepted == 0);
+    CHECK(f.client()->is_local());  // the same store, a client of an environment without it
+  }
 }
 
 TEST_CASE("a client told local_socket = false connects over TCP", "[local_socket]") {
@@ -254,6 +269,10 @@ TEST_CASE("a client of another user is served through root's local socket", "[lo
 TEST_CASE("a client refused at the connection limit is told so however soon the server closed", "[local_socket]") {
   StoreServerOptions o;
   o.max_connections = 1;
+  std::atomic<int> refusals{0};
+  o.log = [&](const std::string& line) {
+    if (line.find("refused a connection") != std::string::npos) ++refusals;
+  };
   ServerFixture f(o);
   auto first = f.client();
   StoreClientOptions quick;
@@ -271,4 +290,5 @@ TEST_CASE("a client refused at the connection limit is told so however soon the 
     }
   }
   CHECK(rejected == 200);
+  CHECK(refusals.load() >= 1);  // logged, throttled
 }
