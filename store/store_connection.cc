@@ -90,10 +90,9 @@ int try_connect(const addrinfo* ai, Clock::time_point deadline, const ConnectCan
 }
 
 // One attempt at each of the endpoint's addresses in turn, each bounded by `deadline`, an address
-// of this host first through the store's local socket (store/local_socket.h, unless
-// options.local_socket is false; `local_ip` then
-// says which loopback address it stood for): the fd of the first that connects, or -1 with
-// `reason` and `refused` (nobody listened at any of them).
+// of this host first through the store's local socket (store/local_socket.h; not when
+// options.local_socket is false; `local_ip` is then the connection's local address): the fd of
+// the first that connects, or -1 with `reason` and `refused` (nobody listened at any of them).
 int connect_any(const StoreEndpoint& endpoint, Clock::time_point deadline, const StoreClientOptions& options,
                 std::string& reason, bool& refused, std::string& local_ip) {
   const ConnectCancel* cancel = options.cancel.get();
