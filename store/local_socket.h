@@ -11,9 +11,9 @@
 //     when the name is taken (another store, or a squatter: clients then use TCP).
 //   - connect_local(addr): for a TCP destination on this host (loopback or wildcard), connects to
 //     the name of that endpoint or of its family's wildcard listener; the fd (non-blocking,
-//     close-on-exec, as a TCP attempt leaves it) only when the listener belongs to this user or to root (SO_PEERCRED: any
-//     local user can bind an abstract name first, and the hello carries the token), else -1 and
-//     the caller connects over TCP. `local_ip` gets the connection's local address as TCP's
+//     close-on-exec, as a TCP attempt leaves it) only when the listener belongs to this user or
+//     to root (SO_PEERCRED: any local user can bind an abstract name first, and the hello carries
+//     the token), else -1 and the caller connects over TCP. `local_ip` gets the connection's local address as TCP's
 //     getsockname would have told it (127.0.0.1 or ::1: the loopback route's source address).
 //   No retries and no waiting: a refused, missing or full (EAGAIN) listener is -1 at once.
 //   CRUN_STORE_TCP_ONLY=1 in the environment: both are -1 (this process serves and connects
