@@ -106,18 +106,29 @@ TEST_CASE("a client on the store's host comes through its local socket and tells
   CHECK(listen_local("10.1.2.3", f.server.port()) == -1);
 }
 
-TEST_CASE("a store on the wildcard address takes clients of 127.0.0.1 and of 0.0.0.0 through its local socket", "[local_socket]") {
-  StoreServerOptions o;
-  o.host = "0.0.0.0";
-  StoreServer server(o);
-  server.start();
-  TcpStore loopback(StoreEndpoint{"127.0.0.1", server.port()});
-  TcpStore wildcard(StoreEndpoint{"0.0.0.0", server.port()});
-  loopback.set("k", "v");
-  CHECK(wildcard.get("k", 1s) == "v");
-  CHECK(loopback.local_address() == "127.0.0.1");
-  CHECK(wildcard.local_address() == "127.0.0.1");
-  CHECK(server.stats().local_connections_accepted == 2);
+TEST_CASE("a store on a wildcard address takes its family's loopback and wildcard clients through its local socket", "[local_socket]") {
+  for (const std::string host : {"0.0.0.0", "::"}) {
+    INFO(host);
+    const bool v6 = host == "::";
+    StoreServerOptions o;
+    o.host = host;
+    StoreServer server(o);
+    server.start();
+    TcpStore loopback(StoreEndpoint{v6 ? "::1" : "127.0.0.1", server.port()});
+    TcpStore wildcard(StoreEndpoint{host, server.port()});
+    loopback.set("k", "v");
+    CHECK(wildcard.get("k", 1s) == "v");
+    CHECK(loopback.is_local());
+    CHECK(wildcard.is_local());
+    CHECK(loopback.local_address() == (v6 ? "::1" : "127.0.0.1"));
+    CHECK(wildcard.local_address() == (v6 ? "::1" : "127.0.0.1"));
+    CHECK(server.stats().local_connections_accepted == 2);
+    if (v6) {  // the other family's loopback reaches a dual-stack listener over TCP
+      TcpStore other(StoreEndpoint{"127.0.0.1", server.port()});
+      CHECK(other.get("k", 1s) == "v");
+      CHECK_FALSE(other.is_local());
+    }
+  }
 }
 
 TEST_CASE("a store on ::1 or 127.0.0.2 has a local socket too; the client tells the address TCP would", "[local_socket]") {
