@@ -9,7 +9,9 @@
         beside two floors: N x `timeout 60 /bin/true` (the process floor, the issue's anchor) and
         N x rdzv_floor_agent (the same work with the least code: one endpoint, a join, a worker,
         a report, the exit barrier); wall time and the machine's CPU time (per agent, from
-        /proc/stat: every process and kernel thread, the kernel's deferred work included)
+        /proc/stat: every process and kernel thread, the kernel's deferred work included); and,
+        before and after, what one `cpuid` costs here (cpuid_cost: a fixed share of every process
+        start on a VM, both runs' alike, which moves with the host's load)
 
 1. Rendezvous scale on loopback: N agents (`--nnodes N --nproc-per-node 1 --rdzv-backend c10d
    --rdzv-endpoint 127.0.0.1:PORT`, exactly one with `--rdzv-conf is_host=1`, the others
@@ -169,6 +171,13 @@ def shared_once(n, tag, crun=None, argv=None, env=None):
     return (int(f[5]) - int(f[1])) / 1e6, cpu
 
 
+def cpuid_cost():
+    """cpuid_cost's line ("" where it is not built: not x86-64)."""
+    if not os.path.exists(CPUID_COST):
+        return ""
+    return subprocess.run([CPUID_COST], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+
+
 def shared_endpoint_bench(n, runs, others=()):
     """Interleaved: the process floor (N x `timeout 60 /bin/true`, each forked, exec'd and reaped by
     rdzv_spawn: the issue's anchor), the same-work floor (N rdzv_floor_agent processes: one
@@ -177,6 +186,7 @@ def shared_endpoint_bench(n, runs, others=()):
     CPU time per agent, and their ratios to the process floor (goal: wall <= 1.5x). `others`
     ((label, crun, env), --shared-also and --shared-env): other crun builds or environments, in the
     same interleaving."""
+    cpuid_before = cpuid_cost()
     rows = {"floor": [], "work": [], "crun": []}
     rows.update({label: [] for label, _, _ in others})
     for r in range(runs):
@@ -201,6 +211,8 @@ def shared_endpoint_bench(n, runs, others=()):
         if k not in ("floor", "work"):
             note += f", {wall / w[0]:.2f}x the same-work floor"
         print(f"{names.get(k, 'the same, ' + k):52} {wall:8.0f} ms {wall / f[0]:6.2f}x {cpu:7.2f} ms {cpu / f[1]:6.2f}x{note}")
+    if cpuid_before:
+        print(f"this machine, before: {cpuid_before}; after: {cpuid_cost()}")
 
 
 CPU = [0.0]  # CPU seconds (user + sys) of the last scale run's processes, agents and workers
@@ -333,7 +345,7 @@ def restart_bench(runs, torch_runs, worker):
 
 
 def main():
-    global CRUN, LOADGEN, TORCH_MI, SPAWN, FLOOR_AGENT
+    global CRUN, LOADGEN, TORCH_MI, SPAWN, FLOOR_AGENT, CPUID_COST
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--runs", type=int, default=5)
@@ -357,6 +369,7 @@ def main():
     worker = os.path.join(a.build, "bench", "rendezvous", "rdzv_worker")
     SPAWN = os.path.join(a.build, "bench", "rendezvous", "rdzv_spawn")
     FLOOR_AGENT = os.path.join(a.build, "bench", "rendezvous", "rdzv_floor_agent")
+    CPUID_COST = os.path.join(a.build, "bench", "rendezvous", "cpuid_cost")
     TORCH_MI = a.torch_monitor_interval
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
