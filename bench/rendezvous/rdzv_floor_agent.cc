@@ -1,7 +1,7 @@
 // rdzv_floor_agent: the least one node's agent can do in issue 16's shared-endpoint run, so that
 // run.py measures the machine's floor for that work beside crun (and beside the process floor,
 // N x `timeout 60 /bin/true`, which has no rendezvous):
-//   rdzv_floor_agent PORT NNODES -- PROGRAM [ARGS...]
+//   rdzv_floor_agent [--io-thread] PORT NNODES -- PROGRAM [ARGS...]
 // Each process tries to listen on 127.0.0.1:PORT; the one whose bind succeeds hosts, the others
 // connect (retrying while refused: the host may not listen yet). The work, nothing more:
 //   joiner: connect, send its join (1 byte), receive its node rank (4 bytes) once all NNODES
@@ -12,7 +12,10 @@
 //           status; then send the result (0: every PROGRAM exited 0, else 1) to every joiner and
 //           wait until each has closed (the exit barrier), exit with it.
 // No keeper, cgroup, run directory, environment contract, heartbeats or restarts: crun's figure
-// against this one is what those and crun's generality cost. Exit 3 with one line on stderr for
+// against this one is what those and crun's generality cost. --io-thread: a joiner does its
+// socket's work on a second thread, as crun's participant does on its store connection's I/O
+// thread, and hands each answer across through an eventfd (the same work, plus a thread and
+// three hand-offs: what that shape costs, measured). Exit 3 with one line on stderr for
 // a failure of its own (socket, timeout after 120 s); 2 for usage.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,16 +23,19 @@
 #include <netinet/tcp.h>
 #include <spawn.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -91,7 +97,56 @@ pid_t spawn(char** program) {
 
 int status_byte(int wait_status) { return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0 ? 0 : 1; }
 
-int join(int port, char** program) {
+// The joiner's exchange: its join, its rank; the program run and reaped; its status, the result.
+int exchange(int fd, char** program) {
+  const char joined = 'j';
+  write_all(fd, &joined, 1);
+  std::uint32_t rank = 0;
+  read_all(fd, &rank, sizeof rank);
+  int st = 0;
+  if (::waitpid(spawn(program), &st, 0) < 0) fail("waitpid");
+  const char status = static_cast<char>(status_byte(st));
+  write_all(fd, &status, 1);
+  char result = 1;
+  read_all(fd, &result, 1);
+  return result;
+}
+
+// The same, the socket's side on a second thread; each step's answer crosses by an eventfd.
+int exchange_on_io_thread(int fd, char** program) {
+  const int to_main = ::eventfd(0, EFD_CLOEXEC), to_io = ::eventfd(0, EFD_CLOEXEC);
+  if (to_main < 0 || to_io < 0) fail("eventfd");
+  const std::uint64_t one = 1;
+  std::uint64_t got = 0;
+  std::atomic<char> status{1}, result{1};  // the eventfd's write and read order them too
+  std::thread io([&] {
+    const char joined = 'j';
+    write_all(fd, &joined, 1);
+    std::uint32_t rank = 0;
+    read_all(fd, &rank, sizeof rank);
+    write_all(to_main, &one, sizeof one);  // the rank is in
+    std::uint64_t go = 0;
+    read_all(to_io, &go, sizeof go);  // the status is ready
+    const char mine = status.load(std::memory_order_acquire);
+    write_all(fd, &mine, 1);
+    char theirs = 1;
+    read_all(fd, &theirs, 1);
+    result.store(theirs, std::memory_order_release);
+    write_all(to_main, &one, sizeof one);  // the result is in
+  });
+  read_all(to_main, &got, sizeof got);
+  int st = 0;
+  if (::waitpid(spawn(program), &st, 0) < 0) fail("waitpid");
+  status.store(static_cast<char>(status_byte(st)), std::memory_order_release);
+  write_all(to_io, &one, sizeof one);
+  read_all(to_main, &got, sizeof got);
+  io.join();
+  ::close(to_main);
+  ::close(to_io);
+  return result.load(std::memory_order_acquire);
+}
+
+int join(int port, char** program, bool io_thread) {
   const sockaddr_in a = endpoint(port);
   const long long deadline = monotonic_ms() + kDeadlineSeconds * 1000LL;
   int fd = -1;
@@ -114,16 +169,7 @@ int join(int port, char** program) {
   }
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  const char joined = 'j';
-  write_all(fd, &joined, 1);
-  std::uint32_t rank = 0;
-  read_all(fd, &rank, sizeof rank);
-  int st = 0;
-  if (::waitpid(spawn(program), &st, 0) < 0) fail("waitpid");
-  const char status = static_cast<char>(status_byte(st));
-  write_all(fd, &status, 1);
-  char result = 1;
-  read_all(fd, &result, 1);
+  const int result = io_thread ? exchange_on_io_thread(fd, program) : exchange(fd, program);
   ::close(fd);
   return result;
 }
@@ -220,8 +266,13 @@ int host(int listen_fd, int nnodes, char** program) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool io_thread = argc > 1 && std::strcmp(argv[1], "--io-thread") == 0;
+  if (io_thread) {
+    --argc;
+    ++argv;
+  }
   if (argc < 5 || std::strcmp(argv[3], "--") != 0) {
-    std::fprintf(stderr, "usage: rdzv_floor_agent PORT NNODES -- PROGRAM [ARGS...]\n");
+    std::fprintf(stderr, "usage: rdzv_floor_agent [--io-thread] PORT NNODES -- PROGRAM [ARGS...]\n");
     return 2;
   }
   const int port = std::atoi(argv[1]), nnodes = std::atoi(argv[2]);
@@ -236,5 +287,5 @@ int main(int argc, char** argv) {
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0) return host(fd, nnodes, program);
   if (errno != EADDRINUSE) fail("bind");
   ::close(fd);
-  return join(port, program);
+  return join(port, program, io_thread);
 }

@@ -6,6 +6,7 @@
     /usr/bin/python3 bench/rendezvous/run.py --shared-endpoint 1024 [--runs 5]   (issue 16's figure)
         [--shared-also LABEL=CRUN ...]   (another crun build in the same interleaving)
         [--shared-env LABEL=NAME=VALUE ...]   (this build's crun with NAME=VALUE, the same)
+        [--shared-work-io-thread]   (also the same-work floor with its socket on a second thread)
         beside two floors: N x `timeout 60 /bin/true` (the process floor, the issue's anchor) and
         N x rdzv_floor_agent (the same work with the least code: one endpoint, a join, a worker,
         a report, the exit barrier); wall time and the machine's CPU time (per agent, from
@@ -178,22 +179,29 @@ def cpuid_cost():
     return subprocess.run([CPUID_COST], capture_output=True, text=True, timeout=30, check=True).stdout.strip()
 
 
-def shared_endpoint_bench(n, runs, others=()):
+def shared_endpoint_bench(n, runs, others=(), work_io_thread=False):
     """Interleaved: the process floor (N x `timeout 60 /bin/true`, each forked, exec'd and reaped by
     rdzv_spawn: the issue's anchor), the same-work floor (N rdzv_floor_agent processes: one
     endpoint, a join and its rank, one /bin/true each, a report and the exit barrier, nothing
     more) and N crun agents on one shared endpoint; medians of the wall time and of the machine's
     CPU time per agent, and their ratios to the process floor (goal: wall <= 1.5x). `others`
     ((label, crun, env), --shared-also and --shared-env): other crun builds or environments, in the
-    same interleaving."""
+    same interleaving. `work_io_thread`: also the same-work floor whose joiners do their socket's
+    work on a second thread (rdzv_floor_agent --io-thread), as crun's participant does."""
     cpuid_before = cpuid_cost()
-    rows = {"floor": [], "work": [], "crun": []}
+    rows = {"floor": [], "work": []}
+    if work_io_thread:
+        rows["work-io"] = []
+    rows["crun"] = []
     rows.update({label: [] for label, _, _ in others})
     for r in range(runs):
         cpu0 = machine_cpu_s()
         wall = baseline(n, ["/usr/bin/timeout", "60", "/bin/true"])[0]
         rows["floor"].append((wall, machine_cpu_s() - cpu0))
         rows["work"].append(shared_once(n, None, argv=[FLOOR_AGENT, "{PORT}", str(n), "--", "/bin/true"]))
+        if work_io_thread:
+            rows["work-io"].append(shared_once(n, None, argv=[FLOOR_AGENT, "--io-thread", "{PORT}", str(n), "--",
+                                                              "/bin/true"]))
         rows["crun"].append(shared_once(n, f"se{n}r{r}"))
         for label, crun, env in others:
             rows[label].append(shared_once(n, f"se{n}r{r}{label}", crun, env=env))
@@ -204,11 +212,12 @@ def shared_endpoint_bench(n, runs, others=()):
     f, w = med["floor"], med["work"]
     names = {"floor": f"{n} x timeout 60 /bin/true (the process floor)",
              "work": f"{n} rdzv_floor_agent, shared endpoint (same work)",
+             "work-io": "the same work, its socket on a second thread",
              "crun": f"{n} crun agents, shared endpoint, /bin/true"}
     print(f"{'':52} {'wall':>8}    {'x floor':>7} {'CPU/agent':>10} {'x floor':>7}")
     for k, (wall, cpu) in med.items():
         note = " (goal <= 1.5x)" if k == "crun" else ""
-        if k not in ("floor", "work"):
+        if k not in ("floor", "work", "work-io"):
             note += f", {wall / w[0]:.2f}x the same-work floor"
         print(f"{names.get(k, 'the same, ' + k):52} {wall:8.0f} ms {wall / f[0]:6.2f}x {cpu:7.2f} ms {cpu / f[1]:6.2f}x{note}")
     if cpuid_before:
@@ -361,6 +370,8 @@ def main():
                     help="with --shared-endpoint: another crun build, interleaved with the rest")
     ap.add_argument("--shared-env", action="append", default=[], metavar="LABEL=NAME=VALUE",
                     help="with --shared-endpoint: this build's crun with NAME=VALUE in its environment, interleaved")
+    ap.add_argument("--shared-work-io-thread", action="store_true",
+                    help="with --shared-endpoint: also the same-work floor with its socket on a second thread")
     ap.add_argument("--torch-monitor-interval", default="0.1",
                     help="extra torchrun row with this --monitor_interval in the restart benchmark ('' for none)")
     a = ap.parse_args()
@@ -388,7 +399,7 @@ def main():
             others.append((label, None, {name: value}))
         print(f"# {a.shared_endpoint} agents on one endpoint vs the process floor, {os.cpu_count()} cores, "
               f"load average {loadavg()}, median of {a.runs}", flush=True)
-        shared_endpoint_bench(a.shared_endpoint, a.runs, others)
+        shared_endpoint_bench(a.shared_endpoint, a.runs, others, a.shared_work_io_thread)
         return
     print(f"# crun vs torchrun (torch 1.13) c10d rendezvous, {os.cpu_count()} cores, "
           f"load average {loadavg()}, RLIMIT_NOFILE {hard}", flush=True)
