@@ -36,7 +36,9 @@ bool numeric_local_host(const sockaddr* addr, std::string& host, bool& v6) {
   return true;
 }
 
-bool is_local_host_text(const std::string& host) {
+// The canonical text of a loopback or wildcard host given as text ("0:0::1" -> "::1", the text a
+// client derives from the address it resolved), or "" for any other host.
+std::string canonical_local_host(const std::string& host) {
   sockaddr_storage ss{};
   auto* in = reinterpret_cast<sockaddr_in*>(&ss);
   auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
@@ -45,11 +47,11 @@ bool is_local_host_text(const std::string& host) {
   } else if (::inet_pton(AF_INET6, host.c_str(), &in6->sin6_addr) == 1) {
     in6->sin6_family = AF_INET6;
   } else {
-    return false;
+    return {};
   }
   std::string numeric;
   bool v6 = false;
-  return numeric_local_host(reinterpret_cast<const sockaddr*>(&ss), numeric, v6);
+  return numeric_local_host(reinterpret_cast<const sockaddr*>(&ss), numeric, v6) ? numeric : std::string();
 }
 
 socklen_t address_of(const std::string& name, sockaddr_un& un) {
@@ -90,11 +92,12 @@ std::string local_socket_name(const std::string& host, std::uint16_t port) {
 }
 
 int listen_local(const std::string& host, std::uint16_t port) {
-  if (!is_local_host_text(host) || tcp_only()) return -1;
+  const std::string canonical = canonical_local_host(host);
+  if (canonical.empty() || tcp_only()) return -1;
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   sockaddr_un un{};
-  const socklen_t len = address_of(local_socket_name(host, port), un);
+  const socklen_t len = address_of(local_socket_name(canonical, port), un);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&un), len) != 0 || ::listen(fd, SOMAXCONN) != 0) {
     ::close(fd);
     return -1;

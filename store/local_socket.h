@@ -7,8 +7,9 @@
 //     with the leading NUL that puts it in the abstract namespace (no file, gone with its socket,
 //     scoped to the network namespace, as the TCP port is).
 //   - listen_local(host, port): for a loopback (127/8, ::1) or wildcard (0.0.0.0, ::) host, a
-//     listening, non-blocking, close-on-exec socket bound to that name; -1 for any other host or
-//     when the name is taken (another store, or a squatter: clients then use TCP).
+//     listening, non-blocking, close-on-exec socket bound to that name, the host written as
+//     inet_ntop writes it ("0:0::1" listens as "::1", the name its clients derive); -1 for any
+//     other host or when the name is taken (another store, or a squatter: clients then use TCP).
 //   - connect_local(addr): for a TCP destination on this host (loopback or wildcard), connects to
 //     the name of that endpoint or of its family's wildcard listener; the fd (non-blocking,
 //     close-on-exec, as a TCP attempt leaves it) only when the listener belongs to this user or

@@ -146,6 +146,22 @@ TEST_CASE("a store on ::1 or 127.0.0.2 has a local socket too; the client tells 
   }
 }
 
+TEST_CASE("a store on a host written another way listens under the name its clients derive", "[local_socket]") {
+  // The client names the listener after the address it resolved, in inet_ntop's text.
+  for (const std::string host : {"0:0:0:0:0:0:0:1", "0::1", "0:0::0"}) {
+    INFO(host);
+    StoreServerOptions o;
+    o.host = host;
+    StoreServer server(o);
+    server.start();
+    TcpStore c(StoreEndpoint{host, server.port()});
+    c.set("k", "v");
+    CHECK(c.get("k", 1s) == "v");
+    CHECK(c.is_local());
+    CHECK(server.stats().local_connections_accepted == 1);
+  }
+}
+
 TEST_CASE("CRUN_STORE_TCP_ONLY=1 leaves a store and its clients on TCP alone", "[local_socket]") {
   SECTION("the server's environment") {
     REQUIRE(::setenv("CRUN_STORE_TCP_ONLY", "1", 1) == 0);
