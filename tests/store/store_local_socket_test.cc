@@ -132,23 +132,9 @@ TEST_CASE("a store on a wildcard address takes its family's loopback and wildcar
 }
 
 TEST_CASE("a store on ::1 or 127.0.0.2 has a local socket too; the client tells the address TCP would", "[local_socket]") {
-  for (const std::string host : {"::1", "127.0.0.2"}) {
-    INFO(host);
-    StoreServerOptions o;
-    o.host = host;
-    StoreServer server(o);
-    server.start();
-    TcpStore c(StoreEndpoint{host, server.port()});
-    c.set("k", "v");
-    CHECK(c.get("k", 1s) == "v");
-    CHECK(c.local_address() == (host == "::1" ? "::1" : "127.0.0.1"));  // the loopback route's source
-    CHECK(server.stats().local_connections_accepted == 1);
-  }
-}
-
-TEST_CASE("a store on a host written another way listens under the name its clients derive", "[local_socket]") {
-  // The client names the listener after the address it resolved, in inet_ntop's text.
-  for (const std::string host : {"0:0:0:0:0:0:0:1", "0::1", "0:0::0"}) {
+  // Also ::1 and :: written other ways: the store listens under the canonical text, which is the
+  // name a client derives from the address it resolved.
+  for (const std::string host : {"::1", "127.0.0.2", "0:0:0:0:0:0:0:1", "0::1", "0:0::0"}) {
     INFO(host);
     StoreServerOptions o;
     o.host = host;
@@ -158,6 +144,8 @@ TEST_CASE("a store on a host written another way listens under the name its clie
     c.set("k", "v");
     CHECK(c.get("k", 1s) == "v");
     CHECK(c.is_local());
+    const bool v6 = host.find(':') != std::string::npos;
+    CHECK(c.local_address() == (v6 ? "::1" : "127.0.0.1"));  // the loopback route's source
     CHECK(server.stats().local_connections_accepted == 1);
   }
 }
