@@ -24,7 +24,7 @@ run() { # run BOUND_S CMD...: bounded, its status counted, its output in $log
 }
 
 step "devices"; nvidia-smi -L || failed=$((failed + 1))
-step "nccl_test"; run 240 "$build/tests/runtime/nccl_test"; cat "$log"
+step "nccl_test"; run 240 "$build/tests/runtime/nccl_test" --train-mlp "$mlp"; cat "$log"
 for size in "default" "large"; do
   extra=(); [ "$size" = large ] && extra=(--hidden 1024 --batch-size 512 --train-size 100000 --epochs 3)
   for dev in cpu cuda; do

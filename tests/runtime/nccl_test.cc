@@ -1,7 +1,9 @@
 // NCCL backend test. Without a usable GPU it prints why and exits 77 (CTest SKIP_RETURN_CODE).
 // With GPUs it starts one rank per visible device (1..4) through proc_harness, running
 // `nccl_test --worker`: all_reduce (sum/avg/max), broadcast, all_gather, reduce_scatter and
-// barrier on device buffers, float32 and bfloat16, checked against host references.
+// barrier on device buffers, float32 and bfloat16, checked against host references; then
+// train_mlp --device cuda, from the build tree or from `--train-mlp PATH` (a build carried
+// elsewhere, as scripts/gpu-check.sh does).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -96,8 +98,9 @@ int main(int argc, char** argv) {
   for (auto& r : res.ranks) ok = ok && r.exit_code == 0;
   std::printf("%s collectives (world size %d)\n", ok ? "PASS" : "FAIL", world);
 #ifdef CRUN_TRAIN_MLP
+  const char* train_mlp = argc > 2 && std::strcmp(argv[1], "--train-mlp") == 0 ? argv[2] : CRUN_TRAIN_MLP;
   // The CUDA path of train_mlp (cuBLAS + NCCL) must train as well as the CPU path.
-  auto train = crun::test::run_ranks({CRUN_TRAIN_MLP, "--device", "cuda"}, world, {}, std::chrono::seconds(120));
+  auto train = crun::test::run_ranks({train_mlp, "--device", "cuda"}, world, {}, std::chrono::seconds(120));
   std::printf("%s", train.summary().c_str());
   const auto pos = train.ranks[0].output.find("final: accuracy=");
   const bool trained = !train.timed_out && train.ranks[0].exit_code == 0 && pos != std::string::npos &&
