@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "agent/agent_state_machine.h"
+#include "agent/console_sink.h"
 #include "agent/failure_report.h"
 #include "agent/file_timer_server.h"
 #include "agent/hang_watch.h"
@@ -47,7 +48,36 @@ constexpr std::size_t kStderrTailLines = 20;
 // A joining agent says where it waits only when its first round has not formed by then.
 constexpr std::chrono::seconds kJoinNotice{5};
 
-void say(const std::string& text) { (void)write_all(2, text.data(), text.size()); }
+// The agent's stderr sink on the thread that runs the agent (Agent::Impl::run, ConsoleScope):
+// say() there never blocks the loop; outside io.run() it writes through at once. Other threads
+// (the rendezvous' I/O thread, helpers) write to fd 2 directly.
+thread_local ConsoleSink* t_console = nullptr;
+thread_local bool t_in_loop = false;
+
+void say(const std::string& text) {
+  if (t_console == nullptr) {
+    (void)write_all(2, text.data(), text.size());
+    return;
+  }
+  t_console->write(text.data(), text.size());
+  if (!t_in_loop) t_console->flush();
+}
+
+// say() through `err` on this thread while it lives; both sinks written out at its end, however
+// the agent's run ends.
+struct ConsoleScope {
+  ConsoleScope(ConsoleSink& o, ConsoleSink& e) : out(o), err(e) { t_console = &err; }
+  ~ConsoleScope() {
+    t_in_loop = false;
+    out.flush();
+    err.flush();
+    t_console = nullptr;
+  }
+  ConsoleScope(const ConsoleScope&) = delete;
+  ConsoleScope& operator=(const ConsoleScope&) = delete;
+  ConsoleSink& out;
+  ConsoleSink& err;
+};
 
 // "2.5 s": a duration as crun's messages show it, to a tenth of a second.
 std::string seconds_text(std::chrono::milliseconds d) {
@@ -111,6 +141,8 @@ struct Agent::Impl {
 
   AgentConfig config;
   asio::io_context io;
+  ConsoleSink console_out{io, 1};  // workers' console lines and the agent's own (say) go through
+  ConsoleSink console_err{io, 2};  // these: a stalled console never blocks the loop
   asio::signal_set signals;
   bool preempted = false;  // a preemption notice (SIGUSR1/SIGUSR2) arrived
   asio::steady_timer stop_timer;
@@ -174,6 +206,7 @@ int Agent::run() { return impl_->run(); }
 
 int Agent::Impl::run() {
   ::signal(SIGPIPE, SIG_IGN);
+  const ConsoleScope console(console_out, console_err);
   // fds 0-2 must be open, or a worker pipe could land on one of them and be lost in the dup2s.
   for (int fd = 0; fd <= 2; ++fd) {
     if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
@@ -222,7 +255,11 @@ int Agent::Impl::run() {
   if (const char* f = std::getenv("TORCHELASTIC_ERROR_FILE")) parent_error_file = f;
   wait_signal();
   perform(machine.start(AgentClock::now()));
-  if (!exit_code) io.run();
+  if (!exit_code) {
+    t_in_loop = true;
+    io.run();
+    t_in_loop = false;
+  }
   endpoint.reset();  // nothing answers once the loop has stopped: refuse rather than hang
   group.reset();  // SIGKILLs what is left of the workers' trees
   file_timer.reset();  // removes its FIFO
@@ -363,12 +400,14 @@ void Agent::Impl::start_group(int restart_count) {
         if (tee & bit) {
           r.file_fd = open_log(dir / file);
           r.console_fd = console ? console_fd : -1;
+          r.console = console_fd == 1 ? &console_out : &console_err;
           r.console_prefix = prefix;
           if (console) r.duplicate = bit == 1u ? duplicate_stdout : duplicate_stderr;
         } else if (redirect & bit) {
           r.file_fd = open_log(dir / file);
         } else {
           r.console_fd = console ? console_fd : -1;
+          r.console = console_fd == 1 ? &console_out : &console_err;
         }
         return r;
       };

@@ -1,5 +1,6 @@
 #include "agent/line_router.h"
 
+#include "agent/console_sink.h"
 #include "base/fd_io.h"
 
 #include <poll.h>
@@ -74,7 +75,13 @@ void LineRouter::finish() {
 }
 
 void LineRouter::flush_console() {
-  if (route_.console_fd >= 0 && !out_.empty()) write_all(route_.console_fd, out_.data(), out_.size());
+  if (route_.console_fd >= 0 && !out_.empty()) {
+    if (route_.console != nullptr) {
+      route_.console->write(out_.data(), out_.size());
+    } else {
+      write_all(route_.console_fd, out_.data(), out_.size());
+    }
+  }
   out_.clear();
   if (dup_.empty()) return;
   DuplicateSink& sink = *route_.duplicate;

@@ -3,7 +3,9 @@
 // Contract
 //   - Bytes go to the log file (if any) as they arrive; the console (if any) gets only complete
 //     lines, each preceded by `console_prefix` (torchrun's "[default0]:" when teeing), written
-//     with as few write() calls as possible so lines of different workers never interleave.
+//     with as few write() calls as possible so lines of different workers never interleave;
+//     through `console` (agent/console_sink.h: never blocking the loop) when given, else to
+//     `console_fd` directly.
 //   - finish() flushes a last line that has no newline (adding one), so nothing is lost when a
 //     worker dies mid-line. A line longer than 1 MiB is flushed in pieces.
 //   - The last `tail_lines` lines are kept for the failure report.
@@ -29,6 +31,8 @@
 
 namespace crun {
 
+class ConsoleSink;
+
 // The file a group's filtered lines go to (attempt_<N>/filtered_std{out,err}.log).
 struct DuplicateSink {
   DuplicateSink(int fd, std::vector<std::string> filters, std::string path);
@@ -48,6 +52,7 @@ struct StreamRoute {
   std::size_t tail_lines = 0;  // how many last lines to keep
   std::string file_path;       // the log file's name, for the one line about a failed write
   std::shared_ptr<DuplicateSink> duplicate;  // console lines matching its filters also go there
+  ConsoleSink* console = nullptr;  // not owned; writes console_fd's lines when set
 };
 
 class LineRouter {
@@ -60,6 +65,7 @@ class LineRouter {
   void feed(const char* data, std::size_t size);
   void finish();
   const std::deque<std::string>& tail() const { return tail_; }
+  ConsoleSink* console() const { return route_.console_fd >= 0 ? route_.console : nullptr; }
 
  private:
   void emit_lines(const char* data, std::size_t size);  // `data` holds whole lines only

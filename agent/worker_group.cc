@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 
+#include "agent/console_sink.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_process.h"
 
@@ -94,6 +95,14 @@ struct WorkerGroup::Impl {
   }
 
   void watch_stream(const std::shared_ptr<Worker>& w, Stream& s) {
+    // A console that does not take what was read already: read on once it has (the worker then
+    // waits on its full pipe, as it would writing to that console itself).
+    if (ConsoleSink* console = s.router.console(); console != nullptr && console->backlogged()) {
+      console->when_drained([this, w, &s] {
+        if (!w->closed && s.open) watch_stream(w, s);
+      });
+      return;
+    }
     s.pipe.async_wait(asio::posix::stream_descriptor::wait_read,
                       [this, w, &s](const boost::system::error_code& ec) {
                         if (ec || w->closed || !s.open) return;

@@ -9,6 +9,8 @@
 //     known to it as they start and end, and once the last worker of the group has been reaped
 //     (before its exit is delivered) the rest of their trees is killed: each worker's process group,
 //     then every remaining descendant (group_over()). Without one (tests), only the process groups.
+//   - A stream whose console sink is backlogged (agent/console_sink.h) is not read until the sink
+//     has drained: the worker waits on its full pipe, and the agent's loop goes on.
 //   - When a worker ends, its pipes are drained of everything it wrote before the exit event is
 //     delivered to `on_exit` (so a crashing worker's last lines are routed, and its stderr tail is
 //     complete, before the agent reacts).

@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -16,6 +17,7 @@
 
 #include "tests/agent/crun_command.h"
 #include "tests/support/child_process.h"
+#include "tests/support/eventually.h"
 #include "tests/support/temp_dir.h"
 
 using namespace crun::test;
@@ -362,6 +364,72 @@ TEST_CASE("4 workers x 10,000 lines arrive whole and prefixed", "[e2e][output]")
     CHECK(count(log, "\n") == 10000);
     CHECK(log.find("line r=3 i=9999 ") != std::string::npos);
   }
+}
+
+// The workers of agent `agent` (its children running crun_test_worker) that wait in a write to
+// their stdout: a console that takes nothing more has stalled them.
+int workers_waiting_on_stdout(pid_t agent) {
+  int waiting = 0;
+  std::error_code ec;
+  for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(agent) + "/task", ec)) {
+    std::istringstream children(slurp(task.path() / "children"));
+    for (pid_t pid = 0; children >> pid;) {
+      const fs::path proc = "/proc/" + std::to_string(pid);
+      if (slurp(proc / "cmdline").find("crun_test_worker") == std::string::npos) continue;
+      std::istringstream call(slurp(proc / "syscall"));  // "<nr> <fd> ..." while in a system call
+      std::string nr, fd;
+      call >> nr >> fd;
+      if (nr == std::to_string(SYS_write) && fd == "0x1") ++waiting;
+    }
+  }
+  return waiting;
+}
+
+// Each rank's "line r=R i=I xxx" lines numbered 0, 1, ... in order; only a rank's last line may
+// be cut (a worker killed in the middle of it). Returns the lines per rank.
+std::map<int, long> check_numbered_lines(const std::string& out, bool last_may_be_cut) {
+  std::map<int, long> next;
+  std::map<int, bool> cut;
+  static const std::regex re(R"(^line r=(\d) i=(\d+)( x*)?$)");
+  for (const auto& line : lines(out)) {
+    std::smatch sm;
+    INFO("line: " << line);
+    REQUIRE(std::regex_match(line, sm, re));
+    const int rank = std::stoi(sm[1]);
+    REQUIRE_FALSE(cut[rank]);  // nothing after a cut line
+    REQUIRE(std::stol(sm[2]) == next[rank]++);
+    if (sm[3].length() != 91) {
+      REQUIRE(last_may_be_cut);
+      cut[rank] = true;
+    }
+  }
+  return next;
+}
+
+TEST_CASE("a console nobody reads stalls the workers, not the agent: SIGTERM is handled at once", "[e2e][output]") {
+  // 2 x 4 MB of lines cannot all pass a console that is not read: the agent keeps ~1 MiB, then
+  // stops reading, and the workers wait on their pipes.
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2"}, {"--lines", "40000"}), {}, SIZE_MAX, /*stdout_held=*/true);
+  REQUIRE(eventually([&] { return workers_waiting_on_stdout(p.pid()) == 2; }, 30s));
+  p.signal(SIGTERM);
+  // A blocked agent would act on it only once the console reads again.
+  CHECK(p.wait_until([](const std::string&, const std::string& err) { return err.find("received SIGTERM") != std::string::npos; },
+                     10s));
+  p.release_stdout();
+  const auto code = p.wait_exit();
+  REQUIRE(code == 128 + SIGTERM);
+  // What the workers wrote before they ended comes out whole and in order.
+  const auto counts = check_numbered_lines(p.out(), true);
+  CHECK(counts.size() == 2);
+}
+
+TEST_CASE("a console that reads again gets every line: 2 x 40,000 lines through a stalled stdout", "[e2e][output]") {
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2"}, {"--lines", "40000"}), {}, SIZE_MAX, /*stdout_held=*/true);
+  REQUIRE(eventually([&] { return workers_waiting_on_stdout(p.pid()) == 2; }, 30s));
+  p.release_stdout();
+  REQUIRE(p.wait_exit() == 0);
+  const auto counts = check_numbered_lines(p.out(), false);
+  CHECK(counts == std::map<int, long>{{0, 40000}, {1, 40000}});
 }
 
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE shapes the teed lines' prefix", "[e2e][output]") {

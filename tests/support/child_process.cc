@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/prctl.h>
@@ -18,8 +19,9 @@ extern char** environ;
 
 namespace crun::test {
 
-ChildProcess::ChildProcess(std::vector<std::string> argv, std::vector<std::string> env, std::size_t keep_stdout)
-    : keep_stdout_(keep_stdout) {
+ChildProcess::ChildProcess(std::vector<std::string> argv, std::vector<std::string> env, std::size_t keep_stdout,
+                           bool stdout_held)
+    : stdout_held_(stdout_held), keep_stdout_(keep_stdout) {
   std::vector<std::string> full_env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
@@ -54,6 +56,7 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, std::vector<std::strin
   out_fd_ = out[0];
   err_fd_ = err[0];
   pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
   reader_ = std::thread([this] { read_loop(); });
 }
 
@@ -66,27 +69,40 @@ ChildProcess::~ChildProcess() {
   if (running) {
     ::kill(pid_, SIGKILL);
   }
+  release_stdout();  // a held stdout would keep the reader waiting
   reader_.join();
   ::close(out_fd_);
   ::close(err_fd_);
   if (pidfd_ >= 0) ::close(pidfd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 void ChildProcess::signal(int signo) { ::kill(pid_, signo); }
+
+void ChildProcess::release_stdout() {
+  stdout_held_ = false;
+  const std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
 
 void ChildProcess::read_loop() {
   char buf[65536];
   bool out_open = true, err_open = true, alive = true;
   while (out_open || err_open || alive) {
-    pollfd fds[3];
+    pollfd fds[4];
     int n = 0;
     int idx_out = -1, idx_err = -1, idx_pid = -1;
-    if (out_open) { idx_out = n; fds[n++] = {out_fd_, POLLIN, 0}; }
+    fds[n++] = {wake_fd_, POLLIN, 0};
+    if (out_open && !stdout_held_) { idx_out = n; fds[n++] = {out_fd_, POLLIN, 0}; }
     if (err_open) { idx_err = n; fds[n++] = {err_fd_, POLLIN, 0}; }
     if (alive) { idx_pid = n; fds[n++] = {pidfd_, POLLIN, 0}; }
     if (::poll(fds, static_cast<nfds_t>(n), -1) < 0) {
       if (errno == EINTR) continue;
       break;
+    }
+    if ((fds[0].revents & POLLIN) != 0) {
+      std::uint64_t count = 0;
+      (void)!::read(wake_fd_, &count, sizeof count);
     }
     auto pump = [&](int idx, int fd, std::string& sink, bool& open, bool& eof) {
       if (idx < 0 || fds[idx].revents == 0) return;

@@ -9,6 +9,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -30,14 +31,16 @@ class ChildProcess {
  public:
   // `env` entries "KEY=VALUE" are added to (or override) the test's environment. Only the last
   // `keep_stdout` bytes of stdout are kept (for a child that floods it); stdout_bytes() counts all.
+  // With `stdout_held`, stdout is not read until release_stdout(): a console nobody reads.
   explicit ChildProcess(std::vector<std::string> argv, std::vector<std::string> env = {},
-                        std::size_t keep_stdout = SIZE_MAX);
+                        std::size_t keep_stdout = SIZE_MAX, bool stdout_held = false);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
   pid_t pid() const { return pid_; }
   void signal(int signo);
+  void release_stdout();
 
   // Waits until pred(stdout, stderr) holds; false on timeout.
   bool wait_until(const std::function<bool(const std::string&, const std::string&)>& pred,
@@ -58,6 +61,8 @@ class ChildProcess {
   int out_fd_ = -1;
   int err_fd_ = -1;
   int pidfd_ = -1;
+  int wake_fd_ = -1;  // an eventfd: release_stdout() wakes the reader's poll
+  std::atomic<bool> stdout_held_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string out_;
