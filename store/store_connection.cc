@@ -260,7 +260,7 @@ void StoreConnection::fill(Clock::time_point deadline) {
   if (w == Wait::kInterrupted) throw StoreConnectionError(name_ + ": connection interrupted");
 }
 
-StoreConnection::Wait StoreConnection::fill_or_stop(Clock::time_point deadline) {
+void StoreConnection::make_room() {
   if (begin_ == end_) begin_ = end_ = 0;
   if (buf_.size() - end_ < kMinFreeBytes) {
     if (begin_ > 0) {
@@ -272,6 +272,59 @@ StoreConnection::Wait StoreConnection::fill_or_stop(Clock::time_point deadline) 
     // connection cost an agent 16 page faults for each of its connections).
     if (buf_.size() - end_ < kMinFreeBytes) buf_.resize(std::max(2 * buf_.size(), end_ + kMinFreeBytes));
   }
+}
+
+bool StoreConnection::recv_now() {
+  make_room();
+  for (;;) {
+    const ssize_t n = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, MSG_DONTWAIT);
+    if (n > 0) {
+      end_ += static_cast<std::size_t>(n);
+      return true;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    throw StoreConnectionError(name_ + (n == 0 ? ": the server closed the connection"
+                                               : std::string(": connection lost: ") + std::strerror(errno)));
+  }
+}
+
+bool StoreConnection::try_hello() {
+  while (end_ - begin_ < 8) {
+    if (!recv_now()) return false;
+  }
+  await_hello();  // all 8 bytes are here: it does not wait
+  return true;
+}
+
+bool StoreConnection::try_receive(Reply& reply) {
+  for (;;) {
+    if (take_frame(reply)) return true;
+    if (!recv_now()) return false;
+  }
+}
+
+bool StoreConnection::take_frame(Reply& reply) {
+  if (end_ - begin_ < wire::kFrameHeaderSize) return false;
+  std::uint32_t len;
+  try {
+    len = wire::decode_frame_length(buf_.data() + begin_, kMaxFrameSize);
+  } catch (const wire::ProtocolError& e) {
+    throw StoreConnectionError(name_ + ": malformed reply: " + e.what());
+  }
+  const std::size_t total = wire::kFrameHeaderSize + len;
+  if (end_ - begin_ < total) return false;
+  const char* body = buf_.data() + begin_ + wire::kFrameHeaderSize;
+  wire::Reader r(std::string_view(body, len));
+  reply.status = static_cast<wire::Status>(r.u8());
+  reply.id = r.u32();
+  reply.payload = std::string_view(body + wire::kBodyHeaderSize, len - wire::kBodyHeaderSize);
+  begin_ += total;
+  return true;
+}
+
+StoreConnection::Wait StoreConnection::fill_or_stop(Clock::time_point deadline) {
+  make_room();
   for (;;) {
     bound_receive(deadline);
     ssize_t n = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
@@ -316,25 +369,10 @@ StoreConnection::Reply StoreConnection::receive(Clock::time_point deadline) {
 }
 
 StoreConnection::Wait StoreConnection::receive_or_stop(Clock::time_point deadline, Reply& reply) {
-  while (end_ - begin_ < wire::kFrameHeaderSize) {
+  // The buffer grows with the bytes, not the length a frame declares.
+  while (!take_frame(reply)) {
     if (const Wait w = fill_or_stop(deadline); w != Wait::kReply) return w;
   }
-  std::uint32_t len;
-  try {
-    len = wire::decode_frame_length(buf_.data() + begin_, kMaxFrameSize);
-  } catch (const wire::ProtocolError& e) {
-    throw StoreConnectionError(name_ + ": malformed reply: " + e.what());
-  }
-  const std::size_t total = wire::kFrameHeaderSize + len;
-  while (end_ - begin_ < total) {  // the buffer grows with the bytes, not the length declared
-    if (const Wait w = fill_or_stop(deadline); w != Wait::kReply) return w;
-  }
-  const char* body = buf_.data() + begin_ + wire::kFrameHeaderSize;
-  wire::Reader r(std::string_view(body, len));
-  reply.status = static_cast<wire::Status>(r.u8());
-  reply.id = r.u32();
-  reply.payload = std::string_view(body + wire::kBodyHeaderSize, len - wire::kBodyHeaderSize);
-  begin_ += total;
   return Wait::kReply;
 }
 

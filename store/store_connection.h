@@ -72,6 +72,12 @@ class StoreConnection {
   enum class Wait { kReply, kTimeout, kInterrupted };
   Wait receive_or_stop(Clock::time_point deadline, Reply& reply);
   void interrupt();
+  // For a channel on an event loop (never blocking): the server's answer to the hello, or the
+  // next reply, from what has arrived; false when it is not all here yet. Throw as their
+  // blocking forms do (StoreRejected, StoreConnectionError on a closed or lost connection).
+  bool try_hello();
+  bool try_receive(Reply& reply);
+  int fd() const { return fd_; }
   // "store 127.0.0.1:29500" — the prefix of every error message.
   const std::string& name() const { return name_; }
   // The local IP address of this connection (the interface that reaches the server; for the
@@ -89,6 +95,9 @@ class StoreConnection {
   void fill(Clock::time_point deadline);
   Wait fill_or_stop(Clock::time_point deadline);
   void bound_receive(Clock::time_point deadline);
+  void make_room();
+  bool take_frame(Reply& reply);  // a whole frame at the buffer's start: parsed and consumed
+  bool recv_now();                // what has arrived (MSG_DONTWAIT); false: nothing yet
   int fd_ = -1;
   std::atomic<bool> interrupted_{false};  // set by interrupt(), from another thread
   long long recv_timeout_ms_ = -1;  // SO_RCVTIMEO as configured; -1 unset, 0 none
