@@ -1,21 +1,34 @@
 #include "store/store_channel.h"
 
 #include <algorithm>
+#include <cstring>
 #include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fcntl.h>
+#include <stdexcept>
+#include <unistd.h>
+
 #include "base/quiet_thread.h"
 #include "store/store_connection.h"
 
 namespace crun {
 
+namespace asio = boost::asio;
+
 namespace {
 using Fill = std::function<void(wire::Writer&)>;
 // A reply's payload (valid during the call) or the error in its place.
 using Raw = std::function<void(std::exception_ptr, std::string_view)>;
+
+constexpr int kRepliesPerTurn = 256;  // on a loop: replies handled before it runs other work
 
 std::string named(const char* op, const std::string& key) { return std::string(op) + " '" + key.substr(0, 200) + "'"; }
 
@@ -107,6 +120,14 @@ struct StoreChannel::Impl {
 
   std::thread io;
 
+  // On the owner's loop instead (no thread): the connection's readability and one timer there.
+  asio::io_context* loop = nullptr;
+  std::unique_ptr<asio::posix::stream_descriptor> readable;  // a duplicate of the connection's socket
+  std::unique_ptr<asio::steady_timer> timer;
+  Clock::time_point timer_armed = Clock::time_point::max();
+  bool reading = false;
+  std::shared_ptr<int> life = std::make_shared<int>(0);  // a handler may outlive the channel
+
   // Registers the request, then writes its frame (or queues it before the handshake). Returns its
   // id, 0 when the channel was already unusable (`done` then ran at once).
   std::uint32_t start(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline, Raw done,
@@ -134,6 +155,7 @@ struct StoreChannel::Impl {
     fill(writer);
     writer.finish_frame(at);
     transmit(frame, deadline);
+    if (loop != nullptr) schedule();
     return id;
   }
 
@@ -191,6 +213,7 @@ struct StoreChannel::Impl {
   // Synchronous: waits for the reply of a request started here.
   std::string request(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline,
                       const std::atomic<bool>* cancel_flag, std::function<void(const StoreEvent&)>* on_event) {
+    if (loop != nullptr) throw std::logic_error("StoreChannel on a loop: " + what + " must be asynchronous");
     if (cancel_flag != nullptr && *cancel_flag) throw StoreConnectionError(name + ": " + what + ": cancelled");
     struct Result {
       bool done = false;
@@ -322,6 +345,156 @@ struct StoreChannel::Impl {
     return wake;
   }
 
+  // On the loop: what run() does on the I/O thread, one event at a time.
+  void start_on_loop() {
+    try {
+      {
+        std::lock_guard lock(mu);
+        if (closing) return;
+        conn = std::move(adopted);
+      }
+      {
+        std::lock_guard lock(send_mu);
+        corker = std::this_thread::get_id();
+        cork = StoreConnection::hello(options) + queued;
+        std::string().swap(queued);
+      }
+      if (on_connected) on_connected();
+      {
+        std::lock_guard lock(send_mu);
+        corker = std::thread::id();
+        cork += queued;
+        std::string().swap(queued);
+        connected = true;
+        try {
+          conn->send(cork, Clock::now() + options.timeout);
+        } catch (const StoreTimeout&) {
+          throw;
+        } catch (const StoreError& e) {
+          std::lock_guard guard(mu);
+          send_failed = e.what();
+        }
+        std::string().swap(cork);
+      }
+      const int dup = ::fcntl(conn->fd(), F_DUPFD_CLOEXEC, 3);
+      if (dup < 0) throw StoreConnectionError(name + ": cannot watch the connection: " + std::strerror(errno));
+      readable = std::make_unique<asio::posix::stream_descriptor>(*loop, dup);
+      timer = std::make_unique<asio::steady_timer>(*loop);
+    } catch (const std::exception& e) {
+      fail_on_loop(e.what());
+      return;
+    }
+    read_on_loop();
+    schedule();
+  }
+
+  void read_on_loop() {
+    if (reading) return;
+    reading = true;
+    std::weak_ptr<int> alive = life;
+    readable->async_wait(asio::posix::stream_descriptor::wait_read, [this, alive](const boost::system::error_code& ec) {
+      if (alive.expired()) return;
+      reading = false;
+      if (!ec) on_readable();
+    });
+  }
+
+  void on_readable() {
+    int taken = 0;
+    try {
+      bool answered = false;
+      {
+        std::lock_guard lock(mu);
+        answered = handshaken;
+      }
+      if (!answered) {
+        try {
+          if (!conn->try_hello()) return read_on_loop();
+        } catch (const StoreRejected&) {
+          throw;
+        } catch (const StoreError&) {
+          std::string failed;
+          {
+            std::lock_guard lock(mu);
+            failed = send_failed;
+          }
+          if (!failed.empty()) throw StoreConnectionError(failed);
+          throw;
+        }
+        std::lock_guard lock(mu);
+        handshaken = true;
+        if (broken.empty()) broken = send_failed;
+        if (!broken.empty()) throw StoreConnectionError(broken);
+      }
+      // A bounded batch a turn: a flood of notifications does not hold the loop; what is left
+      // (maybe already read into the connection's buffer, where no wait would see it) next turn.
+      StoreConnection::Reply reply{};
+      while (taken < kRepliesPerTurn && conn->try_receive(reply)) {
+        ++taken;
+        dispatch(reply);
+        std::lock_guard lock(mu);
+        if (closing || !broken.empty()) break;
+      }
+      std::string failed;
+      {
+        std::lock_guard lock(mu);
+        if (closing) return;
+        failed = broken;
+      }
+      if (!failed.empty()) return fail_on_loop(failed);
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      {
+        std::lock_guard lock(mu);
+        if (!broken.empty()) why = broken;  // a failed send shut the connection down: that is why
+      }
+      return fail_on_loop(why);
+    }
+    expire_and_tick();
+    if (taken == kRepliesPerTurn) {
+      std::weak_ptr<int> alive = life;
+      asio::post(*loop, [this, alive] {
+        if (!alive.expired()) on_readable();
+      });
+    } else {
+      read_on_loop();
+    }
+    schedule();
+  }
+
+  void fail_on_loop(const std::string& why) {
+    std::exception_ptr unreached;
+    {
+      std::lock_guard lock(mu);
+      if (closing) return;
+      if (!handshaken) unreached = failure ? failure : std::current_exception();
+      if (!failure) failure = handshaken || !unreached ? std::make_exception_ptr(StoreConnectionError(why)) : unreached;
+    }
+    readable.reset();
+    if (timer) timer->cancel();
+    fail_all(why, unreached);
+  }
+
+  // The loop's timer at the earliest deadline or at(): set again when an earlier one comes.
+  void schedule() {
+    if (!timer) return;
+    const Clock::time_point wake = next_wake();
+    if (wake == timer_armed) return;
+    timer_armed = wake;
+    if (wake == Clock::time_point::max()) {
+      timer->cancel();
+      return;
+    }
+    timer->expires_at(wake);
+    std::weak_ptr<int> alive = life;
+    timer->async_wait([this, alive](const boost::system::error_code& ec) {
+      if (alive.expired() || ec) return;
+      timer_armed = Clock::time_point::max();
+      expire_and_tick();
+      schedule();
+    });
+  }
+
   void dispatch(const StoreConnection::Reply& reply) {
     if (reply.status == wire::Status::kNotify) {
       std::function<void(const StoreEvent&)>* handler = nullptr;
@@ -438,7 +611,31 @@ StoreChannel::StoreChannel(std::unique_ptr<StoreConnection> connected, const Sto
   impl_->io = quiet_thread([impl = impl_.get()] { impl->run(); });
 }
 
+StoreChannel::StoreChannel(asio::io_context* loop, std::unique_ptr<StoreConnection> connected,
+                           const StoreEndpoint& endpoint, const StoreClientOptions& options,
+                           std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected)
+    : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost), std::move(on_connected))) {
+  impl_->adopted = std::move(connected);
+  if (loop == nullptr || !impl_->adopted) {
+    impl_->io = quiet_thread([impl = impl_.get()] { impl->run(); });
+    return;
+  }
+  impl_->loop = loop;
+  std::weak_ptr<int> alive = impl_->life;
+  asio::post(*loop, [impl = impl_.get(), alive] {
+    if (!alive.expired()) impl->start_on_loop();
+  });
+}
+
 StoreChannel::~StoreChannel() {
+  if (impl_->loop != nullptr) {
+    {
+      std::lock_guard lock(impl_->mu);
+      impl_->closing = true;
+    }
+    impl_->life.reset();  // handlers still queued on the loop find the channel gone
+    return;               // the socket's duplicate, the timer and the connection close with impl_
+  }
   {
     std::lock_guard lock(impl_->mu);
     impl_->closing = true;
@@ -485,9 +682,12 @@ void StoreChannel::watch(const std::string& prefix, std::function<void(const Sto
 void StoreChannel::corked(const std::function<void()>& body) { impl_->corked(body); }
 
 void StoreChannel::at(Clock::time_point when, std::function<void()> fn) {
-  std::lock_guard lock(impl_->mu);
-  impl_->timer_at = when;
-  impl_->timer_fn = std::move(fn);
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->timer_at = when;
+    impl_->timer_fn = std::move(fn);
+  }
+  if (impl_->loop != nullptr) impl_->schedule();
 }
 
 void StoreChannel::set(const std::string& key, std::string_view value, Clock::time_point deadline,

@@ -1,8 +1,11 @@
 // StoreChannel: one connection to the store with one I/O thread of its own, shared by every thread
-// of its owner (docs/store-protocol.md: requests are matched to replies by id, notifications
+// of its owner; or, given the owner's event loop and a connection already made, run on that loop
+// with no thread (docs/store-protocol.md: requests are matched to replies by id, notifications
 // carry the watch's id).
 //
-// Contract
+// Contract (on a loop, "the I/O thread" below is the loop's thread: the hello and the frames
+// made before it go out when the loop first runs the channel, replies are read as the socket
+// becomes readable, and deadlines and at() are kept by a timer on the loop)
 //   - The constructor returns at once. The I/O thread connects (StoreConnection: retrying until
 //     options.connect_timeout; the destructor cuts that short), runs on_connected, and sends the
 //     handshake's hello, the requests made before the connection (kept in memory, in the order
@@ -37,7 +40,8 @@
 //     before the handshake, one entry per request awaiting its reply.
 //
 // Threading
-//   Requests of either kind and wake() from any thread; asynchronous ones also from the I/O
+//   On a loop: every call from the loop's thread, synchronous requests refused; the destructor
+//   too (no callback runs after it began). Otherwise: requests of either kind and wake() from any thread; asynchronous ones also from the I/O
 //   thread's callbacks (writing does not wait for replies). Synchronous requests and the
 //   destructor never from the I/O thread. local_address(): once on_connected ran ("" before).
 #pragma once
@@ -56,6 +60,10 @@
 #include "store/store_client.h"
 #include "store/store_protocol.h"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace crun {
 
 class StoreConnection;
@@ -66,6 +74,13 @@ class StoreChannel {
   StoreChannel(const StoreEndpoint& endpoint, const StoreClientOptions& options,
                std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected = {});
   StoreChannel(std::unique_ptr<StoreConnection> connected, const StoreEndpoint& endpoint,
+               const StoreClientOptions& options, std::function<void(const std::string& why)> on_lost,
+               std::function<void()> on_connected = {});
+  // With `loop` and a connection already made (connect_once): on the owner's event loop, no
+  // thread of its own; the connection is read there and every callback runs there. Every call
+  // from the loop's thread; synchronous requests are refused (std::logic_error): they would
+  // wait on the loop itself. Without either, as the constructor above (a thread that connects).
+  StoreChannel(boost::asio::io_context* loop, std::unique_ptr<StoreConnection> connected, const StoreEndpoint& endpoint,
                const StoreClientOptions& options, std::function<void(const std::string& why)> on_lost,
                std::function<void()> on_connected = {});
   ~StoreChannel();
