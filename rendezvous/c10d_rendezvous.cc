@@ -31,8 +31,8 @@ void say(const std::string& line) {
 // Shared with the participant's and coordinator's callbacks (weak_ptr: what they post to the loop
 // is dropped once the rendezvous is gone).
 struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
-  Impl(RendezvousNodeConfig c, PostToLoop p, RendezvousListener l)
-      : post_to_loop(std::move(p)), config(std::move(c)), listener(std::move(l)) {
+  Impl(RendezvousNodeConfig c, PostToLoop p, RendezvousListener l, boost::asio::io_context* lp)
+      : post_to_loop(std::move(p)), loop(lp), config(std::move(c)), listener(std::move(l)) {
     // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
     const std::string& local = config.multi.bind_address;
     host = config.multi.is_host;
@@ -198,7 +198,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
     participant = std::make_unique<RendezvousParticipant>(std::move(adopted), config.multi.endpoint, options,
-                                                          config.multi.rendezvous, this_node_record(config), ev);
+                                                          config.multi.rendezvous, this_node_record(config), ev, loop);
     node = participant->node_id();
     if (pending_status) participant->publish_status(std::move(pending_status->first), pending_status->second);
     pending_status.reset();
@@ -211,6 +211,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   }
 
   PostToLoop post_to_loop;
+  boost::asio::io_context* loop;  // the participant's, when it adopts a connection
   RendezvousNodeConfig config;
   RendezvousListener listener;
   bool host = false;
@@ -227,8 +228,9 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::optional<std::pair<std::string, bool>> pending_status;  // guarded by mu: before the participant
 };
 
-C10dRendezvous::C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener)
-    : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener))) {}
+C10dRendezvous::C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener,
+                               boost::asio::io_context* loop)
+    : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener), loop)) {}
 
 C10dRendezvous::~C10dRendezvous() { shutdown(std::chrono::milliseconds(0)); }
 

@@ -35,15 +35,15 @@ StoreChannel::Clock::time_point after(Millis t) { return StoreChannel::Clock::no
 // One connection to the store (StoreChannel) carries it all: the control watch, the alive key,
 // join and report, heartbeats and statuses; its I/O thread runs every callback and the heartbeat.
 struct RendezvousParticipant::Impl {
-  Impl(std::unique_ptr<StoreConnection> connected, StoreEndpoint ep, StoreClientOptions opt, RendezvousConfig c,
-       NodeRecord s, ParticipantEvents ev)
+  Impl(boost::asio::io_context* loop, std::unique_ptr<StoreConnection> connected, StoreEndpoint ep,
+       StoreClientOptions opt, RendezvousConfig c, NodeRecord s, ParticipantEvents ev)
       : keys(c.run_id),
         cfg(std::move(c)),
         self(std::move(s)),
         node_id(self.node_id),
         events(std::move(ev)),
         timeout(opt.timeout),
-        channel(std::move(connected), ep, with_connect_timeout(opt, cfg.join_timeout),
+        channel(loop, std::move(connected), ep, with_connect_timeout(opt, cfg.join_timeout),
                 [this](const std::string& why) { channel_lost(why); }, [this] { on_connected(); }) {}
 
   ~Impl() { stopping = true; }  // the channel (the last member) ends its thread first
@@ -286,8 +286,8 @@ RendezvousParticipant::RendezvousParticipant(StoreEndpoint store, StoreClientOpt
 
 RendezvousParticipant::RendezvousParticipant(std::unique_ptr<StoreConnection> connected, StoreEndpoint store,
                                              StoreClientOptions options, RendezvousConfig config, NodeRecord self,
-                                             ParticipantEvents events)
-    : impl_(std::make_unique<Impl>(std::move(connected), std::move(store), std::move(options), std::move(config),
+                                             ParticipantEvents events, boost::asio::io_context* loop)
+    : impl_(std::make_unique<Impl>(loop, std::move(connected), std::move(store), std::move(options), std::move(config),
                                    std::move(self), std::move(events))) {}
 
 RendezvousParticipant::~RendezvousParticipant() = default;

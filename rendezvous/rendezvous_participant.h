@@ -6,7 +6,9 @@
 //     coordinator's control keys and writes this node's first heartbeat, then one every
 //     keep_alive_interval. That thread is the participant's only one.
 //     Given a connection already made (StoreConnection::connect_once: an agent that found the
-//     store listening on its own host), it uses that one.
+//     store listening on its own host), it uses that one; given also the owner's event loop, it
+//     has no thread: the connection is read, the heartbeat timed and every callback run on that
+//     loop ("the I/O thread" below is then the loop's thread).
 //   - join(free_port, done) announces this node as alive (an ephemeral key: gone the moment this
 //     process or its connection dies), publishes its record and asks for the coordinator's
 //     answer, all in one write. `free_port(addr)` runs once this node's address is known (at
@@ -29,7 +31,8 @@
 //     heartbeat_timeout). Post them to your event loop; do not block.
 //
 // Threading
-//   join(), report(), publish_status() and job_status() from any thread. Destruction ends the I/O thread, with no callback after it began; it must not
+//   join(), report(), publish_status() and job_status() from any thread; on a loop, from the
+//   loop's thread (job_status() from any). Destruction ends the I/O thread, with no callback after it began; it must not
 //   happen on a callback.
 #pragma once
 
@@ -43,6 +46,10 @@
 
 #include "rendezvous/rendezvous_records.h"
 #include "store/store_client.h"
+
+namespace boost::asio {
+class io_context;
+}
 
 namespace crun {
 
@@ -72,8 +79,11 @@ class RendezvousParticipant {
   // local address of the store connection is used (the interface that reaches the store).
   RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config, NodeRecord self,
                         ParticipantEvents events);
+  // With `loop` and a connection already made, the participant runs on that loop (no thread):
+  // every call and every event there.
   RendezvousParticipant(std::unique_ptr<StoreConnection> connected, StoreEndpoint store, StoreClientOptions options,
-                        RendezvousConfig config, NodeRecord self, ParticipantEvents events);
+                        RendezvousConfig config, NodeRecord self, ParticipantEvents events,
+                        boost::asio::io_context* loop = nullptr);
   ~RendezvousParticipant();
   RendezvousParticipant(const RendezvousParticipant&) = delete;
   RendezvousParticipant& operator=(const RendezvousParticipant&) = delete;
