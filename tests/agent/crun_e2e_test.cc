@@ -671,6 +671,68 @@ TEST_CASE("several agents on one host with one endpoint and no is_host: the firs
   CHECK(ranks.size() == kAgents);
 }
 
+// What `crun store` prints for `args` against `endpoint` (one-shot client), "" on failure.
+std::string store_command(const std::string& endpoint, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{CRUN_BIN, "store", "--endpoint", endpoint};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ChildProcess c(argv);
+  return c.wait_exit(30s) == 0 ? c.out() : std::string();
+}
+
+int thread_count(pid_t pid) {
+  int n = 0;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec); !ec && it != fs::directory_iterator(); ++it) ++n;
+  return n;
+}
+
+TEST_CASE("an agent that joins a store on its own host runs the rendezvous on its loop: one thread, heartbeats going",
+          "[e2e][shared_endpoint]") {
+  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(probe);  // a port free now
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  auto agent = [&] {
+    return std::make_unique<ChildProcess>(crun_cmd({"--nnodes", "3", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                                                    "--rdzv-endpoint", endpoint, "--rdzv-id", "onloop", "--rdzv-conf",
+                                                    "keep_alive_interval=0.1,heartbeat_timeout=2"},
+                                                   {"--print-env"}));
+  };
+  auto host = agent();
+  REQUIRE(host->wait_until([](const std::string&, const std::string& err) { return err.find("hosting the rendezvous") != std::string::npos; }, 30s));
+  auto joiner = agent();
+  // The joiner's heartbeat key, once there, counts its beats: sent from its loop's timer.
+  std::string key;
+  REQUIRE(eventually([&] {
+    key = store_command(endpoint, {"keys", "crun/rdzv/onloop/hb/"});
+    const std::string mine = ":" + std::to_string(joiner->pid()) + ":";
+    for (const auto& k : lines(key)) {
+      if (k.find(mine) != std::string::npos) {
+        key = k;
+        return true;
+      }
+    }
+    return false;
+  }, 30s));
+  REQUIRE(eventually([&] {
+    const std::string beats = store_command(endpoint, {"get", key});
+    return !beats.empty() && std::stol(beats) >= 10;  // 1 s of beats, half the heartbeat timeout
+  }, 30s));
+  CHECK(thread_count(joiner->pid()) == 1);  // its loop only: no I/O thread of the participant's
+  CHECK(thread_count(host->pid()) > 1);     // the host's store and coordinator have theirs
+  auto third = agent();
+  for (auto* p : {host.get(), joiner.get(), third.get()}) {
+    const auto ended = p->wait_exit();
+    INFO(p->err() << "\n" << exit_text(ended));
+    CHECK(ended == 0);
+  }
+}
+
 TEST_CASE("an endpoint port of this host held by a socket that does not listen: one line and exit 3, not a wait",
           "[e2e][shared_endpoint]") {
   // The port is an outgoing connection's local port: the agents (no is_host) cannot listen there
