@@ -250,6 +250,33 @@ struct StoreChannel::Impl {
     return std::move(result->payload);
   }
 
+  // One first write: the hello, the frames made before the connection, what on_connected
+  // makes, and what other threads make meanwhile, in that order; the server's answer to the
+  // hello comes before any reply. Throws StoreTimeout when the server does not read.
+  void first_write() {
+    {
+      std::lock_guard lock(send_mu);
+      corker = std::this_thread::get_id();
+      cork = StoreConnection::hello(options) + queued;
+      std::string().swap(queued);
+    }
+    if (on_connected) on_connected();
+    std::lock_guard lock(send_mu);
+    corker = std::thread::id();
+    cork += queued;
+    std::string().swap(queued);
+    connected = true;
+    try {
+      conn->send(cork, Clock::now() + options.timeout);  // others wait for send_mu: order kept
+    } catch (const StoreTimeout&) {
+      throw;  // the server does not read: no answer is coming either
+    } catch (const StoreError& e) {
+      std::lock_guard guard(mu);
+      send_failed = e.what();  // a server at its limit answers and closes before the hello comes
+    }
+    std::string().swap(cork);
+  }
+
   // The I/O thread: connect, send what was queued, then replies to their requests, notifications
   // to their watches, expired deadlines and the timer.
   void run() {
@@ -263,33 +290,8 @@ struct StoreChannel::Impl {
         if (closing) throw StoreConnectionError(name + ": the channel is closing");
         conn = std::move(made);
       }
-      // One first write: the hello, the frames made before the connection, what on_connected
-      // makes, and what other threads make meanwhile, in that order; the server's answer to the
-      // hello comes before any reply.
-      {
-        std::lock_guard lock(send_mu);
-        corker = std::this_thread::get_id();
-        cork = StoreConnection::hello(options) + queued;
-        std::string().swap(queued);
-      }
-      if (on_connected) on_connected();
-      {
-        std::lock_guard lock(send_mu);
-        corker = std::thread::id();
-        cork += queued;
-        std::string().swap(queued);
-        connected = true;
-        try {
-          conn->send(cork, Clock::now() + options.timeout);  // others wait for send_mu: order kept
-        } catch (const StoreTimeout&) {
-          throw;  // the server does not read: no answer is coming either
-        } catch (const StoreError& e) {
-          std::lock_guard guard(mu);
-          send_failed = e.what();  // a server at its limit answers and closes before the hello comes
-        }
-        std::string().swap(cork);
-      }
-      await_answer();
+      first_write();
+      take_answer(true);
       bool usable = false;
       {
         std::lock_guard lock(mu);
@@ -320,11 +322,14 @@ struct StoreChannel::Impl {
     fail_all(why, unreached);
   }
 
-  // The server's answer to the hello. A refusal says why a send before it failed; another end
-  // of the connection leaves the send's own error as the reason.
-  void await_answer() {
+  // The server's answer to the hello: waited for, or (on a loop) taken when it is all here;
+  // false when it is not yet. A refusal says why a send before it failed; another end of the
+  // connection leaves the send's own error as the reason.
+  bool take_answer(bool wait) {
     try {
+      if (!wait) return conn->try_hello();
       conn->await_hello();
+      return true;
     } catch (const StoreRejected&) {
       throw;
     } catch (const StoreError&) {
@@ -353,29 +358,7 @@ struct StoreChannel::Impl {
         if (closing) return;
         conn = std::move(adopted);
       }
-      {
-        std::lock_guard lock(send_mu);
-        corker = std::this_thread::get_id();
-        cork = StoreConnection::hello(options) + queued;
-        std::string().swap(queued);
-      }
-      if (on_connected) on_connected();
-      {
-        std::lock_guard lock(send_mu);
-        corker = std::thread::id();
-        cork += queued;
-        std::string().swap(queued);
-        connected = true;
-        try {
-          conn->send(cork, Clock::now() + options.timeout);
-        } catch (const StoreTimeout&) {
-          throw;
-        } catch (const StoreError& e) {
-          std::lock_guard guard(mu);
-          send_failed = e.what();
-        }
-        std::string().swap(cork);
-      }
+      first_write();
       const int dup = ::fcntl(conn->fd(), F_DUPFD_CLOEXEC, 3);
       if (dup < 0) throw StoreConnectionError(name + ": cannot watch the connection: " + std::strerror(errno));
       readable = std::make_unique<asio::posix::stream_descriptor>(*loop, dup);
@@ -408,19 +391,7 @@ struct StoreChannel::Impl {
         answered = handshaken;
       }
       if (!answered) {
-        try {
-          if (!conn->try_hello()) return read_on_loop();
-        } catch (const StoreRejected&) {
-          throw;
-        } catch (const StoreError&) {
-          std::string failed;
-          {
-            std::lock_guard lock(mu);
-            failed = send_failed;
-          }
-          if (!failed.empty()) throw StoreConnectionError(failed);
-          throw;
-        }
+        if (!take_answer(false)) return read_on_loop();
         std::lock_guard lock(mu);
         handshaken = true;
         if (broken.empty()) broken = send_failed;
