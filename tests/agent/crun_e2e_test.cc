@@ -650,10 +650,8 @@ TEST_CASE("an agent that cannot start leaves no run directory behind", "[e2e][cl
   ::close(busy);
 }
 
-TEST_CASE("several agents on one host with one endpoint and no is_host: the first to listen hosts, the others join",
-          "[e2e][shared_endpoint]") {
-  // torch's c10d joins as a client when the port is taken; crun did too little (all but one died
-  // with "Address already in use") before.
+// "127.0.0.1:<port>" with a port free now.
+std::string free_loopback_endpoint() {
   const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -661,8 +659,15 @@ TEST_CASE("several agents on one host with one endpoint and no is_host: the firs
   socklen_t len = sizeof(addr);
   REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&addr), len) == 0);
   REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(probe);  // a port free now
-  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  ::close(probe);
+  return "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+}
+
+TEST_CASE("several agents on one host with one endpoint and no is_host: the first to listen hosts, the others join",
+          "[e2e][shared_endpoint]") {
+  // torch's c10d joins as a client when the port is taken; crun did too little (all but one died
+  // with "Address already in use") before.
+  const std::string endpoint = free_loopback_endpoint();
   constexpr int kAgents = 8;
   std::vector<std::unique_ptr<ChildProcess>> agents;
   for (int i = 0; i < kAgents; ++i) {
@@ -702,15 +707,7 @@ int thread_count(pid_t pid) {
 
 TEST_CASE("an agent that joins a store on its own host runs the rendezvous on its loop: one thread, heartbeats going",
           "[e2e][shared_endpoint]") {
-  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&addr), len) == 0);
-  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(probe);  // a port free now
-  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const std::string endpoint = free_loopback_endpoint();
   auto agent = [&] {
     return std::make_unique<ChildProcess>(crun_cmd({"--nnodes", "3", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                                                     "--rdzv-endpoint", endpoint, "--rdzv-id", "onloop", "--rdzv-conf",
