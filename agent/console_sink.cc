@@ -249,6 +249,5 @@ void ConsoleSink::flush() {
 }
 
 std::size_t ConsoleSink::backlog_bytes() const { return impl_->pending(); }
-int ConsoleSink::fd() const { return impl_->fd; }
 
 }  // namespace crun

@@ -51,7 +51,6 @@ class ConsoleSink {
   void when_drained(std::function<void()> fn);
   void flush();
   std::size_t backlog_bytes() const;
-  int fd() const;
 
  private:
   struct Impl;
