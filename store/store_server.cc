@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/sysinfo.h>
 
+#include <array>
 #include <boost/asio.hpp>
 #include <cerrno>
 #include <cstdio>
@@ -165,43 +166,83 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t input_buffer_bytes() const { return session_.buffer_capacity(); }
 
  private:
-  // Waits for readability, then drains the socket itself: unlike async_read_some this costs no
-  // speculative recv() that fails with EAGAIN on every request/reply round trip.
+  // Each wake's first bytes land in landing_ through Asio's own read: its epoll reactor performs
+  // that recv() when the socket turns readable and, after a short read, arms the next one with no
+  // system call at all. (An async_wait re-arms the descriptor with an epoll_ctl on every wait, and
+  // an async_read_some straight into the session would hold a buffer on every idle connection.)
   void read() {
-    socket_.async_wait(stream::socket::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
-      self->on_readable(ec);
+    socket_.async_read_some(asio::buffer(landing_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+      self->on_landed(ec, n);
     });
   }
 
-  void on_readable(boost::system::error_code ec) {
+  void on_landed(boost::system::error_code ec, std::size_t n) {
     if (closed_) return;
-    if (ec) {
-      close(ec.message(), false);
-      return;
-    }
+    if (ec == asio::error::eof) return drain(0, 0);
+    if (ec) return drain(-1, ec.value());
+    drain(static_cast<ssize_t>(n), 0);
+  }
+
+  // Hands the session what landed (`landed` bytes; 0: the peer closed; -1: the read failed with
+  // `error`), then reads on into the session's own room while the socket has more, up to
+  // kMaxReadPerWake; a continuation (landed < -1) starts with that direct read. The session sees
+  // the same reads it would from recv()s of its own: a full landing is completed from the socket
+  // within the room it offered.
+  void drain(ssize_t landed, int error) {
     const auto now = std::chrono::steady_clock::now();
     const std::size_t before = session_.buffered();
+    const int fd = socket_.native_handle();
     std::size_t total = 0;
     bool more = false;
+    bool gone = landed == 0 || landed == -1;  // the peer closed (error 0) or the read failed
+    bool read_on = landed < -1;
     in_batch_ = true;
     server_.decoding_batch = true;
-    for (;;) {
-      std::span<char> space = session_.input_space();
-      const ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), 0);
+    if (landed > 0) {
+      std::size_t got = static_cast<std::size_t>(landed);
+      const std::span<char> space = session_.input_space();
+      const std::size_t k = std::min(got, space.size());
+      std::memcpy(space.data(), landing_.data(), k);
+      if (k < got) {  // it offered less (the handshake): the rest in its steps
+        session_.received(k, now);
+        if (!hand_over(landing_.data() + k, got - k, now) && !session_.ended()) {
+          in_batch_ = false;
+          flush_others();
+          close("more than a handshake before the handshake ended", true);
+          return;
+        }
+        read_on = got == landing_.size();
+      } else {
+        if (got == landing_.size() && got < space.size()) {
+          const ssize_t r = ::recv(fd, space.data() + got, space.size() - got, 0);
+          if (r > 0) {
+            got += static_cast<std::size_t>(r);
+          } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            gone = true;
+            error = r < 0 ? errno : 0;
+          }
+        }
+        session_.received(got, now);
+        read_on = got == space.size();
+      }
+      total = got;
+      server_.stats.bytes_received += got;
+      if (session_.ended()) gone = false;  // its own end comes first, as it would have
+    }
+    while (read_on && !gone && !session_.ended()) {
+      const std::span<char> space = session_.input_space();
+      const ssize_t n = ::recv(fd, space.data(), space.size(), 0);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n <= 0) {
-        in_batch_ = false;
-        flush_others();
-        const bool partial = session_.buffered() != 0 || !session_.handshaken();
-        close(n == 0 ? (partial ? "peer closed mid-request" : "peer closed") : std::strerror(errno),
-              n == 0 && partial && session_.handshaken());
-        return;
+        gone = true;
+        error = n < 0 ? errno : 0;
+        break;
       }
       session_.received(static_cast<std::size_t>(n), now);
       server_.stats.bytes_received += static_cast<std::size_t>(n);
       total += static_cast<std::size_t>(n);
-      if (session_.ended() || static_cast<std::size_t>(n) < space.size()) break;  // drained
+      if (static_cast<std::size_t>(n) < space.size()) break;  // drained
       if (total >= kMaxReadPerWake) {
         more = true;
         break;
@@ -209,6 +250,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     in_batch_ = false;
     flush_others();
+    if (gone) {
+      const bool partial = session_.buffered() != 0 || !session_.handshaken();
+      close(error == 0 ? (partial ? "peer closed mid-request" : "peer closed") : std::strerror(error),
+            error == 0 && partial && session_.handshaken());
+      return;
+    }
     if (session_.ended()) {
       end_session();
       return;
@@ -218,10 +265,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
     flush();
     if (closed_ || close_posted_) return;
     if (more) {
-      asio::post(server_.io, [self = shared_from_this()] { self->on_readable({}); });
+      asio::post(server_.io, [self = shared_from_this()] { self->drain(-2, 0); });
     } else {
       read();
     }
+  }
+
+  // Copies landed bytes into the session, in the steps of room it offers. False when it ended or
+  // offered no room (a preamble longer than the largest): the rest is not read.
+  bool hand_over(const char* data, std::size_t n, std::chrono::steady_clock::time_point now) {
+    while (n > 0) {
+      if (session_.ended()) return false;
+      const std::span<char> space = session_.input_space();
+      if (space.empty()) return false;
+      const std::size_t k = std::min(n, space.size());
+      std::memcpy(space.data(), data, k);
+      session_.received(k, now);
+      data += k;
+      n -= k;
+    }
+    return true;
   }
 
   // The session ended itself: flush its last words if it has any (a refused handshake), close.
@@ -357,6 +420,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string peer_;
   StoreSession session_;
   std::string out_;  // bytes handed to the socket, in flight while writing_
+  std::array<char, 512> landing_;  // each wake's first read (read()); a request/reply frame fits
   bool closed_ = false;
   bool close_posted_ = false;
   bool in_batch_ = false;

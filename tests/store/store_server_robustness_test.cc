@@ -127,6 +127,70 @@ TEST_CASE("unknown operations and trailing bytes", "[robustness]") {
   CHECK(s.closed_by_peer_within(5s));
 }
 
+// The server's first read of each wake takes at most 512 bytes (store_server.cc, Connection::read)
+// and completes the rest from the socket: frames on either side of that edge, one to a write and
+// many to a write, and a hello with requests behind it in the same write, all arrive whole.
+TEST_CASE("frames of every length around the first read's size arrive whole, alone and many to a write",
+          "[robustness]") {
+  ServerFixture f(quick_options());
+  std::vector<std::size_t> lengths = {0, 1, 2047, 2048, 2049, 70000};
+  for (std::size_t n = 470; n <= 540; ++n) lengths.push_back(n);
+  auto value_of = [](std::size_t n) {
+    std::string v(n, '\0');
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<char>('a' + (i * 7 + n) % 26);
+    return v;
+  };
+  auto set_frame = [&](const std::string& key, std::size_t n, std::uint32_t id) {
+    return frame(wire::Op::kSet, id, [&](wire::Writer& w) {
+      w.str(key);
+      w.str(value_of(n));
+    });
+  };
+  // Each reply: an empty OK frame carrying the request's id.
+  auto check_replies = [](RawSocket& s, std::uint32_t first, std::size_t count) {
+    const std::string replies = s.recv_n(count * 9);
+    REQUIRE(replies.size() == count * 9);
+    wire::Reader r(replies);
+    for (std::size_t i = 0; i < count; ++i) {
+      CHECK(r.u32() == 5);
+      CHECK(r.u8() == static_cast<std::uint8_t>(wire::Status::kOk));
+      CHECK(r.u32() == first + i);
+    }
+  };
+  RawSocket alone(f.server.port());
+  REQUIRE(alone.handshake());
+  std::uint32_t id = 1;
+  for (std::size_t n : lengths) {
+    alone.send(set_frame("alone/" + std::to_string(n), n, id));
+    check_replies(alone, id++, 1);
+  }
+  RawSocket many(f.server.port());
+  std::string all = wire::encode_hello("");  // the hello and every request in one write
+  for (std::size_t i = 0; i < lengths.size(); ++i) all += set_frame("many/" + std::to_string(lengths[i]), lengths[i], static_cast<std::uint32_t>(i + 1));
+  many.send(all);
+  REQUIRE(many.recv_n(8).size() == 8);
+  check_replies(many, 1, lengths.size());
+  auto c = f.client();
+  for (std::size_t n : lengths) {
+    CHECK(c->get("alone/" + std::to_string(n), 1s) == value_of(n));
+    CHECK(c->get("many/" + std::to_string(n), 1s) == value_of(n));
+  }
+  // A hello whose 1,000-byte token comes in two writes, requests behind its second part: the
+  // session takes that landing in steps (the rest of the preamble, then the frames).
+  StoreServerOptions with_token = quick_options();
+  with_token.token = std::string(1000, 't');
+  ServerFixture g(with_token);
+  RawSocket long_hello(g.server.port());
+  const std::string hello = wire::encode_hello(with_token.token);
+  long_hello.send(hello.substr(0, 700));
+  REQUIRE(eventually([&] { return g.server.stats().bytes_received >= 700; }));  // a wake of its own
+  std::string rest = hello.substr(700);
+  for (std::uint32_t i = 0; i < 3; ++i) rest += set_frame("after-token/" + std::to_string(i), 100, i + 1);
+  long_hello.send(rest);
+  REQUIRE(long_hello.recv_n(8).size() == 8);
+  check_replies(long_hello, 1, 3);
+}
+
 TEST_CASE("clients vanishing mid-request leave nothing parked", "[robustness]") {
   ServerFixture f(quick_options());
   for (int i = 0; i < 20; ++i) {
