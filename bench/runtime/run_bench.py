@@ -15,9 +15,12 @@
    CPU r): the per-run ratio, and whether every run reached 0.9x.
 3. Training throughput with 1 and 2 ranks: train_mlp, and the same model trained by torch DDP
    (gloo, 1 thread per rank) as the anchor; --repeat runs of each, interleaved, median samples/s
-   (training loop only, samples of all ranks), scaling = 2 ranks / 1 rank.
+   (training loop only, samples of all ranks), scaling = 2 ranks / 1 rank. Beside it the ceiling
+   for the same compute in the same rounds: two independent 1-rank trainings at once, summed,
+   over 1 rank (what two cores give two ranks that never communicate).
 
 Usage: /usr/bin/python3 bench/runtime/run_bench.py [--build build] [--repeat 5] [--sizes ...] [--pin]
+                                                    [--skip-train | --train-only]
   --pin: rank r runs on CPU r (sched_setaffinity) everywhere, not only in the floor comparison.
 """
 import argparse, os, re, resource, socket, statistics, subprocess, sys, time
@@ -58,6 +61,23 @@ def run_ranks(cmd, world, timeout=600, env=None, pin=None):
         if p.returncode != 0:
             sys.exit("rank failed (%s):\n%s" % (" ".join(cmd), o))
     return outs[0]
+
+
+def run_independent(cmd, count, timeout=600):
+    """`count` world-1 runs of cmd at once, each with its own port: the machine's ceiling for
+    `count` ranks' compute with no communication at all. Returns their outputs."""
+    procs = []
+    for r in range(count):
+        e = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), TORCHELASTIC_RESTART_COUNT="0",
+                 OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      preexec_fn=pinned(r) if PIN[0] else None))
+    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    for p, o in zip(procs, outs):
+        if p.returncode != 0:
+            sys.exit("independent run failed (%s):\n%s" % (" ".join(cmd), o))
+    return outs
 
 
 def parse(out):
@@ -152,6 +172,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--train-only", action="store_true", help="only the training throughput")
     ap.add_argument("--pin", action="store_true", help="rank r on CPU r in every measurement")
     ap.add_argument("--torch-worker", action="store_true")
     ap.add_argument("--torch-train-worker", nargs=3, type=int, metavar=("HIDDEN", "BATCH", "EPOCHS"))
@@ -172,6 +193,8 @@ def main():
           (rev, os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3]), a.repeat,
            "pinned (rank r on CPU r)" if a.pin else "placed by the scheduler"), flush=True)
 
+    if a.train_only:
+        return training(a, me, train)
     crun, torch, stream = {s: [] for s in sizes}, {s: [] for s in sizes}, {s: [] for s in sizes}
     for _ in range(a.repeat):
         for s, v in floor(floor_tool, sizes, a.pin).items():
@@ -228,29 +251,41 @@ def main():
         print("  %-8s reduce_scatter %9.3f   all_reduce %9.3f" % (human(size), med(rs) * 1e3, med(ar) * 1e3),
               flush=True)
 
-    if a.skip_train:
-        return
-    print("\ntraining samples/s, median of %d (1 and 2 ranks interleaved); scaling = 2 ranks / 1 rank" % a.repeat)
-    print("%-34s %9s %9s %8s %9s %9s %8s" % ("config", "crun 1r", "crun 2r", "scaling", "torch 1r", "torch 2r",
-                                              "scaling"))
+    if not a.skip_train:
+        training(a, me, train)
+
+
+def training(a, me, train):
+    """train_mlp against torch DDP at 1 and 2 ranks, and the machine's ceiling for the same compute."""
+    print("\ntraining samples/s, median of %d (1 and 2 ranks interleaved); scaling = 2 ranks / 1 rank;" % a.repeat)
+    print("ceiling = two independent 1-rank crun trainings at once (no communication), over 1 rank: the")
+    print("machine's own limit for the same compute, measured in the same rounds")
+    print("%-34s %9s %9s %8s %9s %9s %8s %8s" % ("config", "crun 1r", "crun 2r", "scaling", "torch 1r", "torch 2r",
+                                                   "scaling", "ceiling"))
     for name, extra in TRAIN_CONFIGS:
         flags = dict(zip(extra[::2], extra[1::2]))
         hidden, batch, epochs = flags.get("--hidden", "512"), flags.get("--batch-size", "256"), flags.get("--epochs", "5")
         cmds = {"crun": [train] + extra, "torch": ["/usr/bin/python3", me, "--torch-train-worker", hidden, batch, epochs]}
         rates = {(k, w): [] for k in cmds for w in (1, 2)}
+        apart = []  # two independent 1-rank crun trainings at once: their rates summed
+        rate = lambda out: float(re.search(r"samples_per_sec=([\d.]+)", out).group(1))
         busy0, ours0, t0 = busy_cpu_seconds(), children_cpu_seconds(), time.time()
         for _ in range(a.repeat):
             for k, cmd in cmds.items():
                 for w in (1, 2):
-                    out = run_ranks(cmd, w)
-                    rates[(k, w)].append(float(re.search(r"samples_per_sec=([\d.]+)", out).group(1)))
+                    rates[(k, w)].append(rate(run_ranks(cmd, w)))
+            apart.append(sum(rate(o) for o in run_independent(cmds["crun"], 2)))
         other = (busy_cpu_seconds() - busy0 - (children_cpu_seconds() - ours0)) / (time.time() - t0)
         m = {key: med(v) for key, v in rates.items()}
-        print("%-34s %9.0f %9.0f %7.2fx %9.0f %9.0f %7.2fx" %
-              (name, m[("crun", 1)], m[("crun", 2)], m[("crun", 2)] / m[("crun", 1)], m[("torch", 1)],
-               m[("torch", 2)], m[("torch", 2)] / m[("torch", 1)]), flush=True)
+        ceiling = med(apart) / m[("crun", 1)]
+        scaling = m[("crun", 2)] / m[("crun", 1)]
+        print("%-34s %9.0f %9.0f %7.2fx %9.0f %9.0f %7.2fx %7.2fx" %
+              (name, m[("crun", 1)], m[("crun", 2)], scaling, m[("torch", 1)],
+               m[("torch", 2)], m[("torch", 2)] / m[("torch", 1)], ceiling), flush=True)
         print("  crun 2-rank runs: %s" % " ".join("%.0f" % v for v in rates[("crun", 2)]))
         print("  crun 1-rank runs: %s" % " ".join("%.0f" % v for v in rates[("crun", 1)]))
+        print("  two 1-rank runs at once, summed: %s; crun's scaling is %.2f of the ceiling" %
+              (" ".join("%.0f" % v for v in apart), scaling / ceiling))
         print("  other processes used %.2f cores on average during these runs" % other, flush=True)
     print("# load average at the end %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 
