@@ -4,7 +4,10 @@
 
 First it prints this machine's ceiling for the same traffic: a bare epoll echo server (one
 thread, like the store's event loop) with 1 and 16 blocking clients and no protocol at all; each
-blocking case then runs it again, interleaved with crun's runs, and prints crun over it.
+blocking case then runs it again, interleaved with crun's runs, and prints crun over it; and the
+same echo with its loop in a process of its own ("echo, own process": echo_ceiling
+--server-process), as crun's store server is to its clients, so that a hand-over between server
+and client is a switch of address spaces in both.
 
 crun: `crun store-server` in its own process, `store_bench` clients (C++). --transport: tcp (the
 default: what clients on other hosts use, and what torch's clients use) or local (crun's clients
@@ -59,17 +62,19 @@ def main():
     # crun run: "vs echo" is crun's median over that interleaved echo median (the host's load
     # moves both alike from minute to minute here).
     print(f"{'op':<5} {'clients':>7} {'pipeline':>8} {'crun ops/s':>12} {'TCPStore ops/s':>15} {'ratio':>7}"
-          f" {'echo':>9} {'vs echo':>8}")
+          f" {'echo':>9} {'vs echo':>8} {'echo, own process':>17} {'vs it':>6}")
     try:
         for op, clients, depth in cases:
             ops = a.ops if clients == 1 else a.ops // 4
             if depth:
                 ops = a.ops * 10
-            crun, echo = [], []
+            crun, echo, echo_apart = [], [], []
             for _ in range(a.repeat):
                 if not depth:
-                    echo.append(ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(a.ops if clients == 1 else a.ops // 4),
-                                           *transport]))
+                    echo_cmd = [echo_bin, "--clients", str(clients), "--ops", str(a.ops if clients == 1 else a.ops // 4),
+                                *transport]
+                    echo.append(ops_per_s(echo_cmd))
+                    echo_apart.append(ops_per_s(echo_cmd + ["--server-process"]))
                 crun.append(ops_per_s([bench_bin, "--endpoint", crun_ep, "--op", op, "--clients", str(clients),
                                        "--ops", str(ops), "--pipeline", str(depth), *transport]))
             torch_ops = a.ops // 4 if clients == 1 else a.ops // 16
@@ -77,7 +82,10 @@ def main():
                                 "--clients", str(clients), "--ops", str(torch_ops)]) for _ in range(a.repeat)]
             c, t = statistics.median(crun), statistics.median(torch)
             anchor = "(no pipelining)" if depth else ""
-            e = f"{statistics.median(echo):>9.0f} {c / statistics.median(echo):>7.2f}x" if echo else ""
+            e = ""
+            if echo:
+                e1, e2 = statistics.median(echo), statistics.median(echo_apart)
+                e = f"{e1:>9.0f} {c / e1:>7.2f}x {e2:>17.0f} {c / e2:>5.2f}x"
             print(f"{op:<5} {clients:>7} {depth:>8} {c:>12.0f} {t:>15.0f} {c / t:>6.1f}x {e} {anchor}", flush=True)
     finally:
         crun_srv.terminate()
