@@ -194,7 +194,8 @@ def main():
            "pinned (rank r on CPU r)" if a.pin else "placed by the scheduler"), flush=True)
 
     if a.train_only:
-        return training(a, me, train)
+        training(a, me, train)
+        return print_end_load()
     crun, torch, stream = {s: [] for s in sizes}, {s: [] for s in sizes}, {s: [] for s in sizes}
     for _ in range(a.repeat):
         for s, v in floor(floor_tool, sizes, a.pin).items():
@@ -253,6 +254,11 @@ def main():
 
     if not a.skip_train:
         training(a, me, train)
+    print_end_load()
+
+
+def print_end_load():
+    print("# load average at the end %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 
 
 def training(a, me, train):
@@ -287,7 +293,6 @@ def training(a, me, train):
         print("  two 1-rank runs at once, summed: %s; crun's scaling is %.2f of the ceiling" %
               (" ".join("%.0f" % v for v in apart), scaling / ceiling))
         print("  other processes used %.2f cores on average during these runs" % other, flush=True)
-    print("# load average at the end %s" % " ".join(open("/proc/loadavg").read().split()[:3]))
 
 
 if __name__ == "__main__":
