@@ -201,11 +201,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (landed > 0) {
       std::size_t got = static_cast<std::size_t>(landed);
       const std::span<char> space = session_.input_space();
-      const std::size_t k = std::min(got, space.size());
-      std::memcpy(space.data(), landing_.data(), k);
-      if (k < got) {  // it offered less (the handshake): the rest in its steps
-        session_.received(k, now);
-        if (!hand_over(landing_.data() + k, got - k, now) && !session_.ended()) {
+      if (got > space.size()) {  // it offered less (the handshake): in the steps it offers
+        if (!hand_over(landing_.data(), got, now) && !session_.ended()) {
           in_batch_ = false;
           flush_others();
           close("more than a handshake before the handshake ended", true);
@@ -213,6 +210,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         read_on = got == landing_.size();
       } else {
+        std::memcpy(space.data(), landing_.data(), got);
         if (got == landing_.size() && got < space.size()) {
           const ssize_t r = ::recv(fd, space.data() + got, space.size() - got, 0);
           if (r > 0) {
