@@ -34,18 +34,23 @@ void GradBucketer::mark_ready(std::size_t i) {
 }
 
 void GradBucketer::launch_ready() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+  // The last bucket waits for wait_all() (bucketer.h).
+  while (next_launch_ + 1 < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_++];
     b.work = pg_.all_reduce(b.flat.data(), b.flat.size(), DType::kFloat32, ReduceOp::kAvg);
   }
 }
 
 void GradBucketer::wait_all() {
-  if (next_launch_ != buckets_.size()) {
+  if (buckets_.empty()) return;  // no parameters
+  if (next_launch_ + 1 != buckets_.size() || buckets_.back().pending != 0) {
     throw std::logic_error("GradBucketer: wait_all() before every gradient was marked ready");
   }
-  for (auto& b : buckets_) {
-    WorkPtr w = std::move(b.work);
+  Bucket& last = buckets_.back();
+  pg_.all_reduce_now(last.flat.data(), last.flat.size(), DType::kFloat32, ReduceOp::kAvg);
+  next_launch_ = buckets_.size();
+  for (std::size_t i = 0; i + 1 < buckets_.size(); ++i) {
+    WorkPtr w = std::move(buckets_[i].work);
     w->wait();
   }
   for (std::size_t k = 0; k < grads_.size(); ++k) {

@@ -8,10 +8,14 @@
 //     bucket's flat buffer at once (the caller may reuse the gradient memory). When every
 //     gradient of a bucket is ready the bucket is launched as an async all_reduce(avg); buckets
 //     launch strictly in bucket order so every rank issues the same collectives in the same order
-//     whatever order its gradients became ready in.
-//   - wait_all() (before the optimizer step) waits for every bucket, writes the averaged values
-//     back into the gradient buffers and resets for the next step. Every gradient must have been
-//     marked ready (std::logic_error otherwise); collective failures surface as CollectiveError.
+//     whatever order its gradients became ready in. The last bucket is the exception: it is
+//     all-reduced by wait_all() itself, on the calling thread (all_reduce_now): once backward has
+//     made every gradient nothing is left to overlap with it, and handing it to the group's
+//     thread and back costs two thread switches a step.
+//   - wait_all() (before the optimizer step) all-reduces the last bucket, waits for the others,
+//     writes the averaged values back into the gradient buffers and resets for the next step.
+//     Every gradient must have been marked ready (std::logic_error otherwise); collective
+//     failures surface as CollectiveError.
 //   - Averaging is deterministic for a fixed world size (every all_reduce path reduces in an
 //     order fixed by the world size and the bucket's length).
 //

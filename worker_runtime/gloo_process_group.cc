@@ -163,44 +163,13 @@ class GlooProcessGroup final : public ProcessGroup {
   Millis default_timeout() const override { return options_.timeout; }
 
   WorkPtr all_reduce(void* data, std::size_t count, DType type, ReduceOp op, Millis timeout) override {
-    using Algo = GlooOptions::AllreduceAlgo;
-    const bool ring_wanted = options_.allreduce == Algo::kRingChunked || options_.allreduce == Algo::kRing;
-    const bool ring = ring_wanted && type != DType::kBFloat16 && (timeout.count() <= 0 || timeout == options_.timeout) &&
-                      count <= INT_MAX;
-    // Small: one exchange of whole buffers over the mesh ((size - 1) x bytes sent per rank).
-    // Bigger, 2 ranks: the mesh's reduce-scatter + all-gather (a ring's bytes, half the
-    // reductions). Bigger, more ranks: Gloo's ring. The inputs of this choice are the same on
-    // every rank, so every rank takes the same path.
-    const std::size_t traffic = count * dtype_size(type) * static_cast<std::size_t>(size() - 1);
-    const bool direct = options_.allreduce == Algo::kDirect ||
-                        (options_.allreduce == Algo::kAuto && traffic <= options_.direct_max_bytes);
-    const bool sliced = options_.allreduce == Algo::kSliced || (options_.allreduce == Algo::kAuto && !direct && size() == 2);
-    const Millis t = deadline(timeout);
-    const uint32_t tag = next_tag();
-    return queue_->submit(describe("all_reduce", count, type) + " " + reduce_op_name(op), [=, this] {
-      check_reduction(type);
-      if (count == 0) return;
-      if (size() == 1) {
-        // nothing to combine
-      } else if (direct) {
-        mesh_all_reduce(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
-      } else if (sliced) {
-        mesh_all_reduce_sliced(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
-      } else if (ring) {
-        dispatch(type, [&]<typename T>() {
-          if constexpr (!std::is_same_v<T, std::uint16_t>) run_ring<T>(static_cast<T*>(data), count, type, op);
-        });
-      } else {
-        gloo::AllreduceOptions o(ctx_);
-        dispatch(type, [&]<typename T>() { o.setOutput(static_cast<T*>(data), count); });
-        o.setReduceFunction(func(type, op));
-        o.setTag(tag);
-        o.setTimeout(t);
-        if (options_.segment_bytes > 0) o.setMaxSegmentSize(options_.segment_bytes);
-        gloo::allreduce(o);
-      }
-      if (op == ReduceOp::kAvg && size() > 1) divide(data, count, type, size());
-    });
+    return queue_->submit(describe("all_reduce", count, type) + " " + reduce_op_name(op),
+                          all_reduce_op(data, count, type, op, timeout));
+  }
+
+  void all_reduce_now(void* data, std::size_t count, DType type, ReduceOp op, Millis timeout) override {
+    queue_->run(describe("all_reduce", count, type) + " " + reduce_op_name(op),
+                all_reduce_op(data, count, type, op, timeout));
   }
 
   WorkPtr broadcast(void* data, std::size_t count, DType type, int root, Millis timeout) override {
@@ -345,6 +314,49 @@ class GlooProcessGroup final : public ProcessGroup {
   }
 
  private:
+  // The operation all_reduce and all_reduce_now run; the path it takes depends only on inputs
+  // that are the same on every rank.
+  std::function<void()> all_reduce_op(void* data, std::size_t count, DType type, ReduceOp op, Millis timeout) {
+    using Algo = GlooOptions::AllreduceAlgo;
+    const bool ring_wanted = options_.allreduce == Algo::kRingChunked || options_.allreduce == Algo::kRing;
+    const bool ring = ring_wanted && type != DType::kBFloat16 && (timeout.count() <= 0 || timeout == options_.timeout) &&
+                      count <= INT_MAX;
+    // Small: one exchange of whole buffers over the mesh ((size - 1) x bytes sent per rank).
+    // Bigger, 2 ranks: the mesh's reduce-scatter + all-gather (a ring's bytes, half the
+    // reductions). Bigger, more ranks: Gloo's ring. The inputs of this choice are the same on
+    // every rank, so every rank takes the same path.
+    const std::size_t traffic = count * dtype_size(type) * static_cast<std::size_t>(size() - 1);
+    const bool direct = options_.allreduce == Algo::kDirect ||
+                        (options_.allreduce == Algo::kAuto && traffic <= options_.direct_max_bytes);
+    const bool sliced = options_.allreduce == Algo::kSliced || (options_.allreduce == Algo::kAuto && !direct && size() == 2);
+    const Millis t = deadline(timeout);
+    const uint32_t tag = next_tag();
+    return [=, this] {
+      check_reduction(type);
+      if (count == 0) return;
+      if (size() == 1) {
+        // nothing to combine
+      } else if (direct) {
+        mesh_all_reduce(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
+      } else if (sliced) {
+        mesh_all_reduce_sliced(*mesh_, data, count, dtype_size(type), func(type, op), Clock::now() + t, scratch_);
+      } else if (ring) {
+        dispatch(type, [&]<typename T>() {
+          if constexpr (!std::is_same_v<T, std::uint16_t>) run_ring<T>(static_cast<T*>(data), count, type, op);
+        });
+      } else {
+        gloo::AllreduceOptions o(ctx_);
+        dispatch(type, [&]<typename T>() { o.setOutput(static_cast<T*>(data), count); });
+        o.setReduceFunction(func(type, op));
+        o.setTag(tag);
+        o.setTimeout(t);
+        if (options_.segment_bytes > 0) o.setMaxSegmentSize(options_.segment_bytes);
+        gloo::allreduce(o);
+      }
+      if (op == ReduceOp::kAvg && size() > 1) divide(data, count, type, size());
+    };
+  }
+
   // Ring all_reduce through a cache of Gloo algorithm objects keyed by (dtype, op, count).
   // Building a ring is expensive (it mallocs two full-size inboxes, whose pages then fault in,
   // and registers buffers with both neighbours), so a persistent instance with its own buffer is

@@ -122,6 +122,16 @@ OpQueue::~OpQueue() {
   thread_.join();
 }
 
+void OpQueue::run(std::string name, std::function<void()> fn) {
+  auto op = std::make_shared<Op>();
+  op->name = std::move(name);
+  op->fn = std::move(fn);
+  std::unique_lock lk(core_->mu);
+  core_->pending.push_back(op);  // in issue order; the queue's thread is not woken for it
+  core_->drive(lk, *op);
+  if (op->error) std::rethrow_exception(op->error);
+}
+
 WorkPtr OpQueue::submit(std::string name, std::function<void()> fn) {
   auto op = std::make_shared<Op>();
   op->name = std::move(name);

@@ -11,6 +11,8 @@
 //     thrown by an operation (unsupported type or op) does not break it.
 //   - `inline_only` (for groups whose operations never wait on a peer: world size 1): no thread;
 //     submit() runs the operation before returning.
+//   - run() is submit() followed by wait(), without waking the queue's thread: an operation its
+//     caller waits for at once needs no hand-off.
 //   - The destructor lets queued operations run (each is bounded by its own deadline), then
 //     joins. A Work may outlive its queue.
 //
@@ -40,6 +42,9 @@ class OpQueue {
   OpQueue& operator=(const OpQueue&) = delete;
 
   WorkPtr submit(std::string name, std::function<void()> op);
+  // The operation after those submitted before it, on the calling thread unless the queue's
+  // thread takes it first (it is not woken for it); returns when done, throws as wait() would.
+  void run(std::string name, std::function<void()> op);
 
   struct Core;  // state shared with the Work handles (op_queue.cc)
 
