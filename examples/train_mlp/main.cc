@@ -10,8 +10,9 @@
 // boundary, checkpoint there, and exit 0; rank 0 prints "preempted: checkpoint at step N".
 //
 // Reading order: parse_args (the flags), TrainState with resume/save_checkpoint_at (what a
-// checkpoint holds), Stepper (one SGD step on the CPU or the GPU), Trainer (the epochs and steps,
-// failure injection, the preemption vote), evaluate, and main, which strings them together.
+// checkpoint holds), Stepper (one SGD step on the CPU or the GPU, and the preemption vote),
+// Trainer (the epochs and steps, failure injection, acting on the vote), evaluate, and main,
+// which strings them together.
 #include <signal.h>
 #include <unistd.h>
 
@@ -44,7 +45,8 @@ using namespace crun::rt;
 
 namespace {
 
-// Set by SIGUSR1. Each step all-reduces (max) it, so every rank sees the request at the same step.
+// Set by SIGUSR1. Each step puts it to the ranks' vote (Stepper::step), so every rank sees the
+// request at the same step.
 volatile std::sig_atomic_t g_preempt_requested = 0;
 
 extern "C" void on_preempt_signal(int) { g_preempt_requested = 1; }
@@ -175,27 +177,47 @@ std::string weights_sha256(const Mlp& m) {
 
 // Runs training steps on the state's model: on the CPU, where the bucketer all-reduces each
 // layer's gradients as backward produces them, or with --device cuda on the GPU (the state then
-// lags behind until sync_to_host()).
+// lags behind until sync_to_host()). Each step also settles the ranks' preemption vote.
 class Stepper {
  public:
-  Stepper(TrainState& s, const Args& a, ProcessGroup& pg, [[maybe_unused]] const Dataset& train,
-          [[maybe_unused]] int local_rank)
+  struct Outcome {
+    double loss;  // the batch's mean loss on this rank
+    bool stop;    // some rank asked to stop after this step (the same on every rank)
+  };
+
+  Stepper(TrainState& s, const Args& a, ProcessGroup& pg, [[maybe_unused]] ProcessGroup& cpu,
+          [[maybe_unused]] const Dataset& train, [[maybe_unused]] int local_rank)
       : s_(s),
         a_(a),
         pg_(pg),
 #ifdef TRAIN_MLP_WITH_CUDA
+        cpu_(cpu),
         gpu_(make_gpu(s, a, train, local_rank)),
 #endif
-        // One bucket per layer: the output layer's gradients (ready first in backward) all-reduce
-        // while the hidden layer's backward still runs. (The default 25 MB would be one bucket.)
-        bucketer_(pg, grad_spans(s.model), (s.model.params[2].size() + s.model.params[3].size()) * sizeof(float)) {}
+        // One bucket (DDP's 25 MB default holds the whole model), all-reduced by wait_all() on
+        // this thread, with the vote in it as one more value (span 0). Per-layer buckets, the
+        // output layer's all-reducing on the group's thread while the hidden layer's backward
+        // runs, measured 3-9 % slower at 2 ranks on 2 cores (docs/benchmarks.md): with every core
+        // training there is no idle one to overlap into, only thread hand-offs to pay.
+        bucketer_(pg, spans(vote_, s.model)) {}
 
-  // One step on the batch `x`, `y` of a.batch_size rows; returns its mean loss.
-  double step(const float* x, const int* y) {
+  // One step on the batch `x`, `y` of a.batch_size rows; `stop_wanted` is this rank's vote.
+  Outcome step(const float* x, const int* y, bool stop_wanted) {
 #ifdef TRAIN_MLP_WITH_CUDA
-    if (gpu_) return gpu_->step(x, y, a_.batch_size, pg_, a_.lr, a_.momentum);
+    if (gpu_) {
+      // The vote all-reduces on the host group while the GPU computes.
+      std::int32_t vote = stop_wanted ? 1 : 0;
+      WorkPtr w = cpu_.all_reduce(&vote, 1, DType::kInt32, ReduceOp::kMax);
+      const double loss = gpu_->step(x, y, a_.batch_size, pg_, a_.lr, a_.momentum);
+      w->wait();
+      return {loss, vote != 0};
+    }
 #endif
-    double loss = s_.model.forward_backward(x, y, a_.batch_size, [&](std::size_t k) { bucketer_.mark_ready(k); });
+    // The averaged vote is above 0 when any rank voted 1: no collective of its own.
+    vote_[0] = stop_wanted ? 1.0f : 0.0f;
+    bucketer_.mark_ready(0);
+    const double loss =
+        s_.model.forward_backward(x, y, a_.batch_size, [&](std::size_t k) { bucketer_.mark_ready(k + 1); });
     bucketer_.wait_all();
     for (std::size_t k = 0; k < s_.model.params.size(); ++k) {
       auto& p = s_.model.params[k];
@@ -206,7 +228,7 @@ class Stepper {
         p[i] -= a_.lr * v[i];
       }
     }
-    return loss;
+    return {loss, vote_[0] > 0.0f};
   }
 
   // Brings the GPU's weights and momentum back into the state (checkpoints, evaluation).
@@ -217,10 +239,11 @@ class Stepper {
   }
 
  private:
-  static std::vector<std::span<float>> grad_spans(Mlp& m) {
-    std::vector<std::span<float>> spans;
-    for (auto& g : m.grads) spans.emplace_back(g);
-    return spans;
+  // What the bucketer averages: the vote, then the gradients in the model's order.
+  static std::vector<std::span<float>> spans(std::vector<float>& vote, Mlp& m) {
+    std::vector<std::span<float>> all{std::span<float>(vote)};
+    for (auto& g : m.grads) all.emplace_back(g);
+    return all;
   }
 #ifdef TRAIN_MLP_WITH_CUDA
   static std::unique_ptr<CudaMlp> make_gpu(const TrainState& s, const Args& a, const Dataset& train, int local_rank) {
@@ -235,8 +258,10 @@ class Stepper {
   const Args& a_;
   ProcessGroup& pg_;
 #ifdef TRAIN_MLP_WITH_CUDA
+  ProcessGroup& cpu_;
   std::unique_ptr<CudaMlp> gpu_;
 #endif
+  std::vector<float> vote_ = std::vector<float>(1);  // before bucketer_, which holds a span of it
   GradBucketer bucketer_;
 };
 
@@ -292,17 +317,15 @@ class Trainer {
   // One step on the current batch, adding its loss to `loss_sum`; false when preempted.
   bool run_step(const std::vector<std::size_t>& idx, double& loss_sum) {
     if (first_attempt_ && static_cast<long>(s_.at.step) == a_.fail_at_step && rank_ == a_.fail_rank) fail_now();
-    // Preemption vote: launched at the start of the step (it completes in the background while the
-    // step computes), read at its end; the max over ranks is the same on every rank.
-    stop_vote_ = g_preempt_requested ? 1 : 0;
-    WorkPtr vote = cpu_.all_reduce(&stop_vote_, 1, DType::kInt32, ReduceOp::kMax);
+    // Preemption vote: this rank's, taken at the start of the step; the step's outcome is every
+    // rank's answer, the same on all of them.
     fill_batch(idx);
-    loss_sum += stepper_.step(xb_.data(), yb_.data());
+    const Stepper::Outcome out = stepper_.step(xb_.data(), yb_.data(), g_preempt_requested != 0);
+    loss_sum += out.loss;
     ++s_.at.step;
     samples_ += static_cast<std::uint64_t>(a_.batch_size) * world_;
     const bool periodic = a_.checkpoint_every > 0 && s_.at.step % a_.checkpoint_every == 0;
-    vote->wait();
-    const bool preempted = stop_vote_ != 0;
+    const bool preempted = out.stop;
     if (!a_.checkpoint_dir.empty() && (periodic || preempted)) {
       save_checkpoint_at({s_.at.epoch, s_.at.batch + 1, s_.at.step});
     }
@@ -362,7 +385,6 @@ class Trainer {
   const bool first_attempt_;
   std::vector<float> xb_;
   std::vector<int> yb_;
-  std::int32_t stop_vote_ = 0;
   std::uint64_t samples_ = 0;
 };
 
@@ -398,7 +420,7 @@ int main(int argc, char** argv) {
     TrainState state(train, a.hidden, a.seed + 1);
     if (!a.checkpoint_dir.empty()) resume(cpu, a.checkpoint_dir, rank, state);
 
-    Stepper stepper(state, a, pg, train, rt->env().local_rank);
+    Stepper stepper(state, a, pg, cpu, train, rt->env().local_rank);
     Trainer trainer(a, *rt, train, state, stepper);
     const auto t0 = std::chrono::steady_clock::now();
     if (!trainer.run()) {  // preempted

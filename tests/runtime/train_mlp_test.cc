@@ -150,3 +150,28 @@ TEST_CASE("train_mlp checkpoints at an agreed step on SIGUSR1, exits 0, and resu
   CHECK(parse_final(resumed.ranks[0].output).sha == reference.sha);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("train_mlp: a preemption notice that reaches one rank stops every rank at the same step",
+          "[train_preempt]") {
+  // Only rank 1 is signalled; rank 0 learns of it through the step's vote, which rides in the
+  // gradients' all_reduce. Without the vote rank 1 would leave and rank 0's next collective fail.
+  const std::string dir = temp_dir();
+  bool signalled = false;
+  auto run = run_ranks({CRUN_TRAIN_MLP, "--checkpoint-dir", dir}, 2, {}, std::chrono::seconds(120),
+                       [&](int rank, const std::string& out, const std::vector<pid_t>& pids) {
+                         if (signalled || rank != 0 || out.find("epoch 0:") == std::string::npos) return;
+                         ::kill(pids.at(1), SIGUSR1);
+                         signalled = true;
+                       });
+  INFO(run.summary());
+  REQUIRE_FALSE(run.timed_out);
+  REQUIRE(signalled);
+  CHECK(run.ranks[0].exit_code == 0);
+  CHECK(run.ranks[1].exit_code == 0);
+  std::smatch m;
+  static const std::regex re(R"(preempted: checkpoint at step (\d+))");
+  REQUIRE(std::regex_search(run.ranks[0].output, m, re));
+  CHECK(std::stoi(m[1]) < 195);
+  CHECK(run.ranks[0].output.find("final:") == std::string::npos);
+  std::filesystem::remove_all(dir);
+}
