@@ -5,8 +5,8 @@
 //     torch.distributed). Each call enqueues the operation and returns a Work handle at once;
 //     wait() blocks until it is done and rethrows its CollectiveError. all_reduce_now is the
 //     blocking form (torch's async_op=False): the same operation, in the same issue order, run
-//     on the calling thread when nothing is queued before it. The synchronous helpers
-//     (all_reduce_sync...) are "enqueue, then wait"; all_reduce_sync uses all_reduce_now.
+//     on the calling thread when nothing is queued before it. all_reduce_sync is all_reduce_now;
+//     the other synchronous helpers (broadcast_sync, barrier_sync) are "enqueue, then wait".
 //   - Buffers must stay alive and untouched until the Work completes. Gloo takes host memory,
 //     NCCL device memory of the group's device.
 //   - Every operation has a deadline: `timeout` when given (> 0), else the group's default. A
