@@ -35,6 +35,31 @@ std::string temp_dir() {
   return ::mkdtemp(tmpl);
 }
 
+// 2 ranks with --checkpoint-dir `dir`; once rank 0 reports its first epoch (of 5), mid-run, the
+// ranks in `notified` get SIGUSR1 (crun forwards it to every worker; here the test plays that part).
+crun::test::RunResult run_preempted(const std::string& dir, const std::vector<int>& notified, bool& signalled) {
+  signalled = false;
+  return run_ranks({CRUN_TRAIN_MLP, "--checkpoint-dir", dir}, 2, {}, std::chrono::seconds(120),
+                   [&](int rank, const std::string& out, const std::vector<pid_t>& pids) {
+                     if (signalled || rank != 0 || out.find("epoch 0:") == std::string::npos) return;
+                     for (int r : notified) ::kill(pids.at(static_cast<std::size_t>(r)), SIGUSR1);
+                     signalled = true;
+                   });
+}
+
+// Both ranks of a preempted run stopped early and exited 0, rank 0 reporting the step; that step.
+std::string stopped_at(const crun::test::RunResult& run) {
+  CHECK(run.ranks[0].exit_code == 0);
+  CHECK(run.ranks[1].exit_code == 0);
+  std::smatch m;
+  static const std::regex re(R"(preempted: checkpoint at step (\d+))");
+  REQUIRE(std::regex_search(run.ranks[0].output, m, re));
+  CHECK(std::stoi(m[1]) < 195);  // 5 epochs x 39 steps: it stopped early
+  CHECK(run.ranks[0].output.find("final:") == std::string::npos);
+  CHECK(run.ranks[1].output.find("preempted:") == std::string::npos);  // rank 0 reports
+  return m[1];
+}
+
 // Runs one command (not a rank group): the harness with world 1, torchrun variables removed.
 crun::test::RankResult run_command(std::vector<std::string> argv) {
   std::vector<std::string> full = {"/usr/bin/env", "-u", "RANK", "-u", "WORLD_SIZE", "-u", "LOCAL_RANK",
@@ -119,28 +144,13 @@ TEST_CASE("train_mlp checkpoints at an agreed step on SIGUSR1, exits 0, and resu
   const Final reference = parse_final(plain.ranks[0].output);
   REQUIRE(reference.sha.size() == 64);
 
-  // The preemption notice reaches the workers once rank 0 reports its first epoch (of 5): mid-run.
-  // (crun forwards SIGUSR1 to every worker; here the test plays that part.)
   const std::string dir = temp_dir();
   bool signalled = false;
-  auto preempted = run_ranks({CRUN_TRAIN_MLP, "--checkpoint-dir", dir}, 2, {}, std::chrono::seconds(120),
-                             [&](int rank, const std::string& out, const std::vector<pid_t>& pids) {
-                               if (signalled || rank != 0 || out.find("epoch 0:") == std::string::npos) return;
-                               for (pid_t p : pids) ::kill(p, SIGUSR1);
-                               signalled = true;
-                             });
+  auto preempted = run_preempted(dir, {0, 1}, signalled);
   INFO(preempted.summary());
   REQUIRE_FALSE(preempted.timed_out);
   REQUIRE(signalled);
-  CHECK(preempted.ranks[0].exit_code == 0);
-  CHECK(preempted.ranks[1].exit_code == 0);
-  std::smatch m;
-  static const std::regex re(R"(preempted: checkpoint at step (\d+))");
-  REQUIRE(std::regex_search(preempted.ranks[0].output, m, re));
-  const std::string step = m[1];
-  CHECK(std::stoi(step) < 195);  // 5 epochs x 39 steps: it stopped early
-  CHECK(preempted.ranks[0].output.find("final:") == std::string::npos);
-  CHECK(preempted.ranks[1].output.find("preempted:") == std::string::npos);  // rank 0 reports
+  const std::string step = stopped_at(preempted);
 
   auto resumed = run_ranks({CRUN_TRAIN_MLP, "--checkpoint-dir", dir}, 2, {}, std::chrono::seconds(120));
   INFO(resumed.summary());
@@ -157,21 +167,10 @@ TEST_CASE("train_mlp: a preemption notice that reaches one rank stops every rank
   // gradients' all_reduce. Without the vote rank 1 would leave and rank 0's next collective fail.
   const std::string dir = temp_dir();
   bool signalled = false;
-  auto run = run_ranks({CRUN_TRAIN_MLP, "--checkpoint-dir", dir}, 2, {}, std::chrono::seconds(120),
-                       [&](int rank, const std::string& out, const std::vector<pid_t>& pids) {
-                         if (signalled || rank != 0 || out.find("epoch 0:") == std::string::npos) return;
-                         ::kill(pids.at(1), SIGUSR1);
-                         signalled = true;
-                       });
+  auto run = run_preempted(dir, {1}, signalled);
   INFO(run.summary());
   REQUIRE_FALSE(run.timed_out);
   REQUIRE(signalled);
-  CHECK(run.ranks[0].exit_code == 0);
-  CHECK(run.ranks[1].exit_code == 0);
-  std::smatch m;
-  static const std::regex re(R"(preempted: checkpoint at step (\d+))");
-  REQUIRE(std::regex_search(run.ranks[0].output, m, re));
-  CHECK(std::stoi(m[1]) < 195);
-  CHECK(run.ranks[0].output.find("final:") == std::string::npos);
+  stopped_at(run);
   std::filesystem::remove_all(dir);
 }
