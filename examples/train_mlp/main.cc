@@ -175,9 +175,9 @@ std::string weights_sha256(const Mlp& m) {
 
 // ---- one SGD step -------------------------------------------------------------------------------
 
-// Runs training steps on the state's model: on the CPU, where the bucketer all-reduces each
-// layer's gradients as backward produces them, or with --device cuda on the GPU (the state then
-// lags behind until sync_to_host()). Each step also settles the ranks' preemption vote.
+// Runs training steps on the state's model: on the CPU, where the bucketer averages the
+// gradients once backward has made them, or with --device cuda on the GPU (the state then lags
+// behind until sync_to_host()). Each step also settles the ranks' preemption vote.
 class Stepper {
  public:
   struct Outcome {
