@@ -48,7 +48,6 @@ void GradBucketer::wait_all() {
   }
   Bucket& last = buckets_.back();
   pg_.all_reduce_now(last.flat.data(), last.flat.size(), DType::kFloat32, ReduceOp::kAvg);
-  next_launch_ = buckets_.size();
   for (std::size_t i = 0; i + 1 < buckets_.size(); ++i) {
     WorkPtr w = std::move(buckets_[i].work);
     w->wait();

@@ -2,7 +2,6 @@
 // the caller's thread, after everything issued before it, with the queue's usual errors.
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <future>
 #include <mutex>
