@@ -8,6 +8,7 @@
 //   3. an exec failure leaves the parent's memory alone (no static destructor run by the child)
 // Prints one line per check and launcher; exits 0.
 #define BOOST_PROCESS_USE_STD_FS 1
+#include <boost/asio/detail/throw_error.hpp>  // process/v2 calls it without including it (Asio compiled apart)
 #include <boost/optional.hpp>  // before process/v2: its config uses boost::optional
 #include <boost/process/v2/posix/default_launcher.hpp>
 #include <boost/process/v2/posix/vfork_launcher.hpp>
