@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/sysinfo.h>
 
@@ -22,6 +23,7 @@
 #include "base/quiet_thread.h"
 #include "store/local_socket.h"
 #include "store/log_throttle.h"
+#include "store/readiness_set.h"
 #include "store/spin_policy.h"
 #include "store/store.h"
 #include "store/store_keyspace.h"
@@ -32,8 +34,6 @@ namespace crun {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
-// A connection's socket: TCP, or the local socket (store/local_socket.h) for clients on this host.
-using stream = asio::generic::stream_protocol;
 
 namespace {
 constexpr std::size_t kMaxReadPerWake = 1u << 20;  // then other connections get a turn
@@ -81,13 +81,17 @@ class Connection;
 
 struct StoreServer::Impl {
   Impl(asio::io_context& io_ref, StoreServerOptions o)
-      : io(io_ref), opt(std::move(o)), acceptor(io), limits{opt.token, opt.max_pending_per_connection, opt.max_outbound_bytes} {}
+      : io(io_ref),
+        opt(std::move(o)),
+        acceptor(io),
+        readiness(io),
+        limits{opt.token, opt.max_pending_per_connection, opt.max_outbound_bytes} {}
 
   void open();
   void accept();
   void accept_local();
-  // Takes what waits on `listener` (TCP or local); the connections' protocol is `protocol`.
-  void on_acceptable(int listener, stream protocol);
+  // Takes what waits on `listener` (TCP, or the local socket when `local`).
+  void on_acceptable(int listener, bool local);
   void refuse_full(int fd);
   void close_all();
   // One line about a connection; throttled per kind, never blocking the loop.
@@ -98,6 +102,7 @@ struct StoreServer::Impl {
   StoreServerOptions opt;
   tcp::acceptor acceptor;
   asio::posix::stream_descriptor local_listener{io};  // not open: no local socket (store/local_socket.h)
+  ReadinessSet readiness;  // every connection's socket (before `connections`: it outlives them)
   SessionLimits limits;
   KeySpace keys;
   LogThrottle throttle;
@@ -113,31 +118,35 @@ struct StoreServer::Impl {
   std::string bound_host;
   std::atomic<bool> stopped{false};
   StoreServerStats stats;
-  bool ipv6 = false;                      // the listener's protocol, for the sockets it accepts
   std::optional<bool> options_inherited;  // learnt from the first TCP connection accepted
 };
 
-// One client connection's I/O: reads into its StoreSession, writes what the session queues, and
-// keeps the handshake/frame and parked-request timers. Lives on the server thread.
-class Connection : public std::enable_shared_from_this<Connection> {
+// One client connection's I/O: reads into its StoreSession when the server's ReadinessSet reports
+// input, writes what the session queues, and keeps the handshake/frame and parked-request timers.
+// Owns its socket. Lives on the server thread.
+class Connection : public std::enable_shared_from_this<Connection>, private ReadinessSet::Watcher {
  public:
-  Connection(StoreServer::Impl& server, stream::socket socket, std::string peer, bool local)
+  Connection(StoreServer::Impl& server, int fd, std::string peer, bool local)
       : server_(server),
         local_(local),
-        socket_(std::move(socket)),
+        fd_(fd),
         io_timer_(server.io),
         deadline_timer_(server.io),
         peer_(std::move(peer)),
         session_(server.keys, server.limits, ++server.next_serial, [this] { on_output(); }) {}
+  ~Connection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
   void start() {
-    const int fd = socket_.native_handle();
     if (!local_) {  // a local socket has no TCP options
-      if (!server_.options_inherited) server_.options_inherited = has_connection_options(fd);
-      if (!*server_.options_inherited) set_connection_options(fd);
+      if (!server_.options_inherited) server_.options_inherited = has_connection_options(fd_);
+      if (!*server_.options_inherited) set_connection_options(fd_);
     }
     arm_io_timer(server_.opt.handshake_timeout, "handshake not completed");
-    read();
+    if (!server_.readiness.add(fd_, this)) close(std::string("cannot watch the connection: ") + std::strerror(errno), true);
   }
 
   // Closes the socket and takes the session's parked requests, watches and ephemeral keys out of
@@ -153,9 +162,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else if (server_.opt.log_closes) {
       server_.log("closed", "connection from " + peer_ + " closed: " + reason);
     }
-    boost::system::error_code ec;
-    socket_.shutdown(stream::socket::shutdown_both, ec);
-    socket_.close(ec);
+    server_.readiness.remove(fd_, this);
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    fd_ = -1;
     io_timer_.cancel();
     deadline_timer_.cancel();
     session_.detach();
@@ -166,21 +176,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t input_buffer_bytes() const { return session_.buffer_capacity(); }
 
  private:
-  // Each wake's first bytes land in landing_ through Asio's own read: its epoll reactor performs
-  // that recv() when the socket turns readable and, after a short read, arms the next one with no
-  // system call at all. (An async_wait re-arms the descriptor with an epoll_ctl on every wait, and
-  // an async_read_some straight into the session would hold a buffer on every idle connection.)
-  void read() {
-    socket_.async_read_some(asio::buffer(landing_), [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-      self->on_landed(ec, n);
-    });
-  }
-
-  void on_landed(boost::system::error_code ec, std::size_t n) {
-    if (closed_) return;
-    if (ec == asio::error::eof) return drain(0, 0);
-    if (ec) return drain(-1, ec.value());
-    drain(static_cast<ssize_t>(n), 0);
+  // The socket has news (edge-triggered): room for a write in flight, then input. Each wake's
+  // first bytes land in landing_ (an idle connection holds no buffer of the session's), the rest
+  // are read on by drain() until a read comes back short, so the next input is a new edge.
+  void on_ready(std::uint32_t events) override {
+    const auto self = shared_from_this();
+    if (writing_ && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) write_rest();
+    if (closed_ || close_posted_ || draining_on_ || session_.ended()) return;
+    if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) == 0) return;
+    ssize_t n;
+    do {
+      n = ::recv(fd_, landing_.data(), landing_.size(), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // read already, with an earlier wake's
+    drain(n, n < 0 ? errno : 0);
   }
 
   // Hands the session what landed (`landed` bytes; 0: the peer closed; -1: the read failed with
@@ -191,7 +200,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void drain(ssize_t landed, int error) {
     const auto now = std::chrono::steady_clock::now();
     const std::size_t before = session_.buffered();
-    const int fd = socket_.native_handle();
+    const int fd = fd_;
     std::size_t total = 0;
     bool more = false;
     bool gone = landed == 0 || landed == -1;  // the peer closed (error 0) or the read failed
@@ -262,10 +271,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     update_deadline_timer();
     flush();
     if (closed_ || close_posted_) return;
-    if (more) {
-      asio::post(server_.io, [self = shared_from_this()] { self->drain(-2, 0); });
-    } else {
-      read();
+    if (more) {  // read on after the others had a turn; no wake reads until then
+      draining_on_ = true;
+      asio::post(server_.io, [self = shared_from_this()] {
+        self->draining_on_ = false;
+        if (!self->closed_ && !self->close_posted_) self->drain(-2, 0);
+      });
     }
   }
 
@@ -382,7 +393,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (close_after_write_) close(session_.end_reason(), session_.fault());
       return;
     }
-    const ssize_t n = ::send(socket_.native_handle(), out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = ::send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       post_close(std::string("write failed: ") + std::strerror(errno), false);
       return;
@@ -394,22 +405,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     writing_ = true;
+    out_sent_ = sent;
     session_.set_in_flight(out_.size() - sent);
-    asio::async_write(socket_, asio::buffer(out_.data() + sent, out_.size() - sent),
-                      [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
-                        self->writing_ = false;
-                        self->out_.clear();
-                        if (self->closed_) return;  // the server may be gone: touch nothing else
-                        self->session_.set_in_flight(0);
-                        if (ec) return self->close("write failed: " + ec.message(), false);
-                        if (self->session_.ended() && !self->close_after_write_) return self->end_session();
-                        self->flush();
-                      });
+    if (!server_.readiness.want_output(fd_, this, true)) post_close(std::string("write failed: ") + std::strerror(errno), false);
+  }
+
+  // The socket took part of out_ and has room again (or failed): the rest, then what the session
+  // queued meanwhile.
+  void write_rest() {
+    while (out_sent_ < out_.size()) {
+      const ssize_t n = ::send(fd_, out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // the next EPOLLOUT
+      if (n < 0) return close(std::string("write failed: ") + std::strerror(errno), false);
+      out_sent_ += static_cast<std::size_t>(n);
+    }
+    server_.readiness.want_output(fd_, this, false);  // refused: a spare EPOLLOUT, ignored
+    writing_ = false;
+    out_.clear();
+    out_sent_ = 0;
+    session_.set_in_flight(0);
+    if (session_.ended() && !close_after_write_) return end_session();
+    flush();
   }
 
   StoreServer::Impl& server_;
   const bool local_;  // the store's local socket, not TCP
-  stream::socket socket_;
+  int fd_;  // the connection's socket, -1 once closed
   asio::steady_timer io_timer_;
   asio::steady_timer deadline_timer_;
   bool io_timer_armed_ = false;
@@ -418,11 +440,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string peer_;
   StoreSession session_;
   std::string out_;  // bytes handed to the socket, in flight while writing_
-  std::array<char, 512> landing_;  // each wake's first read (read()); a request/reply frame fits
+  std::size_t out_sent_ = 0;  // of out_, while writing_
+  std::array<char, 512> landing_;  // each wake's first read (on_ready()); a request/reply frame fits
   bool closed_ = false;
   bool close_posted_ = false;
   bool in_batch_ = false;
   bool flush_pending_ = false;  // in server_.flush_after_batch
+  bool draining_on_ = false;    // drain(-2) posted: it reads on
   bool writing_ = false;
   bool close_after_write_ = false;
 };
@@ -480,7 +504,6 @@ void StoreServer::Impl::open() {
   const int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) throw StoreError(std::string("store server: socket: ") + std::strerror(errno));
   acceptor.assign(ep.protocol(), fd);
-  ipv6 = ep.protocol() == tcp::v6();
   acceptor.set_option(asio::socket_base::reuse_address(true));
   set_connection_options(fd);
   acceptor.bind(ep, ec);
@@ -516,7 +539,7 @@ void StoreServer::Impl::open() {
 void StoreServer::Impl::accept() {
   acceptor.async_wait(tcp::acceptor::wait_read, [this](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-    on_acceptable(acceptor.native_handle(), ipv6 ? stream(tcp::v6()) : stream(tcp::v4()));
+    on_acceptable(acceptor.native_handle(), false);
     accept();
   });
 }
@@ -524,15 +547,14 @@ void StoreServer::Impl::accept() {
 void StoreServer::Impl::accept_local() {
   local_listener.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
     if (ec == asio::error::operation_aborted || !local_listener.is_open()) return;
-    on_acceptable(local_listener.native_handle(), stream(AF_UNIX, 0));
+    on_acceptable(local_listener.native_handle(), true);
     accept_local();
   });
 }
 
 // Takes every connection waiting (bounded per wake), each close-on-exec and non-blocking from
 // accept4 on, so no exec elsewhere in the process can inherit one.
-void StoreServer::Impl::on_acceptable(int listener, stream protocol) {
-  const bool local = protocol.family() == AF_UNIX;
+void StoreServer::Impl::on_acceptable(int listener, bool local) {
   for (int i = 0; i < kMaxAcceptsPerWake; ++i) {
     sockaddr_storage peer{};
     socklen_t peer_len = sizeof peer;
@@ -551,14 +573,7 @@ void StoreServer::Impl::on_acceptable(int listener, stream protocol) {
       refuse_full(fd);
       continue;
     }
-    stream::socket socket(io);
-    boost::system::error_code ec;
-    socket.assign(protocol, fd, ec);
-    if (ec) {
-      ::close(fd);
-      continue;
-    }
-    auto conn = std::make_shared<Connection>(*this, std::move(socket), local ? "a local socket" : peer_name(peer, peer_len), local);
+    auto conn = std::make_shared<Connection>(*this, fd, local ? "a local socket" : peer_name(peer, peer_len), local);
     connections.insert(conn);
     conn->start();
   }
@@ -598,6 +613,7 @@ void StoreServer::Impl::close_all() {
   local_listener.close(ec);
   auto all = connections;  // close() erases from the set
   for (auto& c : all) c->close("server stopping", false);
+  readiness.close();
 }
 
 StoreServer::StoreServer(StoreServerOptions options) {
