@@ -124,7 +124,7 @@ struct StoreServer::Impl {
 // One client connection's I/O: reads into its StoreSession when the server's ReadinessSet reports
 // input, writes what the session queues, and keeps the handshake/frame and parked-request timers.
 // Owns its socket. Lives on the server thread.
-class Connection : public std::enable_shared_from_this<Connection>, private ReadinessSet::Watcher {
+class Connection final : public std::enable_shared_from_this<Connection>, private ReadinessSet::Watcher {
  public:
   Connection(StoreServer::Impl& server, int fd, std::string peer, bool local)
       : server_(server),
