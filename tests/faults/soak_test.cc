@@ -71,7 +71,11 @@ TEST_CASE("1,000 restarts on one node: descriptors and memory stay flat", "[soak
   CHECK(count(p.err(), "worker failed (root cause)") == kRestarts + 1);
   // From the first sample on (allocator and caches warm): a leak of one descriptor or 1 KiB per
   // restart would show as 900 or 900 KiB.
-  CHECK(spread(samples, 0, [](const Sample& s) { return s.fds; }) <= 4);  // a worker's pidfd and pipes come and go
+  // A sample falls anywhere in a restart: after one worker's descriptors closed and before the
+  // next one's open (fewest), or inside a spawn, both ends of its two output pipes open beside
+  // what the last worker left open so far (most): 15 and 20 in one run of 1,000 restarts. A leak
+  // of one descriptor a restart would show as 900.
+  CHECK(spread(samples, 0, [](const Sample& s) { return s.fds; }) <= 8);
   CHECK(samples.back().rss_kib - samples.front().rss_kib <= 256);
 }
 
