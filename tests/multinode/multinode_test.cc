@@ -323,7 +323,7 @@ TEST_CASE("a hung rank on another host is caught, named by node 0 as the root ca
   };
   std::string reference;
   {
-    ChildProcess p({CRUN_BIN, "--standalone", "--nproc-per-node", "2", CRUN_TRAIN_MLP, "--hidden", "2048"});
+    ChildProcess p({CRUN_BIN, "--standalone", "--nproc-per-node", "2", CRUN_TRAIN_MLP, "--hidden", "2048", "--epochs", "4"});
     REQUIRE(p.wait_exit(120s) == 0);
     reference = sha(p.out());
     REQUIRE(reference.size() == 64);
@@ -334,9 +334,10 @@ TEST_CASE("a hung rank on another host is caught, named by node 0 as the root ca
   // Rank 1 (node 2) goes silent after step 120; rank 0 (node 1) waits for it in step 121, a step
   // ahead, until rank 1's death breaks its collective: node 2 must be named, not node 1's failure.
   // Node 1's own watchdog would call rank 0 hung one step later, had the stop not reached it by
-  // then; --hidden 2048 makes that step ~25 ms, a margin a loaded machine keeps.
+  // then; --hidden 2048 makes that step ~25 ms, a margin a loaded machine keeps. Four epochs are
+  // 156 steps a rank: the hang, the checkpoint at step 100 and the resume all fit.
   const std::vector<std::string> train{"--checkpoint-dir", dir, "--hang-at-step", "120", "--hang-rank", "1",
-                                       "--hidden", "2048"};
+                                       "--hidden", "2048", "--epochs", "4"};
   auto flags = c10d("2", 1, "", 1);
   flags.insert(flags.begin(), {"--heartbeat-timeout", "3"});
   auto& a = cl.crun_program(1, flags, CRUN_TRAIN_MLP, train);
