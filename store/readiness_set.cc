@@ -20,8 +20,8 @@ constexpr std::uint32_t kInput = EPOLLIN | EPOLLRDHUP | EPOLLET;
 struct ReadinessSet::Impl : std::enable_shared_from_this<Impl> {
   explicit Impl(asio::io_context& io) : epoll(io) {}
 
-  // One wait on the set's descriptor at a time; the handler outlives neither the set nor its
-  // descriptor (a closed one completes it with operation_aborted).
+  // One wait on the set's descriptor at a time. Its handler may run after the set is gone (the
+  // io_context outlives a server embedded in it): it touches the set only through `alive`.
   void arm() {
     std::weak_ptr<Impl> alive = shared_from_this();
     epoll.async_wait(asio::posix::stream_descriptor::wait_read, [alive](const boost::system::error_code& ec) {

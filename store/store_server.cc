@@ -200,7 +200,6 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   void drain(ssize_t landed, int error) {
     const auto now = std::chrono::steady_clock::now();
     const std::size_t before = session_.buffered();
-    const int fd = fd_;
     std::size_t total = 0;
     bool more = false;
     bool gone = landed == 0 || landed == -1;  // the peer closed (error 0) or the read failed
@@ -221,7 +220,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
       } else {
         std::memcpy(space.data(), landing_.data(), got);
         if (got == landing_.size() && got < space.size()) {
-          const ssize_t r = ::recv(fd, space.data() + got, space.size() - got, 0);
+          const ssize_t r = ::recv(fd_, space.data() + got, space.size() - got, 0);
           if (r > 0) {
             got += static_cast<std::size_t>(r);
           } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -238,7 +237,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
     }
     while (read_on && !gone && !session_.ended()) {
       const std::span<char> space = session_.input_space();
-      const ssize_t n = ::recv(fd, space.data(), space.size(), 0);
+      const ssize_t n = ::recv(fd_, space.data(), space.size(), 0);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n <= 0) {
