@@ -12,6 +12,8 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cerrno>
+#include <climits>
+#include <cstring>
 #include <string>
 #include <exception>
 #include <vector>
@@ -35,6 +37,7 @@ struct ConsoleSink::Impl {
   const int fd;
   int own = -1;  // kOwn: our own non-blocking description of the stream
   Mode mode = Mode::kUnchosen;
+  bool pipe = false;  // a pipe or FIFO: its writes of up to PIPE_BUF bytes are never split
   std::unique_ptr<asio::posix::stream_descriptor> waiter;  // an epoll instance holding the stream
   bool waiting = false;
   std::string backlog;  // bytes before `head` are written
@@ -52,6 +55,7 @@ struct ConsoleSink::Impl {
       mode = Mode::kSend;
     } else if (S_ISFIFO(st.st_mode)) {
       mode = Mode::kNoWait;
+      pipe = true;
     } else if (S_ISCHR(st.st_mode)) {
       reopen();
     } else {
@@ -69,6 +73,7 @@ struct ConsoleSink::Impl {
   // Bytes written now, or -1 with errno: EAGAIN (full) or the stream's failure.
   ssize_t write_now(const char* p, std::size_t n) {
     if (mode == Mode::kUnchosen) choose();
+    if (pipe) n = whole_lines(p, n);
     for (;;) {
       ssize_t r = -1;
       switch (mode) {
@@ -101,6 +106,15 @@ struct ConsoleSink::Impl {
       }
       return r;
     }
+  }
+
+  // On a pipe, what goes in one write: the whole lines that fit PIPE_BUF, which the kernel writes
+  // whole or not at all, so a line is never split by another writer of the pipe (another thread
+  // or process of the job, the other stream of `2>&1` written elsewhere); a longer line goes as is.
+  static std::size_t whole_lines(const char* p, std::size_t n) {
+    if (n <= PIPE_BUF) return n;
+    const void* last = ::memrchr(p, '\n', PIPE_BUF);
+    return last != nullptr ? static_cast<std::size_t>(static_cast<const char*>(last) - p) + 1 : n;
   }
 
   static bool full(int error) { return error == EAGAIN || error == EWOULDBLOCK; }
@@ -249,5 +263,10 @@ void ConsoleSink::flush() {
 }
 
 std::size_t ConsoleSink::backlog_bytes() const { return impl_->pending(); }
+
+bool ConsoleSink::same_stream(int a, int b) {
+  struct stat sa {}, sb {};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
 
 }  // namespace crun

@@ -16,6 +16,12 @@
 //     (WorkerGroup) then stop reading and ask when_drained(fn): fn runs once, on the loop, when
 //     the backlog is down to kHighWater / 2 (at once when it already is). The backlog so passes
 //     kHighWater only by what was read before the readers stopped.
+//   - A pipe is written in whole lines: one write holds the lines that fit PIPE_BUF (a longer
+//     line alone), which the kernel takes whole or not at all, so no other writer of the pipe
+//     lands inside a line of ours.
+//   - same_stream(a, b): the two descriptors name one file (`2>&1`, a shared terminal). Two
+//     sinks on one file would each keep a backlog and split each other's lines; write both
+//     streams through one sink instead.
 //   - flush() writes the backlog out, waiting as long as the stream takes (the agent's end, once
 //     the loop has stopped: no line is lost at exit, as with the blocking writes before).
 //   - The loop waits for room through an epoll instance of the sink's own holding the stream
@@ -51,6 +57,8 @@ class ConsoleSink {
   void when_drained(std::function<void()> fn);
   void flush();
   std::size_t backlog_bytes() const;
+
+  static bool same_stream(int a, int b);
 
  private:
   struct Impl;

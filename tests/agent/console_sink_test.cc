@@ -161,3 +161,67 @@ TEST_CASE("flush() waits until the stream has taken everything", "[console_sink]
   ::close(p[0]);
   ::close(p[1]);
 }
+
+TEST_CASE("a pipe shared with another writer: a line of the sink is never split by the other's", "[console_sink]") {
+  int p[2];
+  REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+  asio::io_context io;
+  ConsoleSink sink(io, p[1]);
+  std::string data;  // 4,000 numbered lines of uneven length (~230 KB): no write fits a page exactly
+  for (int i = 0; i < 4000; ++i) data += "line " + std::to_string(i) + " " + std::string(40 + i % 37, 'x') + "\n";
+  write_unread(sink, data);
+  REQUIRE(sink.backlog_bytes() > 0);
+  // The other writer (another thread or process of the job) writes one short line whenever the
+  // pipe has room, while the reader drains the pipe in pieces that end inside lines.
+  const int other = ::open(("/proc/self/fd/" + std::to_string(p[1])).c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(other >= 0);
+  ::fcntl(p[0], F_SETFL, ::fcntl(p[0], F_GETFL) | O_NONBLOCK);
+  std::string got;
+  int others = 0;
+  char buf[3001];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const ssize_t n = ::read(p[0], buf, sizeof buf);
+    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
+    if (sink.backlog_bytes() == 0) break;
+    if (::write(other, "OTHER\n", 6) == 6) ++others;
+    io.poll();
+    if (n <= 0) io.run_one_for(std::chrono::milliseconds(10));  // the sink's wait for room, bounded
+  }
+  ::close(other);
+  REQUIRE(sink.backlog_bytes() == 0);
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  REQUIRE(others > 20);
+  std::string mine;  // the sink's lines, the other writer's taken out: each must be whole
+  int seen_others = 0;
+  std::size_t at = 0;
+  for (std::size_t nl; (nl = got.find('\n', at)) != std::string::npos; at = nl + 1) {
+    const std::string line = got.substr(at, nl - at);
+    if (line == "OTHER") {
+      ++seen_others;
+      continue;
+    }
+    INFO("a line split by the other writer: " << line);
+    REQUIRE(line.rfind("line ", 0) == 0);
+    REQUIRE(line.find("OTHER") == std::string::npos);
+    mine += line + "\n";
+  }
+  CHECK(at == got.size());
+  CHECK(seen_others == others);
+  CHECK(mine == data);
+  ::close(p[0]);
+  ::close(p[1]);
+}
+
+TEST_CASE("same_stream: two descriptors of one file (2>&1), not two pipes", "[console_sink]") {
+  int a[2], b[2];
+  REQUIRE(::pipe2(a, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(b, O_CLOEXEC) == 0);
+  const int dup = ::fcntl(a[1], F_DUPFD_CLOEXEC, 0);
+  const int reopened = ::open(("/proc/self/fd/" + std::to_string(a[1])).c_str(), O_WRONLY | O_CLOEXEC);
+  CHECK(ConsoleSink::same_stream(a[1], dup));
+  CHECK(ConsoleSink::same_stream(a[1], reopened));  // another description of the same pipe
+  CHECK_FALSE(ConsoleSink::same_stream(a[1], b[1]));
+  CHECK_FALSE(ConsoleSink::same_stream(a[1], -1));
+  for (int fd : {a[0], a[1], b[0], b[1], dup, reopened}) ::close(fd);
+}

@@ -446,6 +446,53 @@ TEST_CASE("a console that reads again gets every line: 2 x 40,000 lines through 
   CHECK(counts == std::map<int, long>{{0, 40000}, {1, 40000}});
 }
 
+TEST_CASE("stdout and stderr on one pipe (2>&1), busy CPUs: every line whole", "[e2e][output]") {
+  // Both cores busy for the test's length (bounded by timeout(1); killed with the test).
+  std::vector<std::unique_ptr<ChildProcess>> busy;
+  for (int i = 0; i < 2; ++i) {
+    busy.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{"timeout", "60", "sh", "-c", "while :; do :; done"}));
+  }
+  TempDir logs;
+  const std::string xs(100, 'x'), ys(60, 'y');
+  // Each rank: 10,000 stdout lines, every 20th followed by a stderr line, and last words on stderr.
+  const std::string script = "i=0; while [ $i -lt 10000 ]; do echo \"W$LOCAL_RANK $i " + xs +
+                             "\"; if [ $((i % 20)) -eq 0 ]; then echo \"E$LOCAL_RANK $i " + ys +
+                             "\" >&2; fi; i=$((i+1)); done; echo \"E$LOCAL_RANK last words\" >&2";
+  // `crun ... 2>&1 | cat`: one pipe for both streams.
+  ChildProcess p({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", CRUN_BIN, "--standalone", "--nproc-per-node", "4", "--tee",
+                  "3", "--log-dir", logs.path.string(), "--no-python", "sh", "-c", script});
+  REQUIRE(p.wait_exit() == 0);
+  std::map<int, int> next_out, next_err;  // rank -> next line number on each stream
+  std::set<int> last_words;
+  static const std::regex re(R"(^\[default(\d)\]:(?:W(\d) (\d+) (x+)|E(\d) (\d+) (y+)|E(\d) last words)$)");
+  for (const auto& line : lines(p.out())) {
+    INFO("line: " << line);
+    if (line.rfind("crun: ", 0) == 0) {  // the agent's own, on its stderr
+      REQUIRE(line.find("[default") == std::string::npos);
+      continue;
+    }
+    std::smatch sm;
+    REQUIRE(std::regex_match(line, sm, re));
+    const int rank = std::stoi(sm[1]);
+    if (sm[2].matched) {
+      REQUIRE(std::stoi(sm[2]) == rank);
+      REQUIRE(std::stoi(sm[3]) == next_out[rank]++);
+      REQUIRE(sm[4].length() == 100);
+    } else if (sm[5].matched) {
+      REQUIRE(std::stoi(sm[5]) == rank);
+      REQUIRE(std::stoi(sm[6]) == next_err[rank]);
+      next_err[rank] += 20;
+      REQUIRE(sm[7].length() == 60);
+    } else {
+      REQUIRE(std::stoi(sm[8]) == rank);
+      last_words.insert(rank);
+    }
+  }
+  CHECK(next_out == std::map<int, int>{{0, 10000}, {1, 10000}, {2, 10000}, {3, 10000}});
+  CHECK(next_err == std::map<int, int>{{0, 10000}, {1, 10000}, {2, 10000}, {3, 10000}});
+  CHECK(last_words == std::set<int>{0, 1, 2, 3});
+}
+
 TEST_CASE("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE shapes the teed lines' prefix", "[e2e][output]") {
   TempDir tmp;  // the teed logs' directory, which crun keeps, goes with it
   ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--tee", "1", "--role", "trainer"}, {"--lines", "3"}),
