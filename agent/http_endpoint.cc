@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <string_view>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -33,9 +34,11 @@ struct HttpEndpoint::State : std::enable_shared_from_this<HttpEndpoint::State> {
   HttpLimits limits;
   std::unordered_set<Session*> sessions;  // live connections (each owned by its pending operations)
   std::uint64_t refused = 0;
+  std::uint64_t evicted = 0;
   bool closed = false;
 
   void accept();
+  bool make_room();
 };
 
 namespace {
@@ -56,16 +59,21 @@ class Session : public std::enable_shared_from_this<Session> {
       : stream_(std::move(socket)), buffer_(owner->limits.header_bytes), owner_(owner) {
     owner->sessions.insert(this);
   }
-  ~Session() {
-    if (auto owner = owner_.lock()) owner->sessions.erase(this);
-  }
+  ~Session() { forget(); }
 
   void start() { read(); }
+  // Closes the socket; the connection no longer counts against the limit from now on, though its
+  // pending operations still end (aborted) on the loop.
   void close() {
+    forget();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
     stream_.close();
   }
+  // Waiting for a request of which no byte has come (a fresh connection, or a keep-alive one
+  // between requests): one that may be closed to make room without losing anyone's request.
+  bool idle() const { return waiting_ && buffer_.size() == 0 && !(parser_ && parser_->got_some()); }
+  std::chrono::steady_clock::time_point idle_since() const { return idle_since_; }
 
  private:
   void read() {
@@ -75,11 +83,18 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(static_cast<std::uint32_t>(owner->limits.header_bytes));
     parser_->body_limit(0);
     stream_.expires_after(owner->limits.request_timeout);
+    waiting_ = true;
+    idle_since_ = std::chrono::steady_clock::now();
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
+  void forget() {
+    if (auto owner = owner_.lock()) owner->sessions.erase(this);
+  }
+
   void on_read(beast::error_code ec) {
+    waiting_ = false;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == asio::error::operation_aborted ||
         ec == asio::error::connection_reset || ec == asio::error::eof) {
       return close();
@@ -92,9 +107,21 @@ class Session : public std::enable_shared_from_this<Session> {
     if (req.method() != http::verb::get && !head) return answer_error(405);
     auto owner = owner_.lock();
     if (!owner) return close();
-    std::string path(req.target());
-    if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
-    respond(owner->handler(path), req.version(), req.keep_alive(), head);
+    respond(owner->handler(path_of(req.target())), req.version(), req.keep_alive(), head);
+  }
+
+  // The path a request names: its origin form ("/healthz?x=1") or its absolute form
+  // ("http://host:port/healthz", which HTTP/1.1 servers accept), without the query.
+  static std::string path_of(std::string_view target) {
+    for (std::string_view scheme : {"http://", "https://"}) {
+      if (target.size() >= scheme.size() && beast::iequals(target.substr(0, scheme.size()), scheme)) {
+        const auto slash = target.find('/', scheme.size());
+        target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
+        break;
+      }
+    }
+    std::string path(target.substr(0, target.find('?')));
+    return path;
   }
 
   // A request crun does not serve: its status and reason, then the connection is closed.
@@ -133,6 +160,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::empty_body>> parser_;
   std::weak_ptr<HttpEndpoint::State> owner_;
+  bool waiting_ = false;  // a read of the next request is pending
+  std::chrono::steady_clock::time_point idle_since_;
 };
 
 }  // namespace
@@ -155,7 +184,7 @@ void HttpEndpoint::State::accept() {
         }
         break;  // EAGAIN: none left
       }
-      if (self->sessions.size() >= self->limits.max_connections) {
+      if (self->sessions.size() >= self->limits.max_connections && !self->make_room()) {
         ++self->refused;  // closed at once: the limit bounds descriptors and memory
         ::close(fd);
         continue;
@@ -172,6 +201,20 @@ void HttpEndpoint::State::accept() {
     }
     self->accept();
   });
+}
+
+// At the limit, the connection idle the longest is closed for a new one: idle keep-alives
+// (a browser's, a scraper's) must not lock out a liveness probe. Connections with a request under
+// way are kept (they end at request_timeout); false when every one has.
+bool HttpEndpoint::State::make_room() {
+  Session* oldest = nullptr;
+  for (Session* s : sessions) {
+    if (s->idle() && (oldest == nullptr || s->idle_since() < oldest->idle_since())) oldest = s;
+  }
+  if (oldest == nullptr) return false;
+  ++evicted;
+  oldest->close();
+  return true;
 }
 
 HttpEndpoint::HttpEndpoint(asio::io_context& io, const std::string& address, std::uint16_t port, HttpHandler handler,
@@ -204,5 +247,11 @@ HttpEndpoint::~HttpEndpoint() {
 std::uint16_t HttpEndpoint::port() const { return state_->acceptor.local_endpoint().port(); }
 std::size_t HttpEndpoint::connections() const { return state_->sessions.size(); }
 std::uint64_t HttpEndpoint::refused() const { return state_->refused; }
+std::uint64_t HttpEndpoint::evicted() const { return state_->evicted; }
+std::size_t HttpEndpoint::idle() const {
+  std::size_t n = 0;
+  for (const Session* s : state_->sessions) n += s->idle() ? 1 : 0;
+  return n;
+}
 
 }  // namespace crun

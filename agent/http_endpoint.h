@@ -6,8 +6,12 @@
 //     throws std::runtime_error with one line naming the address and why.
 //   - GET and HEAD only (anything else: 405); the answer is the handler's for the request's path
 //     (the query string is not passed on). Keep-alive as the client asks.
-//   - Bounded, whatever the client does: at most `max_connections` at once (one more is accepted
-//     and closed at once, counted in refused()); a request's header at most `header_bytes` (431)
+//   - The request's target in origin form ("/healthz?x=1") or absolute form
+//     ("http://host:port/healthz"); the handler gets its path.
+//   - Bounded, whatever the client does: at most `max_connections` at once. One more closes the
+//     connection idle the longest (waiting for a request of which no byte has come: a fresh one
+//     or a keep-alive one between requests; counted in evicted()), so idle connections never lock
+//     out a probe; when none is idle it is accepted and closed at once (refused()). A request's header at most `header_bytes` (431)
 //     and no body (413); a request must arrive whole, and its answer be taken, within
 //     `request_timeout`, else the connection is closed (slowloris, idle keep-alives, readers that
 //     never read); bytes that are not HTTP get 400 and a close. Memory per connection: the
@@ -57,6 +61,8 @@ class HttpEndpoint {
   std::uint16_t port() const;
   std::size_t connections() const;
   std::uint64_t refused() const;
+  std::uint64_t evicted() const;
+  std::size_t idle() const;  // connections waiting for a request of which no byte has come
 
   struct State;  // the listener and its connections (http_endpoint.cc)
 

@@ -148,25 +148,62 @@ TEST_CASE("http endpoint: slow and idle clients are dropped at the request timeo
   CHECK(s.on_loop([&] { return s.endpoint->connections(); }) == 0);
 }
 
-TEST_CASE("http endpoint: connections past the limit are closed at once; the kept ones still answer", "[http_endpoint]") {
+// Waits (bounded) until the server holds `n` connections, `idle` of them with no request under way.
+void wait_for_connections(Server& s, std::size_t n, std::size_t idle) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  const auto counts = [&] { return s.on_loop([&] { return std::make_pair(s.endpoint->connections(), s.endpoint->idle()); }); };
+  while (counts() != std::make_pair(n, idle) && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  REQUIRE(counts() == std::make_pair(n, idle));
+}
+
+TEST_CASE("http endpoint: at the limit a new connection closes the longest idle one; a probe always gets through",
+          "[http_endpoint]") {
   HttpLimits l;
   l.max_connections = 4;
   Server s(l);
   std::vector<int> held;
-  for (int i = 0; i < 4; ++i) held.push_back(connect_to(s.port));
-  // The server accepts asynchronously: wait (bounded) until it holds all four.
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (s.on_loop([&] { return s.endpoint->connections(); }) < 4 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(connect_to(s.port));
+    wait_for_connections(s, held.size(), held.size());  // accepted in this order
   }
-  REQUIRE(s.on_loop([&] { return s.endpoint->connections(); }) == 4);
+  // A keep-alive connection that has had its answer is idle again.
+  send_all(held[1], "GET /kept HTTP/1.1\r\n\r\n");
+  CHECK_THAT(read_all(held[1], "ok /kept\n"), Catch::Contains("ok /kept"));
+  CHECK_THAT(round_trip(s.port, "GET /probe HTTP/1.1\r\nConnection: close\r\n\r\n"), Catch::Contains("ok /probe"));
+  CHECK(read_all(held[0]).empty());  // the longest idle: closed without a byte
+  CHECK(s.on_loop([&] { return std::make_pair(s.endpoint->evicted(), s.endpoint->refused()); }) == std::make_pair<std::uint64_t, std::uint64_t>(1, 0));
+  send_all(held[1], "GET /again HTTP/1.1\r\nConnection: close\r\n\r\n");  // idle since its answer, not the oldest
+  CHECK_THAT(read_all(held[1]), Catch::Contains("ok /again"));
+  for (int fd : held) ::close(fd);
+}
+
+TEST_CASE("http endpoint: at the limit with every connection inside a request, a new one is closed at once", "[http_endpoint]") {
+  HttpLimits l;
+  l.max_connections = 4;
+  Server s(l);
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(connect_to(s.port));
+    send_all(held.back(), "GET /part");  // a request under way
+  }
+  wait_for_connections(s, 4, 0);
   const int extra = connect_to(s.port);
   CHECK(read_all(extra).empty());  // closed without a byte
   ::close(extra);
-  CHECK(s.on_loop([&] { return s.endpoint->refused(); }) == 1);
-  send_all(held[0], "GET /still HTTP/1.1\r\nConnection: close\r\n\r\n");
-  CHECK_THAT(read_all(held[0]), Catch::Contains("ok /still"));
+  CHECK(s.on_loop([&] { return std::make_pair(s.endpoint->evicted(), s.endpoint->refused()); }) == std::make_pair<std::uint64_t, std::uint64_t>(0, 1));
+  send_all(held[0], " HTTP/1.1\r\nConnection: close\r\n\r\n");
+  CHECK_THAT(read_all(held[0]), Catch::Contains("ok /part"));
   for (int fd : held) ::close(fd);
+}
+
+TEST_CASE("http endpoint: a request target in absolute form is served by its path", "[http_endpoint]") {
+  Server s({});
+  const std::string host = "http://127.0.0.1:" + std::to_string(s.port);
+  CHECK_THAT(round_trip(s.port, "GET " + host + "/healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"),
+             Catch::StartsWith("HTTP/1.1 200 OK") && Catch::EndsWith("ok /healthz\n"));
+  CHECK_THAT(round_trip(s.port, "GET HTTP://LOCALHOST/metrics?x=1 HTTP/1.1\r\nConnection: close\r\n\r\n"),
+             Catch::EndsWith("ok /metrics\n"));
+  CHECK_THAT(round_trip(s.port, "GET " + host + " HTTP/1.1\r\nConnection: close\r\n\r\n"), Catch::EndsWith("ok /\n"));
 }
 
 TEST_CASE("http endpoint: a taken port or a bad address is one line", "[http_endpoint]") {
