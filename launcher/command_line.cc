@@ -225,9 +225,11 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   }
 
   out.program = app.remaining();
-  if (!out.program.empty() && out.program.front() == "--") out.program.erase(out.program.begin());
+  // "--" ends crun's options: what follows is the program, even a name that starts with '-'.
+  const bool options_ended = !out.program.empty() && out.program.front() == "--";
+  if (options_ended) out.program.erase(out.program.begin());
   if (out.program.empty()) throw LaunchUsageError("missing the program to run: crun [options] program [args...]");
-  if (out.program.front().size() > 1 && out.program.front()[0] == '-') {
+  if (!options_ended && out.program.front().size() > 1 && out.program.front()[0] == '-') {
     throw LaunchUsageError("unknown option " + out.program.front());
   }
   return out;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -115,6 +116,26 @@ TEST_CASE("a .py program runs as PYTHON_EXEC -u; -m runs a module; executables r
   const auto bare_python = parse({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "sh"}}});
   CHECK(bare_python.agent.worker_argv.front() == "sh");
   CHECK(bare_python.agent.worker_program.find("/sh") != std::string::npos);
+}
+
+TEST_CASE("-- ends crun's options: a program whose name starts with '-' runs, its arguments untouched", "[launch_plan]") {
+  char dir[] = "/tmp/crun-dash-test-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string old_cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  {
+    std::ofstream("-dash.sh") << "#!/bin/sh\ntrue\n";
+  }
+  ::chmod("-dash.sh", 0755);
+  const auto dashed = parse({"--standalone", "--nproc-per-node", "1", "--", "-dash.sh", "a", "--", "-x"});
+  const auto unknown = usage_error({"--standalone", "-dash.sh", "a"});  // without --: an unknown option
+  std::filesystem::remove_all(dir);
+  std::filesystem::current_path(old_cwd);
+  CHECK(dashed.agent.worker_program == "-dash.sh");
+  CHECK(dashed.agent.worker_argv == std::vector<std::string>{"-dash.sh", "a", "--", "-x"});
+  CHECK_THAT(unknown, Catch::Contains("unknown option -dash.sh"));
+  // A program that starts with '-' after --, found nowhere: named as a program, not as an option.
+  CHECK_THAT(usage_error({"--no-python", "--", "-no-such-program"}), Catch::Contains("program not found or not executable: -no-such-program"));
 }
 
 TEST_CASE("both spellings, PET_* defaults, flags win over the environment", "[launch_plan]") {
