@@ -141,8 +141,11 @@ struct Agent::Impl {
 
   AgentConfig config;
   asio::io_context io;
-  ConsoleSink console_out{io, 1};  // workers' console lines and the agent's own (say) go through
-  ConsoleSink console_err{io, 2};  // these: a stalled console never blocks the loop
+  // Workers' console lines and the agent's own (say) go through these: a stalled console never
+  // blocks the loop. One sink for both when they are one file (`2>&1`): lines keep one order.
+  ConsoleSink console_out{io, 1};
+  std::unique_ptr<ConsoleSink> own_err = ConsoleSink::same_stream(1, 2) ? nullptr : std::make_unique<ConsoleSink>(io, 2);
+  ConsoleSink& console_err = own_err ? *own_err : console_out;
   asio::signal_set signals;
   bool preempted = false;  // a preemption notice (SIGUSR1/SIGUSR2) arrived
   asio::steady_timer stop_timer;
@@ -311,6 +314,9 @@ void Agent::Impl::perform(const AgentActions& actions) {
     } else if (std::holds_alternative<action::CancelStopTimer>(a)) {
       ++timer_generation;
       stop_timer.cancel();
+    } else if (auto* known = std::get_if<action::FailureKnown>(&a)) {
+      const WorkerExit& root = known->root_cause;
+      view->failure_known(current_round.rank_offset + root.local_rank, root.local_rank, root.status, known->last);
     } else if (auto* report = std::get_if<action::ReportFailure>(&a)) {
       report_failure(*report);
     } else if (auto* exit = std::get_if<action::Exit>(&a)) {
@@ -709,7 +715,10 @@ void Agent::Impl::on_control(const ControlEvent& e) {
   const auto now = AgentClock::now();
   if (e.kind == ControlEvent::Kind::kClosed) {
     print_remote_report(e);
-    if (e.exit_code != 0) say("crun: the job closed: " + e.detail + "\n");
+    if (e.exit_code != 0) {
+      say("crun: the job closed: " + e.detail + "\n");
+      view->job_closed(e.detail);
+    }
     perform(machine.on_job_closed(e.exit_code, now));
     return;
   }

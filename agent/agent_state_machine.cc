@@ -87,6 +87,7 @@ AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
   AgentActions actions;
   if (state_ == State::kRunning && exit.failed()) {
     root_cause_ = exit;
+    actions.push_back(failure_known(exit));
     if (policy_.coordinated) actions.push_back(action::PublishFailure{exit});
     auto stop = begin_stop(0, exit.when);
     actions.insert(actions.end(), stop.begin(), stop.end());
@@ -96,6 +97,10 @@ AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
     actions.insert(actions.end(), rest.begin(), rest.end());
   }
   return actions;
+}
+
+action::FailureKnown AgentStateMachine::failure_known(const WorkerExit& root) const {
+  return {root, !policy_.coordinated && restart_count_ >= policy_.max_restarts};
 }
 
 AgentActions AgentStateMachine::begin_stop(int signo, AgentClock::time_point now) {
@@ -148,7 +153,7 @@ AgentActions AgentStateMachine::on_stop_timeout(AgentClock::time_point now) {
 AgentActions AgentStateMachine::on_worker_hung(const WorkerExit& killed, AgentClock::time_point now) {
   if (state_ != State::kRunning || killed.restart_count != restart_count_) return {};
   root_cause_ = killed;
-  AgentActions actions;
+  AgentActions actions{failure_known(killed)};
   if (policy_.coordinated) actions.push_back(action::PublishFailure{killed});
   auto stop = begin_stop(0, now);
   actions.insert(actions.end(), stop.begin(), stop.end());

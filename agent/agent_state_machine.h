@@ -90,6 +90,13 @@ struct ArmStopTimer {
   AgentClock::time_point deadline;
 };
 struct CancelStopTimer {};
+// The group's root cause is known (its first failure, or a hung worker), before the group has
+// stopped: counted at once; `last` when no restart can follow it (single node, no restart left;
+// coordinated, the coordinator decides later), so the agent's health says so while it stops.
+struct FailureKnown {
+  WorkerExit root_cause;
+  bool last = false;
+};
 struct ReportFailure {
   WorkerExit root_cause;
   bool restarting;
@@ -107,7 +114,7 @@ struct PublishSuccess {};
 
 using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action::KillGroup, action::AbandonWorkers,
                                  action::ArmStopTimer, action::CancelStopTimer,
-                                 action::ReportFailure, action::Exit, action::JoinRound,
+                                 action::FailureKnown, action::ReportFailure, action::Exit, action::JoinRound,
                                  action::PublishFailure, action::PublishSuccess>;
 using AgentActions = std::vector<AgentAction>;
 
@@ -150,6 +157,7 @@ class AgentStateMachine {
  private:
   AgentActions begin_stop(int signo, AgentClock::time_point now);
   AgentActions on_all_exited();
+  action::FailureKnown failure_known(const WorkerExit& root) const;
   AgentActions start_round();
   // Coordinated: ReportFailure for this round's root cause, once, with the coordinator's decision.
   void report_decision(AgentActions& actions, bool restarting, bool no_progress = false);

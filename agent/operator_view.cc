@@ -196,23 +196,32 @@ void OperatorView::workers_abandoned(const std::vector<int>& local_ranks) {
   changed();
 }
 
+void OperatorView::failure_known(int rank, int local_rank, const ExitStatus& status, bool last) {
+  FailureReason reason = status.signaled() ? FailureReason::kSignal : FailureReason::kExit;
+  if (auto it = watchdog_reasons_.find(local_rank); it != watchdog_reasons_.end()) reason = it->second;
+  ++failures_[reason];
+  if (last) node_.health = failed_health(rank, id_.hostname, status, false);
+  changed();
+}
+
+void OperatorView::job_closed(const std::string& detail) {
+  node_.health = "failed: the job closed: " + detail;
+  changed();
+}
+
+std::string OperatorView::failed_health(int rank, const std::string& host, const ExitStatus& status, bool no_progress) const {
+  return "failed: rank " + std::to_string(rank) + " on " + host + " " + status.describe() +
+         (no_progress ? ", and restarts made no progress"
+                             : ", no restart left (--max-restarts " + std::to_string(id_.max_restarts) + ")");
+}
+
 void OperatorView::failure(const FailureReport& report, bool restarting, const std::string& origin_node) {
   const double when = std::chrono::duration<double>(report.time.time_since_epoch()).count();
-  // The same root cause comes once from this node; another node's only on node rank 0.
-  if (origin_node.empty()) {
-    FailureReason reason = report.status.signaled() ? FailureReason::kSignal : FailureReason::kExit;
-    if (auto it = watchdog_reasons_.find(report.local_rank); it != watchdog_reasons_.end()) reason = it->second;
-    ++failures_[reason];
-  }
   if (!last_failure_unix_ || when >= *last_failure_unix_) {
     last_failure_unix_ = when;
     node_.last_failure = report.to_json();
   }
-  if (!restarting) {
-    node_.health = "failed: rank " + std::to_string(report.rank) + " on " + report.host + " " + report.status.describe() +
-                   (report.no_progress ? ", and restarts made no progress" : ", no restart left (--max-restarts " +
-                                                                               std::to_string(id_.max_restarts) + ")");
-  }
+  if (!restarting) node_.health = failed_health(report.rank, report.host, report.status, report.no_progress);
   json j = event_fields(id_, node_);
   j["restart_count"] = report.restart_count;
   j["restarting"] = restarting;

@@ -9,8 +9,9 @@
 //     restart, worker_start, worker_exit, hang, failure, round_ended, preemption, signal,
 //     store_lost, stop.
 //   - serve(path) answers the HTTP endpoint (agent/http_endpoint.h): "/healthz" (200 "ok ..."
-//     while healthy, 503 with the reason once the agent cannot go on: restarts exhausted, the
-//     store lost, a stop signal), "/metrics" (Prometheus text format 0.0.4), "/status" (JSON:
+//     while healthy, 503 with the reason once the agent cannot go on: a failure with no restart
+//     left, from the moment it is known (while the group still stops), the job closed by the
+//     coordinator, the store lost, a stop signal), "/metrics" (Prometheus text format 0.0.4), "/status" (JSON:
 //     node_status.h's job_json), "/" (the page, agent/status_page.h); else 404.
 //   - Sharing (multi-node): every change of this node's status, and every `share_interval` while
 //     workers run (heartbeat ages move), goes to `publish`; node rank 0 asks it to gather and
@@ -62,7 +63,13 @@ class OperatorView {
   void worker_exited(int local_rank, int pid, const ExitStatus& status, bool stopping);
   void watchdog(int local_rank, int pid, FailureReason reason, const std::string& what);
   void workers_abandoned(const std::vector<int>& local_ranks);
-  // A root cause: this node's (origin "") or, on node rank 0, another node's.
+  // This node's root cause, known at the first failure, while the group still stops: counted in
+  // crun_worker_failures_total at once; `last` (no restart follows): unhealthy from now on.
+  void failure_known(int rank, int local_rank, const ExitStatus& status, bool last);
+  // The coordinator closed the job with a failure: unhealthy from now on, while the group stops.
+  void job_closed(const std::string& detail);
+  // A root cause with the decision, once the group has stopped: this node's (origin "", counted
+  // already by failure_known) or, on node rank 0, another node's.
   void failure(const FailureReport& report, bool restarting, const std::string& origin_node);
   void round_ended(int rendezvous_round, const std::string& detail);
   void signal(int signo, bool preemption);
@@ -84,6 +91,7 @@ class OperatorView {
  private:
   std::string metrics_text() const;
   void changed() const;
+  std::string failed_health(int rank, const std::string& host, const ExitStatus& status, bool no_progress) const;
 
   OperatorIdentity id_;
   std::unique_ptr<EventLog> events_;

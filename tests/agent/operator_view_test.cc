@@ -122,6 +122,8 @@ TEST_CASE("operator view: health, metrics and status follow what the agent tells
   CHECK(view.serve("/healthz").status == 200);
   view.worker_exited(1, 12, ExitStatus::killed(9), false);
   view.watchdog(0, 11, FailureReason::kHang, "no heartbeat");
+  view.failure_known(0, 0, ExitStatus::killed(9), false);  // a restart follows: still healthy
+  CHECK(view.serve("/healthz").status == 200);
   view.worker_exited(0, 11, ExitStatus::killed(9), true);
   FailureReport report;
   report.rank = 0;
@@ -223,4 +225,28 @@ TEST_CASE("event log: the handlers, and a path that cannot be written", "[operat
   std::getline(in, second);
   CHECK(json::parse(first)["exit_code"] == 0);
   CHECK(json::parse(second)["event"] == "stop");
+}
+
+TEST_CASE("operator view: a failure with no restart left is unhealthy and counted at once, while the group stops",
+          "[operator_view]") {
+  OperatorView view({"job", "trainer", "h", 2, 0}, EventLog::open("null"));
+  RoundInfo info;
+  info.world_size = 2;
+  view.round(0, info, "", "");
+  view.group_started(0, {11, 12});
+  view.worker_exited(1, 12, ExitStatus::exited(5), false);
+  view.failure_known(1, 1, ExitStatus::exited(5), true);  // rank 0 still has its grace period ahead
+  const HttpReply health = view.serve("/healthz");
+  CHECK(health.status == 503);
+  CHECK_THAT(health.body, Catch::StartsWith("failed: rank 1 on h exit code 5, no restart left (--max-restarts 0)"));
+  const std::string metrics = view.serve("/metrics").body;
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_healthy 0\n"));
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_worker_failures_total{reason=\"exit\"} 1\n"));
+  // The coordinator's close of a multi-node job: unhealthy from then on, too.
+  OperatorView joined({"job", "trainer", "h", 1, 3}, EventLog::open("null"));
+  joined.round(0, info, "", "");
+  CHECK(joined.serve("/healthz").status == 200);
+  joined.job_closed("worker failure on node b (exit code 3); no restarts left (max 3)");
+  CHECK(joined.serve("/healthz").status == 503);
+  CHECK_THAT(joined.serve("/healthz").body, Catch::StartsWith("failed: the job closed: worker failure on node b"));
 }

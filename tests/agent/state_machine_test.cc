@@ -68,10 +68,33 @@ TEST_CASE("a failure stops the group with SIGTERM and arms the grace timer", "[s
   AgentStateMachine sm({2, 0, 5s});
   start(sm);
   const auto a = sm.on_worker_exit(exit_of(0, 1, 3, 0, 100ms));
-  REQUIRE(a.size() == 2);
-  REQUIRE(std::get<action::SignalGroup>(a[0]).signo == SIGTERM);
-  REQUIRE(std::get<action::ArmStopTimer>(a[1]).deadline == t0 + 100ms + 5s);
+  REQUIRE(a.size() == 3);
+  REQUIRE(std::get<action::FailureKnown>(a[0]).root_cause.local_rank == 1);
+  REQUIRE(std::get<action::SignalGroup>(a[1]).signo == SIGTERM);
+  REQUIRE(std::get<action::ArmStopTimer>(a[2]).deadline == t0 + 100ms + 5s);
   REQUIRE(sm.state() == AgentStateMachine::State::kStopping);
+}
+
+TEST_CASE("the root cause is known at the first failure, and whether it is the last, before the group stops",
+          "[state_machine]") {
+  AgentStateMachine sm({2, 1, 5s});
+  start(sm);
+  const auto first = sm.on_worker_exit(exit_of(0, 1, 3));
+  REQUIRE(find<action::FailureKnown>(first) != nullptr);
+  CHECK_FALSE(find<action::FailureKnown>(first)->last);  // a restart follows
+  CHECK(find<action::FailureKnown>(sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM))) == nullptr);  // stopped by us
+  sm.on_round(1);
+  const auto second = sm.on_worker_exit(exit_of(1, 0, 4));
+  REQUIRE(find<action::FailureKnown>(second) != nullptr);
+  CHECK(find<action::FailureKnown>(second)->last);  // no restart left: known now, not at the group's end
+  CHECK(find<action::FailureKnown>(second)->root_cause.status == ExitStatus::exited(4));
+  CHECK(find<action::Exit>(second) == nullptr);  // rank 1 still stopping
+  // Coordinated: the coordinator decides, so never the last from here.
+  AgentStateMachine coordinated({1, 0, 5s, true});
+  start(coordinated);
+  const auto c = coordinated.on_worker_exit(exit_of(0, 0, 2));
+  REQUIRE(find<action::FailureKnown>(c) != nullptr);
+  CHECK_FALSE(find<action::FailureKnown>(c)->last);
 }
 
 TEST_CASE("restarts count up, then the root cause's code is the exit code", "[state_machine]") {

@@ -9,7 +9,8 @@ Cases: endpoint (health, metrics through promtool, status, crun status, events o
 restarting job), page (the status page in headless Chromium: its DOM, and a screenshot kept as an
 artifact), bad_http (garbage, a 10 MB header, 1,000 idle connections, slowloris: the workers go on
 and the endpoint answers again), errors (an events path that cannot be written, a port taken,
-bad flags: one line, nothing started). Each wait is bounded; nothing sleeps to wait.
+bad flags: one line, nothing started), stopping (a failure with no restart left while a worker
+ignores SIGTERM: unhealthy and counted at once). Each wait is bounded; nothing sleeps to wait.
 """
 import argparse
 import atexit
@@ -295,6 +296,27 @@ def case_bad_http(a):
         check(answer.startswith(b"HTTP/1.1 431") or answer == b"", f"10 MB header: {answer[:80]!r}")
         answer = exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
         check(answer.startswith(b"HTTP/1.1 413"), f"a body: {answer[:80]!r}")
+        answer = exchange(f"GET http://127.0.0.1:{job.port}/healthz HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        check(answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"ok: running\n"), f"absolute form: {answer[:80]!r}")
+
+        # As many idle connections as the endpoint keeps (64): a probe still gets its answer, at once.
+        idle = []
+        try:
+            for _ in range(64):
+                idle.append(socket.create_connection(("127.0.0.1", job.port), timeout=10))
+            # The kernel queues the probe's connection behind the 64: the agent accepts it 65th.
+            probe = http.client.HTTPConnection("127.0.0.1", job.port, timeout=5)
+            try:
+                probe.request("GET", "/healthz")
+                status = probe.getresponse().status
+            except OSError as e:
+                status = repr(e)
+            finally:
+                probe.close()
+            check(status == 200, f"/healthz beside 64 idle connections: {status}")
+        finally:
+            for s in idle:
+                s.close()
 
         # 1,000 idle connections: the agent keeps a bounded number, refuses the rest.
         idle = []
@@ -351,6 +373,32 @@ def case_bad_http(a):
     finally:
         rc = job.stop()
     check(rc == 143, f"crun exit {rc} after SIGTERM")
+
+
+def case_stopping(a):
+    """A failure with no restart left: unhealthy and counted from the moment it is known, for the
+    whole grace period of a worker that ignores SIGTERM, not once the group has stopped."""
+    job = Job(["--nproc-per-node", "2", "--max-restarts", "0", "--stop-timeout", "60"], a.crun, a.worker,
+              ["--only-rank", "1", "--exit", "5", "--hang", "--ignore-term"])
+    try:
+        rank0 = wait_for(lambda: job.ready_pids().get(0), "rank 0 ready")
+        wait_for(lambda: any(e["event"] == "worker_exit" and e.get("local_rank") == 1 for e in job.read_events()),
+                 "rank 1's exit")
+        code, body = wait_for(lambda: (lambda r: r[:2] if r[0] != 200 else None)(job.get("/healthz")),
+                              "/healthz to leave 200", bound=10)
+        check(os.path.exists(f"/proc/{rank0}") and job.proc.poll() is None,
+              "rank 0 is still in its grace period when /healthz says the job failed")
+        check(code == 503 and body.startswith("failed: rank 1 ") and "exit code 5" in body and "no restart left" in body,
+              f"/healthz while stopping: {code} {body!r}")
+        metrics = job.get("/metrics")[1]
+        check(metric(metrics, "crun_healthy") == 0, "crun_healthy 0 while stopping")
+        check(metric(metrics, 'crun_worker_failures_total{reason="exit"}') == 1, "the failure counted while stopping")
+        check(job.status()["node"]["state"] == "stopping", "state stopping")
+        os.kill(rank0, signal.SIGKILL)  # the grace period's end, without waiting for it
+        rc = job.proc.wait(timeout=30)
+        check(rc == 5, f"crun exit {rc}, expected the root cause's 5")
+    finally:
+        job.stop()
 
 
 def _healthy(job):
@@ -421,7 +469,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--crun", required=True)
     p.add_argument("--worker", required=True)
-    p.add_argument("--case", required=True, choices=["endpoint", "page", "bad_http", "errors"])
+    p.add_argument("--case", required=True, choices=["endpoint", "page", "bad_http", "errors", "stopping"])
     p.add_argument("--artifacts", default=os.path.join(tempfile.gettempdir(), "crun-test-artifacts"))
     a = p.parse_args()
     if a.case in ("endpoint",) and shutil.which("promtool") is None:
