@@ -21,4 +21,8 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libssl3")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch, slurm-client, etcd-server")
+# As a Debian package does: stripped programs and library in crun_*.deb, their debug info split
+# out into crun-dbgsym_*.ddeb beside it (under /usr/lib/debug/.build-id: gdb, perf and eu-stack
+# find it there once installed).
+set(CPACK_DEBIAN_DEBUGINFO_PACKAGE ON)
 include(CPack)

@@ -2,7 +2,9 @@
 # tests/package/deb_test.sh BUILD_DIR: `cpack -G DEB` builds crun_<version>_<arch>.deb from the
 # build folder into a temporary folder; the package must hold crun, its TLS twin, its keeper, the worker
 # library with its headers and CMake config, the sbatch templates and the docs, declare its
-# runtime libraries in Depends, and run `crun --version` (and crun-tls's) from its extracted tree.
+# runtime libraries in Depends, ship its programs stripped (their debug info in crun-dbgsym_*.ddeb,
+# by build id; the installed size bounded), and run `crun --version` (and crun-tls's) from its
+# extracted tree.
 set -euo pipefail
 build=$1
 tmp=$(mktemp -d)
@@ -30,8 +32,21 @@ for lib in libc6 libssl3 libstdc++6; do
   [[ "$depends" == *"$lib"* ]] || fail "Depends lacks $lib: $depends"
 done
 
+# Stripped, as Debian ships programs: the debug info is in crun-dbgsym_*.ddeb, found by build id.
+size=$(dpkg-deb -f "$deb" Installed-Size)
+[ "$size" -le 24576 ] || fail "Installed-Size $size KiB (over 24 MiB: unstripped binaries?)"
+ddebs=("$tmp"/out/crun-dbgsym_*.ddeb)
+[ -f "${ddebs[0]}" ] || fail "no crun-dbgsym_*.ddeb beside the package: $(ls "$tmp/out")"
+dpkg-deb -x "${ddebs[0]}" "$tmp/dbgsym"
 dpkg-deb -x "$deb" "$tmp/root"
+for bin in usr/bin/crun usr/bin/crun-keeper; do
+  readelf -S "$tmp/root/$bin" | grep -q '\.debug_info' && fail "/$bin is not stripped"
+  id=$(readelf -n "$tmp/root/$bin" | sed -n 's/.*Build ID: //p')
+  [ -n "$id" ] || fail "/$bin has no build id"
+  dbg="$tmp/dbgsym/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug"
+  [ -f "$dbg" ] && readelf -S "$dbg" | grep -q '\.debug_info' || fail "the dbgsym package lacks /$bin's debug info (${dbg#"$tmp/dbgsym"})"
+done
 version=$("$tmp/root/usr/bin/crun" --version) || fail "the extracted crun --version failed"
 [[ "$version" == *"$(dpkg-deb -f "$deb" Version)"* ]] || fail "crun --version says '$version', the package $(dpkg-deb -f "$deb" Version)"
 [ "$("$tmp/root/usr/bin/crun-tls" --version)" = "$version" ] || fail "crun-tls --version differs from crun's"
-echo "PASS: $(basename "$deb"): $(wc -l < "$tmp/files") entries; Depends: $depends; $version"
+echo "PASS: $(basename "$deb"): $(wc -l < "$tmp/files") entries, $size KiB installed, debug info in $(basename "${ddebs[0]}"); Depends: $depends; $version"
