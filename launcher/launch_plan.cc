@@ -97,6 +97,8 @@ void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vect
   rf.min_nodes = nodes.min;
   rf.max_nodes = nodes.max;
   rf.backend = plan.rdzv_backend.value;
+  // Asked for by the user (flag or PET_*), not only a platform's or the default.
+  rf.static_asked = s.given("rdzv_backend") && s.from_job.count("rdzv_backend") == 0;
   rf.endpoint = trim(endpoint.value);
   rf.endpoint_source = endpoint.source;
   // Slurm's endpoint is where an agent would host crun's store, not where etcd is.

@@ -191,7 +191,8 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
     if (f.max_nodes > 1) usage("--standalone runs one node, but --nnodes asks for up to " + std::to_string(f.max_nodes));
     return std::nullopt;
   }
-  if (f.max_nodes == 1 && !((c10d || etcd) && !f.endpoint.empty())) {
+  const bool one_node_static = f.backend == RendezvousBackend::kStatic && f.static_asked;
+  if (f.max_nodes == 1 && !((c10d || etcd) && !f.endpoint.empty()) && !one_node_static) {
     if (f.node_rank && *f.node_rank != 0) usage("--node-rank: must be 0 for a single-node run, got " + std::to_string(*f.node_rank));
     return std::nullopt;
   }
@@ -242,13 +243,16 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
     }
   } else {
     if (f.min_nodes != f.max_nodes) usage("--nnodes: the static backend needs a fixed node count, got a range");
-    if (!f.node_rank) usage("--node-rank: required for a multi-node static run");
-    check_node_rank(*f.node_rank, f.max_nodes);
-    if (f.master_addr.empty()) usage("--master-addr: required for a multi-node static run");
-    m.endpoint = StoreEndpoint{f.master_addr, static_cast<std::uint16_t>(f.master_port.value_or(29500))};
+    // One node: torchrun's defaults (node rank 0, the store at 127.0.0.1:29500).
+    const bool one = f.max_nodes == 1;
+    if (!f.node_rank && !one) usage("--node-rank: required for a multi-node static run");
+    check_node_rank(f.node_rank.value_or(0), f.max_nodes);
+    if (f.master_addr.empty() && !one) usage("--master-addr: required for a multi-node static run");
+    m.endpoint = StoreEndpoint{f.master_addr.empty() ? "127.0.0.1" : f.master_addr,
+                               static_cast<std::uint16_t>(f.master_port.value_or(29500))};
     if (m.endpoint.port == 0) usage("--master-port: the static backend needs a fixed port, got 0");
     plan.endpoint_source = "master_addr:master_port";
-    m.rank_hint = *f.node_rank;
+    m.rank_hint = f.node_rank.value_or(0);
   }
 
   m.bind_address = address_on_host(m.endpoint.host, host);
@@ -262,7 +266,7 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
     m.is_host = f.is_host->value;
     plan.host_source = f.is_host->source;
   } else if (!c10d) {
-    m.is_host = *f.node_rank == 0;
+    m.is_host = m.rank_hint == 0;
     plan.host_source = "node rank 0 (static)";
   } else {
     m.is_host = !m.bind_address.empty();

@@ -44,6 +44,10 @@ struct RendezvousFlags {
   long min_nodes = 1;
   long max_nodes = 1;
   RendezvousBackend backend = RendezvousBackend::kStatic;
+  // --rdzv-backend static asked for by the user (flag or PET_*): a one-node job then hosts the
+  // agents' store at master_addr:master_port (127.0.0.1:29500 unless given), as torchrun's static
+  // rendezvous does at any node count; without it a one-node job has no agents' store.
+  bool static_asked = false;
   std::string endpoint;                                    // HOST[:PORT] text (c10d), HOST[:PORT],... (etcd-v3)
   std::string endpoint_source;
   std::string run_id = "none";

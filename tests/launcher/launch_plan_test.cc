@@ -413,6 +413,30 @@ TEST_CASE("static: node rank 0 hosts the store", "[launch_plan]") {
   CHECK(forced.multi_node->config.is_host);
 }
 
+TEST_CASE("static asked for with one node hosts the agents' store, as torchrun's static rendezvous does", "[launch_plan]") {
+  const auto o = parse({"--nnodes", "1", "--node-rank", "0", "--rdzv-backend", "static", "--master-addr", "127.0.0.1",
+                        "--master-port", "29611", "/bin/true"});
+  REQUIRE(o.agent.multi_node);
+  CHECK(o.agent.multi_node->is_host);
+  CHECK(o.agent.multi_node->endpoint.host == "127.0.0.1");
+  CHECK(o.agent.multi_node->endpoint.port == 29611);
+  CHECK(o.agent.multi_node->workers_use_agent_store);
+  CHECK(o.agent.multi_node->rendezvous.min_nodes == 1);
+  CHECK(o.agent.multi_node->rendezvous.max_nodes == 1);
+  // torchrun's defaults for what is not given: node rank 0, the store at 127.0.0.1:29500.
+  const auto bare = parse({"--rdzv-backend", "static", "/bin/true"});
+  REQUIRE(bare.agent.multi_node);
+  CHECK(bare.agent.multi_node->endpoint.port == 29500);
+  CHECK(bare.agent.multi_node->is_host);
+  const auto pet = parse({"/bin/true"}, EnvSnapshot{{{"PET_RDZV_BACKEND", "static"}}});
+  CHECK(pet.agent.multi_node);
+  // Not asked for (the default backend): one node, no agents' store; workers on a free port.
+  CHECK_FALSE(parse({"--nnodes", "1", "/bin/true"}).agent.multi_node);
+  CHECK_FALSE(parse({"--master-port", "29611", "/bin/true"}).agent.multi_node);
+  CHECK_THAT(usage_error({"--rdzv-backend", "static", "--node-rank", "1", "/bin/true"}),
+             Catch::Contains("--node-rank: must be in [0, 1)"));
+}
+
 TEST_CASE("Slurm: an srun step of agents derives the multi-node job; flags and PET_* win", "[launch_plan][slurm]") {
   auto o = parse({"/bin/true"}, kSlurmStep);
   REQUIRE(o.agent.multi_node);

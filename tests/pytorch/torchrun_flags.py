@@ -297,6 +297,41 @@ def case_shared_endpoint(L):
               f"{x}: workers {results}")
 
 
+# A worker that relies on the agent's store as torchrun's static rendezvous provides it: a
+# TCPStore client at MASTER_ADDR:MASTER_PORT before init_process_group (the store must already
+# be there), then env:// on the same store.
+AGENT_STORE_WORKER = r'''import datetime, os
+import torch.distributed as dist
+addr, port, rank = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), int(os.environ["RANK"])
+client = dist.TCPStore(addr, port, is_master=False, timeout=datetime.timedelta(seconds=10))
+client.set("hello/%d" % rank, "rank %d" % rank)
+client.wait(["hello/0", "hello/1"], datetime.timedelta(seconds=10))
+dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=30))
+dist.barrier()
+line = "RESULT rank=%d agent_store=%s port=%s peer=%s\n" % (
+    rank, os.environ["TORCHELASTIC_USE_AGENT_STORE"], "master" if port == EXPECTED else port,
+    client.get("hello/%d" % (1 - rank)).decode())
+os.write(1, line.encode())
+'''
+
+
+def case_static_one_node(L):
+    """--nnodes 1 --node_rank 0 --rdzv_backend static --master_addr A --master_port P: torch 1.13's
+    static rendezvous hosts its agent's TCPStore at P at any node count and tells the workers
+    TORCHELASTIC_USE_AGENT_STORE=True, MASTER_PORT=P; a worker's TCPStore client at P works before
+    init_process_group, and env:// runs on that store. The same under both."""
+    runs = []
+    for x in ("crun", "torchrun"):
+        port = free_port()
+        worker = L.file(f"agent_store_{x}.py", AGENT_STORE_WORKER.replace("EXPECTED", str(port)))
+        runs.append(L.run(x, ["--nnodes", 1, "--node_rank", 0, "--rdzv_backend", "static", "--master_addr", "127.0.0.1",
+                              "--master_port", port, "--nproc_per_node", 2, worker]))
+    succeeded(runs, "static, one node")
+    same_results(runs, "static, one node")
+    check(runs[0].results() == ["RESULT rank=0 agent_store=True port=master peer=rank 1",
+                                "RESULT rank=1 agent_store=True port=master peer=rank 0"],
+          f"static, one node: {runs[0].results()}")
+
 # ---- torch 2.x only: crun against torch's current source ------------------------------------
 
 
@@ -438,6 +473,7 @@ def case_log_line_prefix_template(L):
 
 CASES = {f.__name__[5:]: f for f in (case_repeated_option, case_empty_value, case_argv0, case_args_template, case_log_dir,
                                        case_program_resolution, case_rdzv_endpoint_port0, case_shared_endpoint,
+                                       case_static_one_node,
                                        case_shutdown_timeout, case_virtual_local_rank, case_event_log_handler,
                                        case_duplicate_filters, case_numa_binding, case_log_line_prefix_template)}
 
