@@ -78,7 +78,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (config.multi.endpoint.port == 0) config.multi.endpoint.port = server->port();  // a free port (one node)
       // The reference configuration, this node's, named in a mismatch before its own join: its
       // address is the endpoint's local one, which its participant will find, unless set.
-      NodeRecord reference = this_node_record(config);
+      // Its node id is this agent's: the coordinator tells the hosting agent's own node apart.
+      NodeRecord reference = own_record;
       if (reference.addr.empty()) reference.addr = local;
       coordinator = std::make_unique<RendezvousCoordinator>(
           StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
@@ -198,7 +199,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
     participant = std::make_unique<RendezvousParticipant>(std::move(adopted), config.multi.endpoint, options,
-                                                          config.multi.rendezvous, this_node_record(config), ev, loop);
+                                                          config.multi.rendezvous, own_record, ev, loop);
     node = participant->node_id();
     if (pending_status) participant->publish_status(std::move(pending_status->first), pending_status->second);
     pending_status.reset();
@@ -213,6 +214,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   PostToLoop post_to_loop;
   boost::asio::io_context* loop;  // the participant's, when it adopts a connection
   RendezvousNodeConfig config;
+  NodeRecord own_record = this_node_record(config);  // this node's identity, for the coordinator and the participant
   RendezvousListener listener;
   bool host = false;
   bool stopped = false;
