@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <tuple>
 #include <utility>
 
@@ -13,14 +14,50 @@ namespace {
 std::string seconds(CoordinatorClock::duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d + std::chrono::milliseconds(999)).count()) + " s";
 }
+
+std::string tenths(CoordinatorClock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f s", std::chrono::duration<double>(d).count());
+  return text;
+}
 }  // namespace
 
 namespace fx = coordinator_effect;
 
 CoordinatorCore::CoordinatorCore(RendezvousConfig config, std::optional<NodeRecord> reference)
-    : keys_(config.run_id), cfg_(std::move(config)), progress_(cfg_.no_progress_limit), reference_(std::move(reference)) {}
+    : keys_(config.run_id), cfg_(std::move(config)), progress_(cfg_.no_progress_limit), reference_(std::move(reference)) {
+  if (reference_) host_node_ = reference_->node_id;
+}
 
 CoordinatorEffects CoordinatorCore::take() { return std::exchange(out_, {}); }
+
+bool CoordinatorCore::others_alive() const {
+  return std::any_of(alive_.begin(), alive_.end(), [&](const std::string& n) { return n != host_node_; });
+}
+
+CoordinatorClock::duration CoordinatorCore::loss_limit() const { return cfg_.heartbeat_timeout + cfg_.keep_alive_interval; }
+
+// on_timers() called later than it was due by more than kStallSlack: the coordinator was
+// stalled (its process stopped, or its thread held up) at least that long, and heartbeats and
+// joins sent meanwhile may still be on their way to it. That time counts towards the silence of no
+// node; a heartbeat handled since (in the batch that ended the stall) is fresh. A stall of heartbeat_timeout + keep_alive_interval or more
+// outlasted every agent's wait for a heartbeat's reply (heartbeat_timeout, one sent every
+// keep_alive_interval): each has declared the store lost and exits with kExitStoreLost, so the
+// job closes with that code now rather than waiting join_timeout for nodes that will not come.
+void CoordinatorCore::catch_up(TimePoint now) {
+  const auto due = std::exchange(due_, std::nullopt);
+  if (!due || now - *due <= kStallSlack) return;
+  const auto held = now - *due;
+  for (auto& [node, seen] : last_seen_) {
+    if (seen < *due) seen += held;
+  }
+  if (phase_ == Phase::kClosed || held < loss_limit() || !others_alive()) return;
+  close_job(kExitStoreLost,
+            "the store's host was stalled for " + tenths(held) + ", past the heartbeat_timeout of " +
+                tenths(cfg_.heartbeat_timeout) + " that every agent waits for a heartbeat's reply: each has given up "
+                "on the store",
+            {}, {});
+}
 
 std::optional<CoordinatorCore::TimePoint> CoordinatorCore::next_deadline() const {
   std::optional<TimePoint> t;
@@ -290,15 +327,16 @@ void CoordinatorCore::publish_progress(TimePoint now) {
 }
 
 CoordinatorEffects CoordinatorCore::on_timers(TimePoint now) {
+  catch_up(now);
   if (now >= next_scan_) {
     next_scan_ = now + std::max<CoordinatorClock::duration>(std::chrono::milliseconds(50), cfg_.heartbeat_timeout / 4);
     std::vector<std::string> stale;
     for (auto& [node, seen] : last_seen_)
-      if (now - seen > cfg_.heartbeat_timeout) stale.push_back(node);
+      if (now - seen > loss_limit()) stale.push_back(node);
     for (auto& node : stale) {
       alive_.erase(node);
       out_.push_back(fx::EndAlive{node});  // a partitioned agent counts as gone
-      lost(node, "no heartbeat for " + seconds(cfg_.heartbeat_timeout), now);
+      lost(node, "no heartbeat for " + seconds(loss_limit()), now);
     }
   }
   if (last_call_deadline_ && now >= *last_call_deadline_) {
@@ -306,6 +344,7 @@ CoordinatorEffects CoordinatorCore::on_timers(TimePoint now) {
     if (phase_ == Phase::kForming && static_cast<int>(waiting_.size()) >= cfg_.min_nodes) close_round();
   }
   if (progress_due_ && now >= *progress_due_) publish_progress(now);
+  if (auto next = next_deadline()) due_ = std::max(now, *next);
   return take();
 }
 

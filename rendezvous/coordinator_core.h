@@ -16,9 +16,22 @@
 //       restarts remain, else closes the job with the failure's exit code, or with kExitNoProgress
 //       when no_progress_limit restarts in a row have not raised the highest heartbeat step the
 //       failing nodes reported (base/progress_ledger.h); a node that joins while
-//       there is room, or a participant that is lost (alive key gone, or no heartbeat for
-//       heartbeat_timeout: then EndAlive), ends it without counting a restart; success reported
-//       by every participant closes the job with 0.
+//       there is room, or a participant that is lost (alive key gone, or no heartbeat: then
+//       EndAlive), ends it without counting a restart; success reported by every participant
+//       closes the job with 0.
+//     - Loss: a node is lost when nothing came from it for heartbeat_timeout after its next
+//       heartbeat was due, that is for heartbeat_timeout + keep_alive_interval since the last
+//       (its last beat may have gone up to keep_alive_interval before it stalled: a node stalled
+//       for less than heartbeat_timeout is never lost). The scan runs every heartbeat_timeout / 4.
+//     - Its own stall: on_timers() called later than the next_deadline() its previous call left,
+//       by more than kStallSlack, means the core was stalled that long (its process stopped, its
+//       thread held up), and heartbeats sent meanwhile may still be on their way. That time
+//       counts towards no node's silence. A stall of heartbeat_timeout + keep_alive_interval or
+//       more outlasted every agent's wait for a heartbeat's reply (heartbeat_timeout): when any
+//       node but the hosting agent's own is connected, each has given up on the store, and the
+//       job closes with kExitStoreLost at once instead of waiting join_timeout for nodes that
+//       will not come. Callers call on_timers() at next_deadline() and after events; a test's
+//       fake clock steps through the deadlines.
 //     - Closing: Closed comes before the Control that publishes the close, so the coordinator
 //       counts itself closed before any agent can read the close.
 //     - Pruning (docs/rendezvous.md): a node's previous answer when it joins again; a lost node's
@@ -123,6 +136,12 @@ class CoordinatorCore {
 
  private:
   enum class Phase { kForming, kRunning, kClosed };
+  // How late a call may come before the core counts it as its own stall (a thread woken late).
+  static constexpr CoordinatorClock::duration kStallSlack = std::chrono::milliseconds(100);
+
+  void catch_up(TimePoint now);
+  bool others_alive() const;
+  CoordinatorClock::duration loss_limit() const;
 
   void lost(const std::string& node, const std::string& why, TimePoint now);
   void answer_error(const NodeRecord& rec, const std::string& error, bool closed);
@@ -163,6 +182,8 @@ class CoordinatorCore {
   TimePoint last_progress_{};
   std::string last_progress_line_;
   TimePoint next_scan_{};
+  std::string host_node_;              // the hosting agent's own node (the reference given), if any
+  std::optional<TimePoint> due_;       // when on_timers() is due at the latest, as its last call left it
 };
 
 }  // namespace crun

@@ -12,8 +12,11 @@
 //     field.
 //   - While a round runs: a failure report ends it (restart_count + 1 while restarts remain, else
 //     the job closes with the failure's exit code); a node that joins while there is room, or a
-//     participant that is lost (its connection closed, or no heartbeat for heartbeat_timeout),
-//     ends it without counting a restart; all participants reporting success close the job.
+//     participant that is lost (its connection closed, or no heartbeat for heartbeat_timeout
+//     after its next one was due), ends it without counting a restart; all participants
+//     reporting success close the job. Time its own thread or process was stalled counts as no
+//     node's silence; a stall past every agent's wait for a heartbeat's reply closes the job
+//     with kExitStoreLost (coordinator_core.h).
 //   - Every decision is one key write that agents watch (ctl/stop/<round>, ctl/closed), so
 //     messages per round are O(nodes). It watches only what it reads (join/, alive/, hb/,
 //     report/), on one connection. While a round forms, a progress line at most once a second

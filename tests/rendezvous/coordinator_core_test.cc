@@ -98,6 +98,20 @@ CoordinatorEffects join_all(CoordinatorCore& core, const std::vector<NodeRecord>
   return out;
 }
 
+// Runs the timers at each deadline before `until`, then at `until`, as the coordinator's thread
+// does; every node in `beating` sends a heartbeat just before each run. Returns every effect.
+CoordinatorEffects run_until(CoordinatorCore& core, CoordinatorClock::time_point until,
+                             const std::vector<std::string>& beating = {}) {
+  CoordinatorEffects out;
+  auto run = [&](CoordinatorClock::time_point at) {
+    for (const auto& n : beating) append(out, core.on_heartbeat(n, at));
+    append(out, core.on_timers(at));
+  };
+  for (auto next = core.next_deadline(); next && *next < until; next = core.next_deadline()) run(*next);
+  run(until);
+  return out;
+}
+
 RoundOutcome failed(int code, const std::string& report = "{\"why\":1}") {
   RoundOutcome o;
   o.exit_code = code;
@@ -345,24 +359,96 @@ TEST_CASE("core: a late joiner with room scales the job up without a restart", "
 TEST_CASE("core: the heartbeat scan drops a silent node and ends its alive key", "[coordinator_core]") {
   auto c = config(2, 2);
   c.heartbeat_timeout = 8s;
+  c.keep_alive_interval = 2s;
   CoordinatorCore core(c, std::nullopt);
   join_all(core, {member(c, "a"), member(c, "b")}, t0);
   REQUIRE(core.next_deadline().has_value());
   core.on_timers(t0);  // the first scan: everyone was just seen
   CHECK(*core.next_deadline() == t0 + 2s);  // heartbeat_timeout / 4
-  core.on_heartbeat("a", t0 + 6s);
-  core.on_heartbeat("zz", t0 + 6s);  // not alive: ignored
-  CHECK(core.on_timers(t0 + 8s).empty());
-  auto e = core.on_timers(t0 + 10s);  // b: silent for 10 s > 8 s
+  core.on_heartbeat("zz", t0 + 1s);  // not alive: ignored
+  // b: silent for 10 s, heartbeat_timeout after its beat due at t0 + 2 s: not yet.
+  CHECK(all<fx::EndAlive>(run_until(core, t0 + 10s, {"a"})).empty());
+  auto e = run_until(core, t0 + 12s, {"a"});  // silent for 12 s
   auto ended = all<fx::EndAlive>(e);
   REQUIRE(ended.size() == 1);
   CHECK(ended[0].node_id == "b");
   REQUIRE(!all<fx::Control>(e).empty());
-  CHECK_THAT(all<fx::Control>(e)[0].event.detail, Catch::Contains("no heartbeat for 8 s"));
-  CHECK(core.on_alive_gone("b", t0 + 10s).empty());  // its alive key's deletion is no news
+  CHECK_THAT(all<fx::Control>(e)[0].event.detail, Catch::Contains("no heartbeat for 10 s"));
+  CHECK(core.on_alive_gone("b", t0 + 12s).empty());  // its alive key's deletion is no news
   CHECK_FALSE(core.alone());
-  core.on_alive_gone("a", t0 + 11s);
+  core.on_alive_gone("a", t0 + 13s);
   CHECK(core.alone());
+}
+
+// heartbeat_timeout 8 s, a heartbeat every 2 s; "host" is the hosting agent's own node.
+struct StallJob {
+  RendezvousConfig cfg = [] {
+    auto c = config(2, 2);
+    c.heartbeat_timeout = 8s;
+    c.keep_alive_interval = 2s;
+    return c;
+  }();
+  CoordinatorCore core{cfg, member(cfg, "host")};
+  StallJob() {
+    join_all(core, {member(cfg, "host"), member(cfg, "b")}, t0);
+    REQUIRE(core.round() == 0);
+    REQUIRE(all<fx::EndAlive>(run_until(core, t0 + 2s, {"host", "b"})).empty());  // last beats at t0 + 2 s
+    REQUIRE(*core.next_deadline() == t0 + 4s);
+  }
+};
+
+TEST_CASE("core: a node stalled for just under heartbeat_timeout is not lost", "[coordinator_core]") {
+  StallJob job;
+  // b beats at t0 + 3 s, stops at t0 + 4.9 s (its next beat due at t0 + 5 s) for 7.9 s and beats
+  // when it resumes: silent for 9.8 s, 9 s of them at the scan at t0 + 12 s.
+  auto e = job.core.on_heartbeat("b", t0 + 3s);
+  append(e, run_until(job.core, t0 + 12800ms, {"host"}));
+  append(e, job.core.on_heartbeat("b", t0 + 12800ms));
+  append(e, run_until(job.core, t0 + 20s, {"host", "b"}));
+  CHECK(all<fx::EndAlive>(e).empty());
+  CHECK(all<fx::Control>(e).empty());
+}
+
+TEST_CASE("core: its own stall counts against no node, its own node least of all", "[coordinator_core]") {
+  StallJob job;
+  // The host stops at t0 + 3.9 s for 7.9 s; its timers run 0.3 s after it resumed, before the
+  // heartbeats its stall held up (the host's own, b's) are delivered: 10.1 s after the last.
+  auto e = job.core.on_timers(t0 + 12100ms);
+  append(e, job.core.on_heartbeat("host", t0 + 12110ms));
+  append(e, job.core.on_heartbeat("b", t0 + 12120ms));
+  append(e, run_until(job.core, t0 + 20s, {"host", "b"}));
+  CHECK(all<fx::EndAlive>(e).empty());
+  CHECK(all<fx::Control>(e).empty());
+  // Its scans go on as before: b silent from here is lost.
+  auto later = run_until(job.core, t0 + 32s, {"host"});
+  REQUIRE(all<fx::EndAlive>(later).size() == 1);
+  CHECK(all<fx::EndAlive>(later)[0].node_id == "b");
+}
+
+TEST_CASE("core: a stall of the host past every agent's heartbeat wait closes the job with kExitStoreLost",
+          "[coordinator_core]") {
+  StallJob job;
+  // Stopped from t0 + 2 s to t0 + 14 s: 10 s late, heartbeat_timeout + keep_alive_interval. b's
+  // beat sent during the stall waited more than heartbeat_timeout: b has given up.
+  auto e = job.core.on_timers(t0 + 14s);
+  REQUIRE(find<fx::Closed>(e) != nullptr);
+  auto ctl = all<fx::Control>(e);
+  REQUIRE(ctl.size() == 1);
+  CHECK(ctl[0].event.kind == ControlEvent::Kind::kClosed);
+  CHECK(ctl[0].event.exit_code == kExitStoreLost);
+  CHECK_THAT(ctl[0].event.detail, Catch::Contains("the store's host was stalled for 10.0 s") &&
+                                      Catch::Contains("each has given up on the store"));
+  CHECK(job.core.closed());
+  CHECK(all<fx::EndAlive>(e).empty());
+}
+
+TEST_CASE("core: a host alone that stalls past the heartbeat wait goes on", "[coordinator_core]") {
+  StallJob job;
+  job.core.on_alive_gone("b", t0 + 2500ms);  // b left: the host's own node is the only one
+  auto e = run_until(job.core, t0 + 3s, {"host"});
+  append(e, job.core.on_timers(t0 + 20s));
+  CHECK(find<fx::Closed>(e) == nullptr);
+  CHECK_FALSE(job.core.closed());
 }
 
 TEST_CASE("core: progress lines while a round forms, at most one a second, only when changed", "[coordinator_core]") {
