@@ -22,6 +22,17 @@ namespace {
 
 constexpr std::chrono::milliseconds kElection{5000};  // room for an etcd leader election
 
+// How often the lease is kept alive: every third of lease_ttl.
+std::chrono::milliseconds keep_alive_interval(const EtcdSettings& e) { return e.lease_ttl / 3; }
+
+// The TTL the lease is granted with, whole seconds: lease_ttl after the next keep-alive was due.
+// An agent stalled (stopped, descheduled) for less than lease_ttl keeps its lease whatever the
+// time since its last keep-alive; granted lease_ttl alone, a stall of two thirds of it could end
+// the lease, and with it this node's part in the round (every worker restarted).
+std::chrono::seconds granted_ttl(const EtcdSettings& e) {
+  return std::chrono::ceil<std::chrono::seconds>(e.lease_ttl + keep_alive_interval(e));
+}
+
 EtcdClientOptions client_options(const EtcdSettings& e) {
   EtcdClientOptions o;
   for (const auto& ep : e.endpoints) o.endpoints.push_back({ep.host, ep.port});
@@ -32,12 +43,12 @@ EtcdClientOptions client_options(const EtcdSettings& e) {
   o.first_endpoint = e.first_endpoint;
   // A keep-alive goes every third of the TTL; a member that does not answer within that moves the
   // client on, so that the next member still renews the lease in time.
-  o.attempt_timeout = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(e.lease_ttl / 3),
+  o.attempt_timeout = std::clamp(keep_alive_interval(e),
                                  std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
   // Past the lease's TTL: while etcd elects a new leader (1-2.5 s with its default election
   // timeout) nothing answers, and the new leader extends every lease, so giving up at the TTL
   // would end healthy agents. Cut off for this long, this agent's lease is gone.
-  o.give_up_after = e.lease_ttl + kElection;
+  o.give_up_after = granted_ttl(e) + kElection;
   return o;
 }
 
@@ -73,8 +84,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       lose({EtcdStatus::Kind::kRejected, std::string("etcd: ") + e.what()});
       return;
     }
-    const auto ttl = std::chrono::duration_cast<std::chrono::seconds>(config.multi.etcd.lease_ttl).count();
-    client->grant(ttl, [this](const EtcdStatus& st, EtcdLease l) {
+    client->grant(granted_ttl(config.multi.etcd).count(), [this](const EtcdStatus& st, EtcdLease l) {
       if (!st.ok()) return lose(st);
       lease = l.id;
       keep_alive_later();
@@ -179,7 +189,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void keep_alive_later() {
-    keep_alive_timer.expires_after(config.multi.etcd.lease_ttl / 3);
+    keep_alive_timer.expires_after(keep_alive_interval(config.multi.etcd));
     keep_alive_timer.async_wait([this](boost::system::error_code ec) {
       if (ec || gone) return;
       client->keep_alive(lease, [this](const EtcdStatus& st, EtcdLease l) {

@@ -3,8 +3,9 @@
 // others able to go on.
 //
 // Contract
-//   - At construction it starts its I/O thread, takes an etcd lease (lease_ttl, kept alive every
-//     third of it) and puts this node's alive key under it; then it reads the run's keys and
+//   - At construction it starts its I/O thread, takes an etcd lease (kept alive every third of
+//     lease_ttl, granted for lease_ttl more than that: an agent stalled for less than lease_ttl
+//     keeps it) and puts this node's alive key under it; then it reads the run's keys and
 //     watches them. The decisions are EtcdRoundCore's (etcd_round_core.h); this class feeds it
 //     the keys and carries out its writes.
 //   - request_round() answers through the listener's on_round: a round, or an error with crun's

@@ -27,7 +27,7 @@ struct EtcdSettings {
   bool tls = false;                      // protocol=https
   std::string cacert, cert, key;         // PEM files ("" = none / the system's CAs)
   std::string key_prefix = "/crun/";     // every key of run R lives under <key_prefix><R>/
-  std::chrono::milliseconds lease_ttl{10000};  // an agent's liveness: its keys go this long after it stops
+  std::chrono::milliseconds lease_ttl{10000};  // an agent's liveness: its keys go this long after its next keep-alive was due
   std::size_t first_endpoint = 0;  // the member this agent talks to first (one on this host, when there is one)
 };
 
