@@ -24,16 +24,52 @@ bool parse_int64(const std::string& s, std::int64_t& out) {
 
 const std::string* KeySpace::find(std::string_view key) const {
   auto it = data_.find(key);
-  return it == data_.end() ? nullptr : &it->second;
+  return it == data_.end() ? nullptr : &it->second.bytes();
+}
+
+const std::string* KeySpace::find(std::string_view key, std::shared_ptr<const SharedValue>& shared) const {
+  auto it = data_.find(key);
+  if (it == data_.end()) return nullptr;
+  if (it->second.shared) shared = it->second.shared;
+  return &it->second.bytes();
+}
+
+// In place while nothing else references the shared bytes (their room is reused); else new bytes.
+void KeySpace::Value::assign(std::string_view value) {
+  if (value.size() < SharedValue::kShareFrom) {
+    shared.reset();
+    inline_bytes.assign(value);
+    return;
+  }
+  if (!shared || shared.use_count() > 1) shared = std::make_shared<SharedValue>();
+  shared->bytes.assign(value);
+  std::string().swap(inline_bytes);
+}
+
+void KeySpace::Value::append(std::string_view more) {
+  const std::string& now = bytes();
+  if (now.size() + more.size() < SharedValue::kShareFrom) {
+    inline_bytes.append(more);
+    return;
+  }
+  if (shared && shared.use_count() == 1) {
+    shared->bytes.append(more);
+    return;
+  }
+  auto grown = std::make_shared<SharedValue>();
+  grown->bytes.reserve(now.size() + more.size());
+  grown->bytes.append(now).append(more);
+  shared = std::move(grown);
+  std::string().swap(inline_bytes);
 }
 
 bool KeySpace::has_all(const std::vector<std::string>& keys) const {
   return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) != 0; });
 }
 
-std::string& KeySpace::slot(std::string_view key) {
+KeySpace::Value& KeySpace::slot(std::string_view key) {
   auto it = data_.find(key);
-  if (it == data_.end()) it = data_.emplace(std::string(key), std::string()).first;
+  if (it == data_.end()) it = data_.emplace(std::string(key), Value()).first;
   return it->second;
 }
 
@@ -44,17 +80,17 @@ void KeySpace::check_not_notifying(const char* what) const {
 void KeySpace::set(std::string_view key, std::string_view value) {
   check_not_notifying("set");
   disown(key);
-  std::string& v = slot(key);
+  Value& v = slot(key);
   v.assign(value);
-  changed(std::string(key), &v);
+  changed(std::string(key), &v.bytes());
 }
 
 void KeySpace::set_owned(std::string_view key, std::string_view value, std::uint64_t owner) {
   check_not_notifying("set_owned");
   owners_[std::string(key)] = owner;
-  std::string& v = slot(key);
+  Value& v = slot(key);
   v.assign(value);
-  changed(std::string(key), &v);
+  changed(std::string(key), &v.bytes());
 }
 
 void KeySpace::release(std::uint64_t owner, std::vector<std::string> keys) {
@@ -83,36 +119,36 @@ std::int64_t KeySpace::add(std::string_view key, std::int64_t delta) {
   }
   std::int64_t result = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) + static_cast<std::uint64_t>(delta));
   disown(key);
-  std::string& v = slot(key);
-  v = std::to_string(result);
-  changed(std::string(key), &v);
+  Value& v = slot(key);
+  v.assign(std::to_string(result));
+  changed(std::string(key), &v.bytes());
   return result;
 }
 
 std::string KeySpace::compare_set(std::string_view key, std::string_view expected, std::string_view desired) {
   check_not_notifying("compare_set");
   auto it = data_.find(key);
-  bool matches = (it == data_.end()) ? expected.empty() : it->second == expected;
-  if (!matches) return it == data_.end() ? std::string() : it->second;
+  bool matches = (it == data_.end()) ? expected.empty() : it->second.bytes() == expected;
+  if (!matches) return it == data_.end() ? std::string() : it->second.bytes();
   disown(key);
-  std::string& v = slot(key);
+  Value& v = slot(key);
   v.assign(desired);
-  changed(std::string(key), &v);
-  return v;
+  changed(std::string(key), &v.bytes());
+  return v.bytes();
 }
 
 std::int64_t KeySpace::append(std::string_view key, std::string_view value, std::size_t max_value) {
   check_not_notifying("append");
   auto it = data_.find(key);
-  std::size_t current = it == data_.end() ? 0 : it->second.size();
+  std::size_t current = it == data_.end() ? 0 : it->second.bytes().size();
   if (current + value.size() > max_value) {
     throw std::length_error("appending to '" + std::string(key) + "' would exceed " + std::to_string(max_value) + " bytes");
   }
   disown(key);
-  std::string& v = slot(key);
+  Value& v = slot(key);
   v.append(value);
-  changed(std::string(key), &v);
-  return static_cast<std::int64_t>(v.size());
+  changed(std::string(key), &v.bytes());
+  return static_cast<std::int64_t>(v.bytes().size());
 }
 
 bool KeySpace::remove(std::string_view key) {

@@ -2,6 +2,9 @@
 //
 // Contract
 //   - Holds key → value in key order, so prefix counts and listings are range scans.
+//   - A value of SharedValue::kShareFrom bytes or more is held as a SharedValue (shared_value.h):
+//     find(key, shared) hands out a reference that keeps those bytes, unchanged, after the key is
+//     written again or deleted; a write never changes bytes that a reference still holds.
 //   - A ParkedRequest waits for a set of keys: ready() is called exactly once, from inside the
 //     mutation that made the last of its keys exist, unless unpark() removed it first.
 //   - A Watch sees every set/delete of a key starting with its prefix, after the mutation.
@@ -28,6 +31,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "store/shared_value.h"
+
 namespace crun {
 
 class ParkedRequest {
@@ -50,6 +55,8 @@ class Watch {
 class KeySpace {
  public:
   const std::string* find(std::string_view key) const;
+  // find(), also setting `shared` to the value's shared bytes when it is held so (else unchanged).
+  const std::string* find(std::string_view key, std::shared_ptr<const SharedValue>& shared) const;
   bool has_all(const std::vector<std::string>& keys) const;
 
   void set(std::string_view key, std::string_view value);
@@ -80,16 +87,25 @@ class KeySpace {
   bool notifying() const { return notifying_ != 0; }
 
  private:
+  // Small values inline, large ones shared (SharedValue::kShareFrom).
+  struct Value {
+    std::string inline_bytes;
+    std::shared_ptr<SharedValue> shared;
+    const std::string& bytes() const { return shared ? shared->bytes : inline_bytes; }
+    void assign(std::string_view value);
+    void append(std::string_view more);
+  };
+
   void check_not_notifying(const char* what) const;
   void release_now(std::uint64_t owner, const std::vector<std::string>& keys);
-  std::string& slot(std::string_view key);
+  Value& slot(std::string_view key);
   void disown(std::string_view key) {
     if (!owners_.empty()) owners_.erase(std::string(key));
   }
   void changed(const std::string& key, const std::string* value);  // notify, then deferred releases
   void notify(const std::string& key, const std::string* value);
 
-  std::map<std::string, std::string, std::less<>> data_;
+  std::map<std::string, Value, std::less<>> data_;
   std::unordered_map<std::string, std::vector<std::shared_ptr<ParkedRequest>>> parked_;
   std::unordered_map<std::string, std::vector<std::shared_ptr<Watch>>> watches_;
   std::map<std::size_t, std::size_t> watched_lengths_;  // prefix length → number of watches

@@ -138,3 +138,47 @@ TEST_CASE("inside a notification: release is deferred, other mutations are refus
   CHECK(ks.find("eph") == nullptr);  // released once the notification ended
   CHECK(watch->seen == std::vector<std::string>{"set trigger=t", "del eph"});
 }
+
+TEST_CASE("a large value is shared: a reference keeps its bytes through writes and deletes", "[keyspace]") {
+  KeySpace ks;
+  const std::string big(SharedValue::kShareFrom, 'a');
+  std::shared_ptr<const SharedValue> small_ref;
+  ks.set("small", "x");
+  REQUIRE(ks.find("small", small_ref) != nullptr);
+  CHECK_FALSE(small_ref);  // small values are copied, not shared
+
+  ks.set("k", big);
+  std::shared_ptr<const SharedValue> ref;
+  const std::string* v = ks.find("k", ref);
+  REQUIRE(ref);
+  CHECK(v == &ref->bytes);
+  ks.set("k", std::string(SharedValue::kShareFrom, 'b'));  // referenced: new bytes
+  CHECK(ref->bytes == big);
+  CHECK(*ks.find("k") == std::string(SharedValue::kShareFrom, 'b'));
+  ks.append("k", "c", 1 << 20);
+  CHECK(ref->bytes == big);
+  CHECK(ks.find("k")->size() == SharedValue::kShareFrom + 1);
+
+  std::shared_ptr<const SharedValue> second;
+  ks.find("k", second);
+  const SharedValue* before = second.get();
+  second.reset();
+  ks.append("k", "d", 1 << 20);  // nothing else references it: grown in place
+  std::shared_ptr<const SharedValue> third;
+  ks.find("k", third);
+  CHECK(third.get() == before);
+  CHECK(third->bytes.back() == 'd');
+
+  ks.remove("k");
+  CHECK(third->bytes.size() == SharedValue::kShareFrom + 2);
+  ks.set("k", "short again");
+  std::shared_ptr<const SharedValue> none;
+  CHECK(*ks.find("k", none) == "short again");
+  CHECK_FALSE(none);
+  ks.append("grows", std::string(SharedValue::kShareFrom - 1, 'e'), 1 << 20);
+  ks.append("grows", "f", 1 << 20);  // crosses into shared
+  std::shared_ptr<const SharedValue> grown;
+  REQUIRE(ks.find("grows", grown) != nullptr);
+  REQUIRE(grown);
+  CHECK(grown->bytes.size() == SharedValue::kShareFrom);
+}
