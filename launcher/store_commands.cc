@@ -40,6 +40,11 @@ int run_store_server_command(int argc, char** argv, const EnvSnapshot& env) {
   app.add_option("--port", options.port, "port (0 = any free port)")->capture_default_str();
   app.add_option("--token", token, "shared secret clients must present (default: $CRUN_RDZV_TOKEN)");
   app.add_option("--max-connections", options.max_connections)->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-queued-reply-bytes", options.max_queued_reply_bytes,
+                 "replies queued for all connections that have not read them (1GiB, 64MiB, bytes; 0: no bound) "
+                 "before the connection with the most is dropped")
+      ->capture_default_str()
+      ->transform(CLI::AsSizeValue(false));
   app.add_option("--log-level", log_level)->check(CLI::IsMember({"debug", "info", "warn", "error"}))->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -28,6 +28,25 @@ std::string first_missing(const KeySpace& keys, const std::vector<std::string>& 
   return {};
 }
 
+// A key's value, and its shared bytes when it is large and the reply takes shared values.
+struct Found {
+  const std::string* value = nullptr;
+  std::shared_ptr<const SharedValue> large;
+};
+
+Found lookup(const KeySpace& keys, std::string_view key, const SharedValues* shared) {
+  Found f;
+  f.value = shared != nullptr ? keys.find(key, f.large) : keys.find(key);
+  return f;
+}
+
+// A found value as a string field of the reply: referenced when it is large, else copied.
+void put_value(Found found, Writer& reply, SharedValues* shared) {
+  if (!found.large) return reply.str(*found.value);
+  reply.u32(static_cast<std::uint32_t>(found.value->size()));
+  shared->emplace_back(reply.size(), std::move(found.large));
+}
+
 std::string timeout_text(std::uint32_t ms) {
   return ms == wire::kForever ? std::string("forever") : std::to_string(ms) + " ms";
 }
@@ -114,10 +133,14 @@ Status list_keys(const KeySpace& keys, std::string_view prefix, std::uint32_t li
   return Status::kOk;
 }
 
-Status try_get(const KeySpace& keys, std::string_view key, Writer& reply) {
-  const std::string* v = keys.find(key);
-  reply.u8(v ? 1 : 0);
-  reply.str(v ? std::string_view(*v) : std::string_view());
+Status try_get(const KeySpace& keys, std::string_view key, Writer& reply, SharedValues* shared) {
+  Found found = lookup(keys, key, shared);
+  reply.u8(found.value ? 1 : 0);
+  if (found.value) {
+    put_value(std::move(found), reply, shared);
+  } else {
+    reply.str(std::string_view());
+  }
   return Status::kOk;
 }
 
@@ -130,22 +153,23 @@ Status watch(KeySpace& keys, const std::shared_ptr<Watch>& watch, std::size_t wa
 }
 
 std::optional<Status> read_now(const KeySpace& keys, wire::Op op, const std::vector<std::string>& names,
-                               std::uint32_t timeout_ms, Writer& reply) {
+                               std::uint32_t timeout_ms, Writer& reply, SharedValues* shared) {
   for (auto& k : names)
     if (auto e = key_too_long(k, reply)) return *e;
-  if (keys.has_all(names)) return read_ready(keys, op, names, reply);
+  if (keys.has_all(names)) return read_ready(keys, op, names, reply, shared);
   if (timeout_ms == 0) {
     return error(Status::kTimeout, "key '" + first_missing(keys, names) + "' not set within 0 ms", reply);
   }
   return std::nullopt;
 }
 
-Status read_ready(const KeySpace& keys, wire::Op op, const std::vector<std::string>& names, Writer& reply) {
+Status read_ready(const KeySpace& keys, wire::Op op, const std::vector<std::string>& names, Writer& reply,
+                  SharedValues* shared) {
   if (op == wire::Op::kGet) {
-    reply.str(*keys.find(names[0]));
+    put_value(lookup(keys, names[0], shared), reply, shared);
   } else if (op == wire::Op::kMultiGet) {
     reply.u32(static_cast<std::uint32_t>(names.size()));
-    for (auto& k : names) reply.str(*keys.find(k));
+    for (auto& k : names) put_value(lookup(keys, k, shared), reply, shared);
   }  // kWait: an empty payload
   return Status::kOk;
 }

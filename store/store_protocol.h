@@ -77,6 +77,7 @@ class ProtocolError : public std::runtime_error {
 class Writer {
  public:
   explicit Writer(std::string& out) : out_(out) {}
+  std::size_t size() const { return out_.size(); }  // bytes in the buffer written to
   void u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void u16(std::uint16_t v) { raw(&v, 2); }
   void u32(std::uint32_t v) { raw(&v, 4); }

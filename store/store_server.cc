@@ -24,6 +24,8 @@
 #include "store/local_socket.h"
 #include "store/log_throttle.h"
 #include "store/readiness_set.h"
+#include "store/reply_budget.h"
+#include "store/reply_queue.h"
 #include "store/spin_policy.h"
 #include "store/store.h"
 #include "store/store_keyspace.h"
@@ -85,7 +87,8 @@ struct StoreServer::Impl {
         opt(std::move(o)),
         acceptor(io),
         readiness(io),
-        limits{opt.token, opt.max_pending_per_connection, opt.max_outbound_bytes} {}
+        limits{opt.token, opt.max_pending_per_connection, opt.max_outbound_bytes},
+        replies(opt.max_queued_reply_bytes) {}
 
   void open();
   void accept();
@@ -104,6 +107,7 @@ struct StoreServer::Impl {
   asio::posix::stream_descriptor local_listener{io};  // not open: no local socket (store/local_socket.h)
   ReadinessSet readiness;  // every connection's socket (before `connections`: it outlives them)
   SessionLimits limits;
+  ReplyBudget replies;  // before `connections`: their queues are counted in it
   KeySpace keys;
   LogThrottle throttle;
   std::unordered_set<std::shared_ptr<Connection>> connections;
@@ -133,7 +137,8 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
         io_timer_(server.io),
         deadline_timer_(server.io),
         peer_(std::move(peer)),
-        session_(server.keys, server.limits, ++server.next_serial, [this] { on_output(); }) {}
+        session_(server.keys, server.limits, ++server.next_serial, [this] { on_output(); }, &server.replies),
+        out_(&server.replies) {}
   ~Connection() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -163,6 +168,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
       server_.log("closed", "connection from " + peer_ + " closed: " + reason);
     }
     server_.readiness.remove(fd_, this);
+    out_.clear();  // its replies in flight go back now, not when the last handler lets go
     ::shutdown(fd_, SHUT_RDWR);
     ::close(fd_);
     fd_ = -1;
@@ -349,13 +355,17 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
 
   // Output queued by another connection's request, from inside a KeySpace callback: written once
   // that connection's batch is decoded (a blocked get's answer should not wait longer), or now
-  // when no batch is being decoded; any closing is left to a handler of our own.
+  // when no batch is being decoded; any closing is left to a handler of our own (drain()'s, in
+  // a batch of this connection's). A session that ended (the reply bound evicted it, maybe from
+  // inside this connection's batch) lets go of its bytes in flight at once.
   void on_output() {
-    if (closed_ || in_batch_) return;
+    if (closed_) return;
     if (session_.ended()) {
-      post_close(session_.end_reason(), session_.fault());
+      if (!session_.flush_before_close()) drop_output();
+      if (!in_batch_) post_close(session_.end_reason(), session_.fault());
       return;
     }
+    if (in_batch_) return;
     if (server_.decoding_batch) {
       if (!flush_pending_) {
         flush_pending_ = true;
@@ -383,6 +393,29 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
     asio::post(server_.io, [self = shared_from_this(), reason = std::move(reason), fault] { self->close(reason, fault); });
   }
 
+  // Never called from inside flush() or write_rest() (no eviction runs there).
+  void drop_output() {
+    out_.clear();
+    out_sent_ = 0;
+    if (writing_) {
+      writing_ = false;
+      server_.readiness.want_output(fd_, this, false);
+    }
+    session_.set_in_flight(0, 0);
+  }
+
+  // out_ from `from` on, in one call: send() while it holds copied bytes only, else sendmsg()
+  // gathering copied bytes and shared values.
+  ssize_t send_from(std::size_t from) {
+    constexpr int flags = MSG_NOSIGNAL | MSG_DONTWAIT;
+    if (!out_.has_shared()) return ::send(fd_, out_.text().data() + from, out_.size() - from, flags);
+    std::array<iovec, 64> iov;
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = out_.gather(from, iov.data(), iov.size());
+    return ::sendmsg(fd_, &msg, flags);
+  }
+
   // Writes everything queued: inline while the socket takes it, asynchronously for the rest
   // (order is kept: nothing new is written while an asynchronous write is in flight).
   void flush() {
@@ -392,7 +425,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
       if (close_after_write_) close(session_.end_reason(), session_.fault());
       return;
     }
-    const ssize_t n = ::send(fd_, out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = send_from(0);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       post_close(std::string("write failed: ") + std::strerror(errno), false);
       return;
@@ -405,7 +438,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
     }
     writing_ = true;
     out_sent_ = sent;
-    session_.set_in_flight(out_.size() - sent);
+    session_.set_in_flight(out_.size() - sent, out_.text_size());
     if (!server_.readiness.want_output(fd_, this, true)) post_close(std::string("write failed: ") + std::strerror(errno), false);
   }
 
@@ -413,7 +446,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   // queued meanwhile.
   void write_rest() {
     while (out_sent_ < out_.size()) {
-      const ssize_t n = ::send(fd_, out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n = send_from(out_sent_);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // the next EPOLLOUT
       if (n < 0) return close(std::string("write failed: ") + std::strerror(errno), false);
@@ -423,7 +456,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
     writing_ = false;
     out_.clear();
     out_sent_ = 0;
-    session_.set_in_flight(0);
+    session_.set_in_flight(0, 0);
     if (session_.ended() && !close_after_write_) return end_session();
     flush();
   }
@@ -438,7 +471,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   std::chrono::steady_clock::time_point armed_deadline_{};
   std::string peer_;
   StoreSession session_;
-  std::string out_;  // bytes handed to the socket, in flight while writing_
+  ReplyQueue out_;  // bytes handed to the socket, in flight while writing_
   std::size_t out_sent_ = 0;  // of out_, while writing_
   std::array<char, 512> landing_;  // each wake's first read (on_ready()); a request/reply frame fits
   bool closed_ = false;
@@ -667,6 +700,7 @@ StoreServerStats StoreServer::stats() {
     StoreServerStats s = impl_->stats;
     s.open_connections = impl_->connections.size();
     s.keys = impl_->keys.size();
+    s.queued_reply_bytes = impl_->replies.total();
     for (auto& c : impl_->connections) {
       s.parked_requests += c->parked_count();
       s.input_buffer_bytes += c->input_buffer_bytes();

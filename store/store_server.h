@@ -11,6 +11,11 @@
 //     logged reason (a connection that never sent a byte is closed at the handshake timeout
 //     without one: torch 1.x's idle second connection); every other connection keeps being served. Memory per connection grows with
 //     the bytes it actually sent (StoreSession), never with what a header declares.
+//   - Replies queued for connections that have not taken them are bounded per connection
+//     (max_outbound_bytes) and over all of them (max_queued_reply_bytes, store/reply_budget.h):
+//     past the latter, the connection with the most bytes queued is dropped first, with one
+//     logged line (its peer, its bytes, the bound), until the sum fits. Replies of one large
+//     stored value share its bytes (store/reply_queue.h), which count once in that sum.
 //   - Logging never blocks the event loop: lines go to `log` (default: stderr, written only when
 //     it can take them now) and are rate-limited per kind, with a count of what was suppressed.
 //   - Blocking operations (get/wait/multi_get) park on the server and are answered when the keys
@@ -45,6 +50,8 @@ struct StoreServerOptions {
   std::size_t max_connections = 16384;
   std::size_t max_pending_per_connection = 1024;  // parked gets/waits per connection
   std::size_t max_outbound_bytes = 256u << 20;    // unread replies before a client is dropped
+  // Unread replies over all connections (0: none) before the heaviest reader is dropped.
+  std::size_t max_queued_reply_bytes = std::size_t{1} << 30;
   std::chrono::milliseconds handshake_timeout{10000};
   std::chrono::milliseconds frame_timeout{30000};  // a started frame may go this long without a byte
   bool log_closes = false;  // also log connections that closed normally (debugging)
@@ -61,6 +68,7 @@ struct StoreServerStats {
   std::uint64_t parked_requests = 0;  // blocked gets/waits not yet answered
   std::uint64_t bytes_received = 0;   // from every connection, since the start
   std::uint64_t input_buffer_bytes = 0;  // held now for incomplete preambles and frames
+  std::uint64_t queued_reply_bytes = 0;  // replies not yet taken, as max_queued_reply_bytes counts them
 };
 
 // Runs `io` until it runs out of work or is stopped, polling (without blocking) for up to `spin`

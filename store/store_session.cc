@@ -58,8 +58,15 @@ struct StoreSession::SessionWatch : Watch {
 };
 
 StoreSession::StoreSession(KeySpace& keys, const SessionLimits& limits, std::uint64_t serial,
-                           std::function<void()> output_ready)
-    : keys_(keys), limits_(limits), serial_(serial), output_ready_(std::move(output_ready)) {}
+                           std::function<void()> output_ready, ReplyBudget* replies)
+    : keys_(keys),
+      limits_(limits),
+      serial_(serial),
+      output_ready_(std::move(output_ready)),
+      replies_(replies),
+      out_(replies) {
+  if (replies_ != nullptr) replies_->enter(*this);
+}
 
 StoreSession::~StoreSession() { detach(); }
 
@@ -154,7 +161,12 @@ bool StoreSession::pick_protocol() {
     end("torch TCPStore client refused: this store requires a token", true);
     return false;
   }
-  torch_ = std::make_unique<TcpStoreDialect>(keys_, limits_.max_pending, out_, [this] { queued_from_outside(); });
+  torch_ = std::make_unique<TcpStoreDialect>(
+      keys_, limits_.max_pending, out_, [this] { queued_from_outside(); },
+      [this] {
+        check_outbound();
+        return !ended();
+      });
   handshaken_ = true;
   return true;
 }
@@ -184,7 +196,7 @@ std::size_t StoreSession::decode_handshake() {
   } else if (!limits_.token.empty() && !equal_constant_time(token, limits_.token)) {
     status = wire::HelloStatus::kBadToken;
   }  // a token sent to a server without one is tolerated
-  wire::Writer w(out_);
+  wire::Writer w(out_.text());
   w.u32(wire::kMagic);
   w.u16(wire::kVersion);
   w.u16(static_cast<std::uint16_t>(status));
@@ -215,7 +227,7 @@ void StoreSession::handle_frame(std::string_view body) {
     ~Done() {
       s.in_request_ = false;
       if (!s.own_notes_.empty()) {
-        s.out_.append(s.own_notes_);
+        s.out_.text().append(s.own_notes_);
         s.own_notes_.clear();
       }
       s.check_outbound();
@@ -265,7 +277,9 @@ void StoreSession::op_blocking(Op op, std::uint32_t id, wire::Reader& r) {
     keys = read_keys(r);
   }
   r.expect_done();
-  if (auto status = store_ops::read_now(keys_, op, keys, timeout_ms, payload_)) return queue_reply(id, *status);
+  if (auto status = store_ops::read_now(keys_, op, keys, timeout_ms, payload_, &reply_shared_)) {
+    return queue_reply(id, *status);
+  }
   if (parked_.size() >= limits_.max_pending) {
     return queue_reply(id, store_ops::error(Status::kTooManyPending,
                                             "more than " + std::to_string(limits_.max_pending) +
@@ -339,7 +353,7 @@ void StoreSession::op_list_keys(std::uint32_t id, wire::Reader& r) {
 void StoreSession::op_try_get(std::uint32_t id, wire::Reader& r) {
   auto key = r.str();
   r.expect_done();
-  queue_reply(id, store_ops::try_get(keys_, key, payload_));
+  queue_reply(id, store_ops::try_get(keys_, key, payload_, &reply_shared_));
 }
 
 void StoreSession::op_watch(std::uint32_t id, wire::Reader& r) {
@@ -371,17 +385,39 @@ void StoreSession::op_unwatch(std::uint32_t id, wire::Reader& r) {
 
 // ---- replies --------------------------------------------------------------------------------
 
-// Frames the payload an operation wrote to reply_ as the reply to request `id`. The payload is
-// gathered apart from out_ because a mutation may complete a parked request of this session,
-// whose reply goes to out_ first; operations write it only outside KeySpace callbacks, so
-// reply_ is empty whenever complete() runs.
+// Frames the payload an operation wrote to reply_ (and reply_shared_) as the reply to request
+// `id`. The payload is gathered apart from out_ because a mutation may complete a parked request
+// of this session, whose reply goes to out_ first; operations write it only outside KeySpace
+// callbacks, so reply_ is empty whenever complete() runs.
 void StoreSession::queue_reply(std::uint32_t id, Status status) {
-  wire::Writer w(out_);
+  wire::Writer w(out_.text());
   std::size_t at = w.begin_frame(static_cast<std::uint8_t>(status), id);
-  out_.append(reply_);
-  w.finish_frame(at);
+  if (reply_shared_.empty()) {
+    out_.text().append(reply_);
+    w.finish_frame(at);
+  } else {
+    queue_payload_with_shared(at);
+  }
   reply_.clear();
   if (reply_.capacity() > kReadChunk) std::string().swap(reply_);  // a big value's room goes back
+}
+
+// The payload with its large values referenced where their bytes belong; the frame's length
+// (at `frame_at`) counts them.
+void StoreSession::queue_payload_with_shared(std::size_t frame_at) {
+  std::string& text = out_.text();
+  std::size_t length = wire::kBodyHeaderSize + reply_.size();
+  std::size_t copied = 0;
+  for (auto& [offset, value] : reply_shared_) {
+    text.append(reply_, copied, offset - copied);
+    copied = offset;
+    length += value->bytes.size();
+    out_.append_shared(std::move(value));
+  }
+  text.append(reply_, copied);
+  reply_shared_.clear();
+  const auto length32 = static_cast<std::uint32_t>(length);
+  std::memcpy(text.data() + frame_at, &length32, sizeof length32);
 }
 
 // ---- parked requests ------------------------------------------------------------------------
@@ -408,7 +444,7 @@ void StoreSession::complete(Parked& p) {
   if (p.has_deadline) deadlines_.erase(p.deadline);
   p.session = nullptr;
   if (ended()) return;
-  queue_reply(p.id, store_ops::read_ready(keys_, p.op, p.keys, payload_));
+  queue_reply(p.id, store_ops::read_ready(keys_, p.op, p.keys, payload_, &reply_shared_));
   queued_from_outside();
 }
 
@@ -436,7 +472,7 @@ void StoreSession::expire(Clock::time_point now) {
 
 void StoreSession::notify(std::uint32_t watch_id, std::uint8_t kind, const std::string& key, const std::string* value) {
   if (ended()) return;
-  wire::Writer w(in_request_ ? own_notes_ : out_);
+  wire::Writer w(in_request_ ? own_notes_ : out_.text());
   std::size_t at = w.begin_frame(static_cast<std::uint8_t>(Status::kNotify), watch_id);
   w.u8(kind);
   w.str(key);
@@ -452,21 +488,46 @@ void StoreSession::queued_from_outside() {
   if (output_ready_) output_ready_();  // also when the session just ended: the owner closes it
 }
 
+// The connection's own limit, then the bound over all connections (which may evict another
+// session, or this one).
 void StoreSession::check_outbound() {
-  if (ended() || out_.size() + own_notes_.size() + in_flight_ <= limits_.max_outbound_bytes) return;
-  out_.clear();
-  own_notes_.clear();
-  end("client is not reading its replies (over " + std::to_string(limits_.max_outbound_bytes) + " bytes queued)", true);
+  if (ended()) return;
+  const std::size_t weight = out_.size() + own_notes_.size() + in_flight_;
+  if (weight > limits_.max_outbound_bytes) {
+    out_.clear();
+    own_notes_.clear();
+    end("client is not reading its replies (over " + std::to_string(limits_.max_outbound_bytes) + " bytes queued)", true);
+    return;
+  }
+  if (replies_ == nullptr) return;
+  replies_->hold(*this, out_.text_size() + own_notes_.size() + in_flight_copied_, weight);
+  replies_->enforce();
 }
 
-void StoreSession::take_output(std::string& into) {
+// Out of the budget already (ReplyBudget::enforce).
+void StoreSession::evict(std::size_t weight, std::size_t bound) {
+  out_.clear();
+  own_notes_.clear();
+  end("client is not reading its replies (" + std::to_string(weight) +
+          " bytes queued when the replies queued for all connections passed the bound of " + std::to_string(bound) +
+          " bytes)",
+      true);
+  if (output_ready_) output_ready_();
+}
+
+void StoreSession::take_output(ReplyQueue& into) {
   into.clear();
   into.swap(out_);
 }
 
-void StoreSession::set_in_flight(std::size_t bytes) {
+// Bytes only move from queued to in flight, or leave: nothing to enforce.
+void StoreSession::set_in_flight(std::size_t bytes, std::size_t copied) {
   in_flight_ = bytes;
-  check_outbound();
+  in_flight_copied_ = copied;
+  if (ended()) return;
+  const std::size_t weight = out_.size() + own_notes_.size() + in_flight_;
+  if (weight > limits_.max_outbound_bytes) return check_outbound();
+  if (replies_ != nullptr) replies_->hold(*this, out_.text_size() + own_notes_.size() + in_flight_copied_, weight);
 }
 
 // ---- teardown -------------------------------------------------------------------------------
@@ -474,6 +535,7 @@ void StoreSession::set_in_flight(std::size_t bytes) {
 void StoreSession::detach() {
   if (detached_) return;
   detached_ = true;
+  if (replies_ != nullptr) replies_->leave(*this);
   if (torch_) torch_->detach();
   for (auto& [raw, p] : parked_) {
     p->session = nullptr;

@@ -20,15 +20,23 @@
 //     caused by this connection's own request follows that request's reply.
 //   - Output: the owner moves queued bytes to its socket with take_output() and tells the session
 //     how many bytes it still has in flight (set_in_flight); queued + in flight beyond
-//     max_outbound_bytes ends the session (a client that does not read its replies).
+//     max_outbound_bytes ends the session (a client that does not read its replies). A reply with
+//     a large stored value (get, multi_get, try_get; TCPStore GET, MULTI_GET) references the
+//     value's bytes instead of copying them (reply_queue.h).
+//   - With a ReplyBudget (the server's bound on replies queued over all connections), the session
+//     is one of its holders from construction to detach(): after each request, expiry or output
+//     queued from outside it records what it holds and enforces the bound, which may evict the
+//     heaviest session, this one or another. An evicted session drops its queued output, ends
+//     (a fault: "not reading its replies") and calls output_ready, also from inside a request,
+//     so that the owner lets go of its bytes in flight and closes it.
 //   - ended(): set once the session must close (protocol violation, refused handshake, unread
 //     replies); the reason is one line and fault() tells whether it counts as the client's
 //     misbehaviour. Nothing is decoded after that. When flush_before_close() is true (a refused
 //     handshake), the owner writes the queued reply before closing.
 //   - Output queued outside received()/expire() — a parked request completed or a watch fired by
 //     another connection's write — calls the output_ready hook, so that the owner can write it
-//     (or close the session, if that output ended it). The hook runs inside a KeySpace callback:
-//     it must not destroy the session.
+//     (or close the session, if that output ended it). The hook runs inside a KeySpace callback
+//     (or inside the request that evicted the session): it must not destroy the session.
 //   - detach() (also run by the destructor) takes everything the session holds out of the
 //     KeySpace: parked requests, watches, ephemeral keys. It may run inside a KeySpace callback.
 //
@@ -48,6 +56,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "store/reply_budget.h"
+#include "store/reply_queue.h"
+#include "store/store_operations.h"
 #include "store/store_protocol.h"
 
 namespace crun {
@@ -61,14 +72,15 @@ struct SessionLimits {
   std::size_t max_outbound_bytes = 256u << 20;     // queued + in flight
 };
 
-class StoreSession {
+class StoreSession : private ReplyBudget::Holder {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::size_t kReadChunk = 64 * 1024;
   static constexpr std::size_t kFirstRead = 2 * 1024;
 
-  StoreSession(KeySpace& keys, const SessionLimits& limits, std::uint64_t serial, std::function<void()> output_ready);
-  ~StoreSession();
+  StoreSession(KeySpace& keys, const SessionLimits& limits, std::uint64_t serial, std::function<void()> output_ready,
+               ReplyBudget* replies = nullptr);
+  ~StoreSession() override;
   StoreSession(const StoreSession&) = delete;
   StoreSession& operator=(const StoreSession&) = delete;
 
@@ -88,9 +100,11 @@ class StoreSession {
 
   // Output.
   bool has_output() const { return !out_.empty(); }
-  // Swaps the queued bytes into `into`, which must be empty (its capacity is reused).
-  void take_output(std::string& into);
-  void set_in_flight(std::size_t bytes);
+  // Swaps the queued bytes into `into` (same budget), which must be empty (its room is reused).
+  void take_output(ReplyQueue& into);
+  // `bytes` still to be sent of what take_output() gave, of which `copied` are the queue's own
+  // (ReplyQueue::text_size(): what it holds beside shared values).
+  void set_in_flight(std::size_t bytes, std::size_t copied);
 
   // End of the session.
   bool ended() const { return !end_reason_.empty(); }
@@ -128,16 +142,19 @@ class StoreSession {
   void op_unwatch(std::uint32_t id, wire::Reader& r);
 
   void queue_reply(std::uint32_t id, wire::Status status);
+  void queue_payload_with_shared(std::size_t frame_at);
   void park(wire::Op op, std::uint32_t id, std::vector<std::string> keys, std::uint32_t timeout_ms);
   void complete(Parked& p);
   void notify(std::uint32_t watch_id, std::uint8_t kind, const std::string& key, const std::string* value);
   void queued_from_outside();
   void check_outbound();
+  void evict(std::size_t weight, std::size_t bound) override;
 
   KeySpace& keys_;
   const SessionLimits& limits_;
   std::uint64_t serial_;
   std::function<void()> output_ready_;
+  ReplyBudget* replies_;  // null: no bound over all connections
   Clock::time_point now_{};
 
   std::vector<char> in_;
@@ -148,11 +165,13 @@ class StoreSession {
   std::unique_ptr<TcpStoreDialect> torch_;  // set when the first byte was a TCPStore query code
 
   bool in_request_ = false;  // a request of this session is being handled
-  std::string out_;
+  ReplyQueue out_;
   std::string own_notes_;    // notifications caused by the request being handled
   std::string reply_;        // the payload of the reply being built
   wire::Writer payload_{reply_};
+  store_ops::SharedValues reply_shared_;  // its large values, referenced
   std::size_t in_flight_ = 0;
+  std::size_t in_flight_copied_ = 0;
 
   std::unordered_map<Parked*, std::shared_ptr<Parked>> parked_;
   std::multimap<Clock::time_point, Parked*> deadlines_;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "store/reply_queue.h"
 #include "store/store.h"
 #include "store/store_keyspace.h"
 #include "store/store_protocol.h"
@@ -100,9 +101,13 @@ struct TcpStoreDialect::Parked : ParkedRequest {
 
 bool TcpStoreDialect::is_torch_first_byte(unsigned char byte) { return byte <= kLastTorch2Code; }
 
-TcpStoreDialect::TcpStoreDialect(KeySpace& keys, std::size_t max_parked, std::string& out,
-                                 std::function<void()> queued_from_outside)
-    : keys_(keys), max_parked_(max_parked), out_(out), queued_from_outside_(std::move(queued_from_outside)) {}
+TcpStoreDialect::TcpStoreDialect(KeySpace& keys, std::size_t max_parked, ReplyQueue& out,
+                                 std::function<void()> queued_from_outside, std::function<bool()> answered)
+    : keys_(keys),
+      max_parked_(max_parked),
+      out_(out),
+      queued_from_outside_(std::move(queued_from_outside)),
+      answered_(std::move(answered)) {}
 
 TcpStoreDialect::~TcpStoreDialect() { detach(); }
 
@@ -152,10 +157,11 @@ std::size_t TcpStoreDialect::decode(std::string_view in) {
       return used;
     }
     if (!late_.empty()) {
-      out_.append(late_);
+      out_.text().append(late_);
       late_.clear();
     }
     used += c.used();
+    if (answered_ && !answered_()) return used;
   }
   return used;
 }
@@ -173,30 +179,27 @@ void TcpStoreDialect::handle(Query q, Cursor& c) {
       auto key = c.key();
       auto expected = c.value();
       auto desired = c.value();
-      if (keys_.find(key) == nullptr && !expected.empty()) return put_bytes(out_, expected);  // torch's answer
-      return put_bytes(out_, keys_.compare_set(key, expected, desired));
+      if (keys_.find(key) == nullptr && !expected.empty()) return put_bytes(out_.text(), expected);  // torch's answer
+      return put_bytes(out_.text(), keys_.compare_set(key, expected, desired));
     }
-    case Query::kGet: {
-      const std::string* v = keys_.find(c.key());
-      return put_bytes(out_, v ? std::string_view(*v) : std::string_view());
-    }
+    case Query::kGet: return put_value(c.key());
     case Query::kAdd: {
       auto key = c.key();
       std::int64_t delta = c.i64();
       try {
-        return put_u64(out_, static_cast<std::uint64_t>(keys_.add(key, delta)));
+        return put_u64(out_.text(), static_cast<std::uint64_t>(keys_.add(key, delta)));
       } catch (const std::invalid_argument& e) {
         throw wire::ProtocolError(std::string("torch TCPStore add: ") + e.what());
       }
     }
     case Query::kCheck: {
       auto names = c.keys();
-      out_.push_back(static_cast<char>(keys_.has_all(names) ? kReady : kNotReady));
+      out_.text().push_back(static_cast<char>(keys_.has_all(names) ? kReady : kNotReady));
       return;
     }
     case Query::kWait: return wait(c);
-    case Query::kNumKeys: return put_u64(out_, keys_.size());
-    case Query::kDelete: return put_u64(out_, keys_.remove(c.key()) ? 1 : 0);
+    case Query::kNumKeys: return put_u64(out_.text(), keys_.size());
+    case Query::kDelete: return put_u64(out_.text(), keys_.remove(c.key()) ? 1 : 0);
     case Query::kAppend: {
       auto key = c.key();
       auto value = c.value();
@@ -209,10 +212,7 @@ void TcpStoreDialect::handle(Query q, Cursor& c) {
     }
     case Query::kMultiGet: {
       auto names = c.keys();
-      for (auto& k : names) {
-        const std::string* v = keys_.find(k);
-        put_bytes(out_, v ? std::string_view(*v) : std::string_view());
-      }
+      for (auto& k : names) put_value(k);
       return;
     }
     case Query::kMultiSet: {
@@ -227,17 +227,17 @@ void TcpStoreDialect::handle(Query q, Cursor& c) {
     }
     case Query::kCancelWait:
       cancel_waits();
-      out_.push_back(static_cast<char>(kWaitCanceled));
+      out_.text().push_back(static_cast<char>(kWaitCanceled));
       return;
     case Query::kPing: {
       std::uint32_t nonce = c.u32();
-      out_.append(reinterpret_cast<const char*>(&nonce), 4);
+      out_.text().append(reinterpret_cast<const char*>(&nonce), 4);
       return;
     }
     case Query::kList: {
       auto names = keys_.list("", keys_.size());
-      put_u64(out_, names.size());
-      for (auto& k : names) put_bytes(out_, k);
+      put_u64(out_.text(), names.size());
+      for (auto& k : names) put_bytes(out_.text(), k);
       return;
     }
     case Query::kValidate: throw wire::ProtocolError("torch TCPStore VALIDATE after the first request");
@@ -250,10 +250,19 @@ void TcpStoreDialect::handle(Query q, Cursor& c) {
   throw wire::ProtocolError(std::string("unknown ") + version_name() + " TCPStore query code");
 }
 
+// A value as torch answers it (empty when missing): a large one referenced, not copied.
+void TcpStoreDialect::put_value(std::string_view key) {
+  std::shared_ptr<const SharedValue> large;
+  const std::string* v = keys_.find(key, large);
+  if (!large) return put_bytes(out_.text(), v ? std::string_view(*v) : std::string_view());
+  put_u64(out_.text(), v->size());
+  out_.append_shared(std::move(large));
+}
+
 void TcpStoreDialect::wait(Cursor& c) {
   auto names = c.keys();
   if (keys_.has_all(names)) {
-    out_.push_back(static_cast<char>(kStopWaiting));
+    out_.text().push_back(static_cast<char>(kStopWaiting));
     return;
   }
   if (parked_.size() >= max_parked_) {
@@ -275,7 +284,7 @@ void TcpStoreDialect::ready(Parked& p) {
     late_.push_back(static_cast<char>(kStopWaiting));
     return;
   }
-  out_.push_back(static_cast<char>(kStopWaiting));
+  out_.text().push_back(static_cast<char>(kStopWaiting));
   if (queued_from_outside_) queued_from_outside_();
 }
 

@@ -5,7 +5,9 @@
 //   - StoreSession hands a connection over when its first byte is not crun's magic and is a
 //     TCPStore query code (is_torch_first_byte). From then on decode() takes the buffered bytes,
 //     runs every complete request against the KeySpace and appends torch's replies to `out`; it
-//     returns how many bytes it used (a request cut short stays for the next call).
+//     returns how many bytes it used (a request cut short stays for the next call). After each
+//     request's answer it calls `answered`; false stops decoding there (the session ended).
+//     GET and MULTI_GET reference a large value's bytes in `out` (reply_queue.h), not copies.
 //   - Two numberings, told apart by the first request: torch >= 2.2 opens with VALIDATE and its
 //     magic (00 CE F7 85 3C) and is decoded with 2.2's codes (PING, APPEND, MULTI_GET/SET,
 //     CANCEL_WAIT, LIST included); anything else is torch 1.x-2.0 (the 1.13 client: SET=0 ...
@@ -38,13 +40,15 @@
 namespace crun {
 
 class KeySpace;
+class ReplyQueue;
 
 class TcpStoreDialect {
  public:
   // True when `byte`, the first byte of a connection, is one a TCPStore client can send first.
   static bool is_torch_first_byte(unsigned char byte);
 
-  TcpStoreDialect(KeySpace& keys, std::size_t max_parked, std::string& out, std::function<void()> queued_from_outside);
+  TcpStoreDialect(KeySpace& keys, std::size_t max_parked, ReplyQueue& out, std::function<void()> queued_from_outside,
+                  std::function<bool()> answered);
   ~TcpStoreDialect();
   TcpStoreDialect(const TcpStoreDialect&) = delete;
   TcpStoreDialect& operator=(const TcpStoreDialect&) = delete;
@@ -66,12 +70,14 @@ class TcpStoreDialect {
   void wait(Cursor& c);
   void cancel_waits();
   void ready(Parked& p);
+  void put_value(std::string_view key);
   Query query_of(unsigned char code) const;
 
   KeySpace& keys_;
   std::size_t max_parked_;
-  std::string& out_;
+  ReplyQueue& out_;
   std::function<void()> queued_from_outside_;
+  std::function<bool()> answered_;
   Numbering numbering_ = Numbering::kUnknown;
   bool in_request_ = false;
   std::string late_;  // answers to this connection's waits completed by its own request

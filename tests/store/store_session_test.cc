@@ -53,9 +53,9 @@ class Client {
     return ok;
   }
   void take() {
-    std::string out;
+    ReplyQueue out;
     session->take_output(out);
-    in += out;
+    out.copy_to(in);
   }
   // Every complete reply received so far.
   std::vector<Reply> replies() {

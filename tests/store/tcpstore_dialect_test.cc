@@ -42,8 +42,10 @@ class TorchClient {
     }
   }
   std::string take() {
+    ReplyQueue queued;
+    session.take_output(queued);
     std::string out;
-    session.take_output(out);
+    queued.copy_to(out);
     return out;
   }
   SessionLimits limits_;

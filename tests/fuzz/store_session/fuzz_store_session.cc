@@ -6,8 +6,9 @@
 // (a flush), 2 advance the clock by payload[0] ms and expire parked requests, 3 close it (detach and
 // open a fresh session), 4 report payload[0] KiB still in flight, 5 feed the payload repeated to
 // payload[0] KiB (size paths). A session that ends itself is closed before the next command, as the
-// server posts the close; one that ended inside a KeySpace callback too (the output_ready hook).
-// Limits are small so that overflow, pending and deadline paths are reached.
+// server posts the close; one that ended inside a KeySpace callback too (the output_ready hook),
+// or that the sessions' shared reply bound evicted. Limits are small so that overflow, eviction,
+// pending and deadline paths are reached.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -27,6 +28,7 @@ using crun::StoreSession;
 struct Harness {
   KeySpace keys;
   SessionLimits limits;
+  crun::ReplyBudget replies{96 * 1024};
   std::unique_ptr<StoreSession> sessions[4];
   bool close_posted[4] = {};
   std::uint64_t serial = 0;
@@ -38,9 +40,12 @@ struct Harness {
     for (int i = 0; i < 4; ++i) open(i);
   }
   void open(int i) {
-    sessions[i] = std::make_unique<StoreSession>(keys, limits, ++serial, [this, i] {
-      if (sessions[i]->ended()) close_posted[i] = true;  // the server posts the close
-    });
+    sessions[i] = std::make_unique<StoreSession>(
+        keys, limits, ++serial,
+        [this, i] {
+          if (sessions[i]->ended()) close_posted[i] = true;  // the server posts the close
+        },
+        &replies);
     close_posted[i] = false;
   }
   void close(int i) {
@@ -70,7 +75,7 @@ struct Harness {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Harness h;
-  std::string out;
+  crun::ReplyQueue out(&h.replies);
   std::size_t pos = 0;
   while (pos + 2 <= size) {
     const std::uint8_t command = data[pos];
@@ -87,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (auto& s : h.sessions) s->expire(h.now);
         break;
       case 3: h.close(i); break;
-      case 4: h.sessions[i]->set_in_flight(std::size_t{arg} * 1024); break;
+      case 4: h.sessions[i]->set_in_flight(std::size_t{arg} * 1024, std::size_t{arg} * 512); break;
       case 5: {
         std::string big;
         const std::size_t want = std::size_t{arg} * 1024;
