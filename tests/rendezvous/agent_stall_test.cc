@@ -20,6 +20,7 @@
 #include "rendezvous/rendezvous_records.h"
 #include "store/store_channel.h"
 #include "tests/support/child_process.h"
+#include "tests/support/loopback_socket.h"
 
 using namespace crun;
 using namespace crun::test;
@@ -33,17 +34,7 @@ const std::string kConf = "heartbeat_timeout=2,keep_alive_interval=1,join_timeou
 constexpr auto kUnder = 1900ms;
 constexpr auto kOver = 4500ms;  // past heartbeat_timeout + keep_alive_interval by more than a scan
 
-std::string free_loopback_port() {
-  const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&addr), len) == 0);
-  REQUIRE(::getsockname(probe, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(probe);
-  return std::to_string(ntohs(addr.sin_port));
-}
+std::string free_loopback_port() { return std::to_string(LoopbackSocket(LoopbackSocket::Mode::kBound).port); }
 
 std::vector<std::string> agent_argv(const std::string& port, bool host) {
   return {CRUN_BIN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
