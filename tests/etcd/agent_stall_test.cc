@@ -34,6 +34,7 @@ constexpr auto kUnder = 1900ms;    // just under lease_ttl
 // Stopped this long after a keep-alive, just before the next one is due: silent for kInto + kUnder
 // (2.4 s), over lease_ttl (a lease granted for lease_ttl alone expires) and under the 3 s granted.
 constexpr auto kInto = 500ms;
+static_assert(kInto < kInterval, "the stop begins before the next keep-alive is due");
 constexpr auto kOver = 5s;  // past the granted 3 s and etcd's 0.5 s expiry scan
 
 // A TCP relay on 127.0.0.1 between one agent and the etcd member, both ways, that notes when the
