@@ -37,11 +37,13 @@ bool CoordinatorCore::others_alive() const {
 
 CoordinatorClock::duration CoordinatorCore::loss_limit() const { return cfg_.heartbeat_timeout + cfg_.keep_alive_interval; }
 
-// on_timers() called later than it was due by more than kStallSlack: the coordinator was
-// stalled (its process stopped, or its thread held up) at least that long, and heartbeats and
-// joins sent meanwhile may still be on their way to it. That time counts towards the silence of no
-// node; a heartbeat handled since (in the batch that ended the stall) is fresh. A stall of heartbeat_timeout + keep_alive_interval or more
-// outlasted every agent's wait for a heartbeat's reply (heartbeat_timeout, one sent every
+// Any event or on_timers() handled later than on_timers() was due by more than kStallSlack: the
+// coordinator was stalled (its process stopped, or its thread held up) at least that long, and
+// heartbeats and joins sent meanwhile may still be on their way to it. That time counts towards
+// the silence of no node; a heartbeat handled since (in the batch that ended the stall) is fresh.
+// The first call after the stall notices it, whichever it is: the events the stall held up (a
+// peer's connection that closed meanwhile) may come before the timers. A stall of
+// heartbeat_timeout + keep_alive_interval or more outlasted every agent's wait for a heartbeat's reply (heartbeat_timeout, one sent every
 // keep_alive_interval): each has declared the store lost and exits with kExitStoreLost, so the
 // job closes with that code now rather than waiting join_timeout for nodes that will not come.
 void CoordinatorCore::catch_up(TimePoint now) {
@@ -85,6 +87,7 @@ void CoordinatorCore::answer_error(const NodeRecord& rec, const std::string& err
 }
 
 CoordinatorEffects CoordinatorCore::on_join(const NodeRecord& rec, TimePoint now) {
+  catch_up(now);
   auto seen = seen_seq_.find(rec.node_id);
   if (seen != seen_seq_.end() && seen->second >= rec.seq) return take();  // already handled
   seen_seq_[rec.node_id] = rec.seq;
@@ -123,23 +126,27 @@ CoordinatorEffects CoordinatorCore::on_join(const NodeRecord& rec, TimePoint now
 }
 
 CoordinatorEffects CoordinatorCore::on_alive(const std::string& node, TimePoint now) {
+  catch_up(now);
   alive_.insert(node);
   last_seen_[node] = now;
   return take();
 }
 
 CoordinatorEffects CoordinatorCore::on_alive_gone(const std::string& node, TimePoint now) {
+  catch_up(now);
   if (alive_.erase(node) != 0) lost(node, "its agent exited or lost its store connection", now);
   return take();
 }
 
 CoordinatorEffects CoordinatorCore::on_heartbeat(const std::string& node, TimePoint now) {
+  catch_up(now);
   if (alive_.count(node) != 0) last_seen_[node] = now;
   return take();
 }
 
 CoordinatorEffects CoordinatorCore::on_report(int r, const std::string& node, const std::optional<RoundOutcome>& outcome,
                                               TimePoint now) {
+  catch_up(now);
   if (r <= round_ - 2) {
     out_.push_back(fx::Prune{keys_.report(r, node)});  // a late report of a round already pruned
     return take();

@@ -23,8 +23,9 @@
 //       heartbeat was due, that is for heartbeat_timeout + keep_alive_interval since the last
 //       (its last beat may have gone up to keep_alive_interval before it stalled: a node stalled
 //       for less than heartbeat_timeout is never lost). The scan runs every heartbeat_timeout / 4.
-//     - Its own stall: on_timers() called later than the next_deadline() its previous call left,
-//       by more than kStallSlack, means the core was stalled that long (its process stopped, its
+//     - Its own stall: any call (an event or on_timers()) made later than the next_deadline()
+//       the previous on_timers() left, by more than kStallSlack, means the core was stalled that
+//       long, and the first such call notices it, before the event it brings (its process stopped, its
 //       thread held up), and heartbeats sent meanwhile may still be on their way. That time
 //       counts towards no node's silence. A stall of heartbeat_timeout + keep_alive_interval or
 //       more outlasted every agent's wait for a heartbeat's reply (heartbeat_timeout): when any

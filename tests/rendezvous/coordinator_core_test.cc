@@ -442,6 +442,19 @@ TEST_CASE("core: a stall of the host past every agent's heartbeat wait closes th
   CHECK(all<fx::EndAlive>(e).empty());
 }
 
+TEST_CASE("core: a host stalled past every agent's wait, whose first news is a peer's closed connection, closes the job",
+          "[coordinator_core]") {
+  StallJob job;
+  // b gave up on the stalled store and exited: its connection's end comes before the timers.
+  auto e = job.core.on_alive_gone("b", t0 + 14s);
+  REQUIRE(find<fx::Closed>(e) != nullptr);
+  auto ctl = all<fx::Control>(e);
+  REQUIRE(ctl.size() == 1);
+  CHECK(ctl[0].event.kind == ControlEvent::Kind::kClosed);
+  CHECK(ctl[0].event.exit_code == kExitStoreLost);
+  CHECK_THAT(ctl[0].event.detail, Catch::Contains("the store's host was stalled for 10.0 s"));
+}
+
 TEST_CASE("core: a host alone that stalls past the heartbeat wait goes on", "[coordinator_core]") {
   StallJob job;
   job.core.on_alive_gone("b", t0 + 2500ms);  // b left: the host's own node is the only one
