@@ -12,7 +12,8 @@ torchrun runs through bench/agent/torchrun_shim.py (torch 1.13 crashes on Python
 Std.from_str with its default --redirects/--tee; the shim only fixes that).
 
 With --variant LABEL=CRUN[,KEY=VALUE...] (repeatable) it compares crun builds or settings with
-each other instead (the first is the anchor): launch and recovery, the variants' runs interleaved
+each other instead (the first is the anchor): launch, recovery, RSS and private memory (RSS less
+the shared libraries' pages, /proc/PID/smaps_rollup), the variants' runs interleaved
 (one run of each in turn, rotating who goes first), medians of 3 x --runs each.
 
 With --startup it measures only what issue 16 asks of an agent's start: `crun --standalone
@@ -66,25 +67,38 @@ def recovery(cmd, worker, env=None):
         return (start - fail) / 1e9
 
 
-def peak_rss_kib(cmd, worker):
-    env = dict(os.environ, BENCH_HOLD_MS="1500")
+def peak_kib(cmd, worker, env=None, file="status", fields=("VmHWM:",)):
+    """The largest sum of `fields` (kB lines of /proc/PID/`file`) seen while the agent runs."""
+    env = dict(env or os.environ, BENCH_HOLD_MS="1500")
     p = subprocess.Popen(cmd + ["--standalone", "--nproc_per_node", "8", "--no_python", worker],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     peak = 0
     while p.poll() is None:
         try:
-            with open(f"/proc/{p.pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        peak = max(peak, int(line.split()[1]))
+            with open(f"/proc/{p.pid}/{file}") as f:
+                peak = max(peak, sum(int(line.split()[1]) for line in f if line.startswith(fields)))
         except (FileNotFoundError, ProcessLookupError, ValueError):
             pass
         time.sleep(0.02)  # sampling interval of the benchmark itself, not of crun
     return peak
 
 
+def peak_rss_kib(cmd, worker, env=None):
+    return peak_kib(cmd, worker, env)
+
+
+def peak_private_kib(cmd, worker, env=None):
+    """The agent's own pages (private clean and dirty): RSS less the shared libraries' pages,
+    which every process on the host that maps them shares."""
+    return peak_kib(cmd, worker, env, "smaps_rollup", ("Private_Clean:", "Private_Dirty:"))
+
+
 def fmt_s(x):
     return f"{x * 1e3:9.1f} ms"
+
+
+def fmt_mib(kib):
+    return f"{kib / 1024:6.1f} MiB"
 
 
 def parse_variant(text):
@@ -172,9 +186,11 @@ def compare_variants(variants, worker, runs):
     metrics = []
     for n in (2, 8):
         job = ["--standalone", "--nproc_per_node", str(n), "--no_python", "/bin/true"]
-        metrics.append((f"launch /bin/true, {n} workers", lambda cmd, env, job=job: wall(cmd + job, env)))
-    metrics.append(("recovery (exit -> replacement)", lambda cmd, env: recovery(cmd, worker, env)))
-    for name, measure in metrics:
+        metrics.append((f"launch /bin/true, {n} workers", lambda cmd, env, job=job: wall(cmd + job, env), fmt_s))
+    metrics.append(("recovery (exit -> replacement)", lambda cmd, env: recovery(cmd, worker, env), fmt_s))
+    metrics.append(("agent peak RSS, 8 workers", lambda cmd, env: peak_rss_kib(cmd, worker, env), fmt_mib))
+    metrics.append(("agent private memory, 8 workers", lambda cmd, env: peak_private_kib(cmd, worker, env), fmt_mib))
+    for name, measure, unit in metrics:
         samples = {label: [] for label, _, _ in variants}
         for label, cmd, env in variants:
             measure(cmd, env)  # warm-up, not counted
@@ -184,7 +200,7 @@ def compare_variants(variants, worker, runs):
                 samples[label].append(measure(cmd, env))
         medians = [statistics.median(samples[label]) for label, _, _ in variants]
         ratios = " ".join(f"{m / medians[0]:.2f}x" for m in medians[1:])
-        print(f"{name:34}" + "".join(f"{fmt_s(m):>16}" for m in medians) + f"   {ratios}", flush=True)
+        print(f"{name:34}" + "".join(f"{unit(m):>16}" for m in medians) + f"   {ratios}", flush=True)
 
 
 def main():
@@ -242,7 +258,7 @@ def main():
 
     ours = statistics.median(peak_rss_kib(crun, a.worker) for _ in range(a.runs))
     theirs = statistics.median(peak_rss_kib(torchrun, a.worker) for _ in range(a.runs))
-    row("agent peak RSS, 8 workers", ours, "torchrun", theirs, unit=lambda k: f"{k / 1024:6.1f} MiB")
+    row("agent peak RSS, 8 workers", ours, "torchrun", theirs, unit=fmt_mib)
 
 
 def torch_version():
