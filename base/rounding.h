@@ -1,7 +1,5 @@
-// Rounding to the nearest integer without libm: crun-tls, the dynamically linked crun
-// (launcher/tls_twin.h), links no libm, one shared library fewer to map and relocate at its start;
-// and round_to_millis takes any double a peer may send (std::llround of one beyond long long's
-// range is unspecified).
+// Rounding to the nearest integer, defined for every input that reaches it: round_to_millis takes
+// any double a peer may send (std::llround of one beyond long long's range is unspecified).
 //
 // Contract
 //   - nearest_integer(x): the integer nearest to x, halves away from zero (as std::llround), for

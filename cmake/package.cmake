@@ -1,9 +1,9 @@
 # What `cmake --install` puts beside the worker library (worker_runtime/CMakeLists.txt) and the
 # crun command (launcher/CMakeLists.txt): the sbatch templates and the docs; and the Debian package
 # CPack builds from it (`cpack -G DEB` in the build folder). Its Depends line is computed by
-# dpkg-shlibdeps from what crun links (libc6, libstdc++6, ...) and libssl3, which crun opens with
-# dlopen for TLS to etcd (rendezvous/tls_library.h), so that `apt install ./crun_*.deb` pulls the
-# runtime libraries on a fresh Debian.
+# dpkg-shlibdeps from what crun links (libc6, libstdc++6, ...), plus libssl3, named here: crun
+# opens it with dlopen for TLS to etcd (rendezvous/tls_library.h), which dpkg-shlibdeps cannot
+# see. So `apt install ./crun_*.deb` pulls the runtime libraries on a fresh Debian.
 include(GNUInstallDirs)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/scripts/sbatch/ DESTINATION ${CMAKE_INSTALL_DATADIR}/crun/sbatch)
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})

@@ -8,7 +8,6 @@
 #include "launcher/launch_options.h"
 #include "launcher/launch_plan.h"
 #include "launcher/slurm_tasks.h"
-#include "launcher/tls_twin.h"
 
 namespace crun {
 
@@ -29,10 +28,6 @@ int run_launch(const std::vector<std::string>& argv, const EnvSnapshot& env, con
     const int err = exec_slurm_task(program, options.agent.worker_argv, options.task_env);
     std::fprintf(stderr, "crun: error: cannot run %s: %s\n",
                  (program.empty() ? options.agent.worker_argv.front() : program).c_str(), std::strerror(err));
-    return kExitAgentError;
-  }
-  if (needs_tls_twin(options)) {
-    std::fprintf(stderr, "crun: error: %s\n", exec_tls_twin(argv).c_str());
     return kExitAgentError;
   }
   if (!options.note.empty()) std::fprintf(stderr, "%s\n", options.note.c_str());

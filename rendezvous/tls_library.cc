@@ -1,7 +1,6 @@
 #include "rendezvous/tls_library.h"
 
 #include <dlfcn.h>
-#include <sys/auxv.h>
 #include <openssl/bio.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -155,10 +154,6 @@ F function(Slot slot) {
 void load_tls_library() {
   std::lock_guard lock(g_load);
   if (g_loaded.load(std::memory_order_relaxed)) return;
-  if (!tls_loadable()) {
-    throw std::runtime_error(std::string("cannot load ") + kLibrary +
-                             " for TLS: this program is linked statically (crun-tls, beside crun, speaks TLS)");
-  }
   // RTLD_LOCAL: OpenSSL's names stay out of the process' global scope (crun's own definitions
   // of them are the ones its code binds to); dlvsym on the handle searches libssl, then libcrypto.
   void* handle = ::dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
@@ -177,9 +172,6 @@ void load_tls_library() {
 }
 
 bool tls_library_loaded() { return g_loaded.load(std::memory_order_acquire); }
-
-// AT_BASE is where the kernel put the program interpreter: 0 when there is none.
-bool tls_loadable() { return ::getauxval(AT_BASE) != 0; }
 
 }  // namespace crun
 

@@ -1,5 +1,6 @@
 // OpenSSL on demand: crun speaks TLS only to an https etcd, so it does not link libssl and
-// libcrypto (loading and relocating them cost every agent start about 1.3 ms here).
+// libcrypto (loading and relocating them at every agent start cost 1.1 ms, 1.3x, of a 2-worker
+// standalone job's start: docs/decisions.md).
 // tls_library.cc defines the OpenSSL functions that Boost.Asio's TLS stream and the etcd client
 // call; each forwards to Debian's libssl.so.3 (the system's copy, so its security updates reach
 // crun), opened with dlopen the first time TLS is needed.
@@ -13,11 +14,6 @@
 //     fails, it prints one line to stderr and aborts (it cannot return an error in OpenSSL's
 //     terms).
 //   - tls_library_loaded() says whether this process has it (tests, diagnostics).
-//   - tls_loadable() says whether this process can load it at all: whether it was started by the
-//     dynamic loader. The crun executable is linked statically (launcher/CMakeLists.txt); a static
-//     program that dlopens libssl gets a second C library beside its own (two heaps, two sets of
-//     thread keys), so it never tries: load_tls_library() throws there, and the launcher runs a
-//     job that needs TLS as crun-tls, the same program linked dynamically (launcher/tls_twin.h).
 //
 // Threading
 //   Any thread: the load runs once under a mutex; the resolved functions are then read-only.
@@ -27,6 +23,5 @@ namespace crun {
 
 void load_tls_library();
 bool tls_library_loaded();
-bool tls_loadable();
 
 }  // namespace crun
