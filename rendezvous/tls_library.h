@@ -1,6 +1,6 @@
 // OpenSSL on demand: crun speaks TLS only to an https etcd, so it does not link libssl and
-// libcrypto (loading and relocating them at every agent start cost 1.1 ms, 1.3x, of a 2-worker
-// standalone job's start: docs/decisions.md).
+// libcrypto (loading and relocating them would add 1.1 to 1.6 ms, a third, to every standalone
+// job's start: docs/decisions.md).
 // tls_library.cc defines the OpenSSL functions that Boost.Asio's TLS stream and the etcd client
 // call; each forwards to Debian's libssl.so.3 (the system's copy, so its security updates reach
 // crun), opened with dlopen the first time TLS is needed.

@@ -605,7 +605,7 @@ TEST_CASE("--version and a .py program runs under PYTHON_EXEC -u", "[e2e][cli]")
 }
 
 TEST_CASE("an agent that speaks no TLS never loads libssl or libcrypto", "[e2e][cli]") {
-  // They are opened on demand (rendezvous/tls_library.h); loading them costs every start ~1.1 ms.
+  // They are opened on demand (rendezvous/tls_library.h); loading them would cost every start 1.1-1.6 ms.
   ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "1"}, {"--agent-libraries"}));
   REQUIRE(p.wait_exit() == 0);
   INFO(p.out());
