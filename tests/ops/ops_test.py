@@ -379,9 +379,12 @@ def case_stopping(a):
     """A failure with no restart left: unhealthy and counted from the moment it is known, for the
     whole grace period of a worker that ignores SIGTERM, not once the group has stopped."""
     job = Job(["--nproc-per-node", "2", "--max-restarts", "0", "--stop-timeout", "60"], a.crun, a.worker,
-              ["--only-rank", "1", "--exit", "5", "--hang", "--ignore-term"])
+              ["--only-rank", "1", "--fail-on-signal", "SIGUSR1", "--exit", "5", "--hang", "--ignore-term"])
     try:
-        rank0 = wait_for(lambda: job.ready_pids().get(0), "rank 0 ready")
+        # Both ready (rank 0 ignores SIGTERM from then on); then rank 1 fails.
+        pids = wait_for(lambda: (lambda p: p if len(p) == 2 else None)(job.ready_pids()), "both ranks ready")
+        rank0 = pids[0]
+        os.kill(pids[1], signal.SIGUSR1)
         wait_for(lambda: any(e["event"] == "worker_exit" and e.get("local_rank") == 1 for e in job.read_events()),
                  "rank 1's exit")
         code, body = wait_for(lambda: (lambda r: r[:2] if r[0] != 200 else None)(job.get("/healthz")),
