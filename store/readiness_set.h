@@ -4,7 +4,7 @@
 // Why not Asio's async_read_some on each socket: Boost 1.81's epoll reactor tries every read
 // with a recv() first and takes a descriptor for drained only at end of file, so a request/reply
 // connection paid a recv() that failed with EAGAIN on most requests (0.78 a request with 16
-// clients: docs/benchmarks.md, issue 16's nineteenth session), a system call the bare epoll echo
+// clients: docs/benchmarks.md, "Issue 16's figures"), a system call the bare epoll echo
 // does not make. Here a connection is read only after epoll said it has input.
 //
 // Contract

@@ -18,7 +18,7 @@
 //         against 3.0 (2 ranks pinned, medians of 8 interleaved; the same order unpinned).
 //       * bigger, 2 ranks: the mesh's reduce-scatter + all-gather (mesh_all_reduce_sliced: a
 //         ring's bytes, each rank reduces half): 64 MiB 1.8-2.4 GB/s against 1.3-1.6 through
-//         gloo::allreduce() in the same runs (docs/benchmarks.md, issue 16's second session).
+//         gloo::allreduce() in the same runs (measured beside it in docs/benchmarks.md's history).
 //       * bigger, more ranks: the unbound-buffer gloo::allreduce() ring, 4 MiB segments. Gloo's
 //         AllreduceRingChunked was slower when built per call (two full-size inbox mallocs
 //         whose pages fault in, ~4 ms per MiB on this VM, plus buffer registration with both

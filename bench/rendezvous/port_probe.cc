@@ -4,7 +4,7 @@
 // For each count, a listener on 127.0.0.1 (SO_REUSEADDR, as crun's store binds) accepts that many
 // loopback connections; then, 200 times each, the microseconds of
 //   bind probe:     socket, SO_REUSEADDR, bind the wildcard address on that port (EADDRINUSE),
-//                   close: crun's test before the ninth session of issue 16;
+//                   close: crun's former test of a shared port;
 //   plain bind:     the same without SO_REUSEADDR (the floor for one bind of that port);
 //   connect probe:  socket, connect, accept on the listener's side, close both: the attempt crun
 //                   makes now, which an agent that joins keeps as its store connection (the
