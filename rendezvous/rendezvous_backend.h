@@ -1,8 +1,9 @@
 // Rendezvous: the agent's one seam to "who is in this round, where is rank 0, and when does it end".
 //
 // Contract
-//   Event-driven, the same for every backend (standalone here; c10d over crun's store; etcd
-//   later):
+//   Event-driven, the same for every backend: standalone (one node, no shared state),
+//   c10d (crun's store, hosted by an agent or reached at --rdzv-endpoint; `static` is c10d with
+//   the ranks given) and etcd-v3 (rendezvous/etcd_rendezvous.h):
 //     - request_round() asks for this node's place in the next round; the answer (a RoundResult:
 //       a RoundInfo, or an error with crun's exit code for it) comes through Listener::on_round,
 //       never from inside request_round() itself.
