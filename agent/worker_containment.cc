@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "agent/job_cgroup.h"
+#include "base/log.h"
 #include "base/random_bits.h"
 #include "agent/keeper.h"
 #include "agent/orphans.h"
@@ -27,7 +28,6 @@ std::string make_agent_id() {
   return id;
 }
 
-void say(const std::string& line) { (void)!::write(2, line.data(), line.size()); }
 
 }  // namespace
 
@@ -59,8 +59,8 @@ struct WorkerContainment::Impl {
         watch_keeper();
         return;
       }
-      say("crun: the keeper process (pid " + std::to_string(pid) + ") " + how +
-          "; the workers' descendants are no longer guarded against a SIGKILL of crun\n");
+      log_line("the keeper process (pid " + std::to_string(pid) + ") " + how +
+               "; the workers' descendants are no longer guarded against a SIGKILL of crun");
       orphans.untrack(pid);
       orphans.reap();
     });

@@ -6,6 +6,7 @@
 
 #include "base/addresses.h"
 #include "base/exit_codes.h"
+#include "base/log.h"
 #include "rendezvous/rendezvous_coordinator.h"
 #include "rendezvous/rendezvous_participant.h"
 #include "store/store_connection.h"
@@ -21,11 +22,6 @@ constexpr Millis kProbeWait{1500};
 // agent between its bind and its listen for a while).
 constexpr Millis kRaceWait{3000};
 
-void say(const std::string& line) {
-  std::string text = "crun: " + line + "\n";
-  ssize_t ignored = ::write(2, text.data(), text.size());
-  (void)ignored;
-}
 }  // namespace
 
 // Shared with the participant's and coordinator's callbacks (weak_ptr: what they post to the loop
@@ -83,7 +79,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (reference.addr.empty()) reference.addr = local;
       coordinator = std::make_unique<RendezvousCoordinator>(
           StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
-          [](const std::string& line) { say(line); }, std::move(reference),
+          [](const std::string& line) { log_line(line); }, std::move(reference),
           [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); },
           // The round's progress is the store host's to print: at 1,024 agents every joiner
           // printing every line made 5,401 lines; a joiner prints its rank (agent.cc).
@@ -266,10 +262,10 @@ void C10dRendezvous::shutdown(std::chrono::milliseconds linger) {
   if (m.coordinator) {
     // Keep the store up until the other agents have read the close and left.
     if (m.coordinator->closed() && !m.coordinator->wait_until_drained(m.config.multi.rendezvous.close_timeout)) {
-      say("some agents had not left " + std::to_string(m.config.multi.rendezvous.close_timeout.count() / 1000) +
+      log_line("some agents had not left " + std::to_string(m.config.multi.rendezvous.close_timeout.count() / 1000) +
           " s after the job closed; stopping the store anyway");
     } else if (!m.coordinator->closed() && linger.count() > 0 && !m.coordinator->wait_until_alone(linger)) {
-      say("some agents had not left " + std::to_string(linger.count() / 1000) + " s after this one; stopping the store");
+      log_line("some agents had not left " + std::to_string(linger.count() / 1000) + " s after this one; stopping the store");
     }
     m.coordinator.reset();
   }
