@@ -38,11 +38,26 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TIMEOUT_S = 120  # the longest one job of these benchmarks may take (torchrun's included)
 
 
 def wall(cmd, env=None):
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True,
+                   timeout=TIMEOUT_S)
+    return time.perf_counter() - t0
+
+
+def launch(cmd, workers, env=None):
+    """Wall time of a no-op standalone job of `workers` workers (/bin/true each)."""
+    return wall(cmd + ["--standalone", "--nproc_per_node", str(workers), "--no_python", "/bin/true"], env)
+
+
+def floor(count):
+    """/bin/true `count` times in a row: an agent and its workers as bare processes."""
+    t0 = time.perf_counter()
+    for _ in range(count):
+        subprocess.run(["/bin/true"], check=True)
     return time.perf_counter() - t0
 
 
@@ -56,7 +71,8 @@ def recovery(cmd, worker, env=None):
         stamp = os.path.join(tmp, "stamps")
         env = dict(env or os.environ, BENCH_STAMP=stamp, BENCH_FAIL_ONCE="1")
         subprocess.run(cmd + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1", "--no_python", worker],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True,
+                       timeout=TIMEOUT_S)
         fail = start = None
         for line in open(stamp):
             kind, restart, rank, ns = line.split()
@@ -73,7 +89,12 @@ def peak_kib(cmd, worker, env=None, file="status", fields=("VmHWM:",)):
     p = subprocess.Popen(cmd + ["--standalone", "--nproc_per_node", "8", "--no_python", worker],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     peak = 0
+    deadline = time.monotonic() + TIMEOUT_S
     while p.poll() is None:
+        if time.monotonic() > deadline:
+            p.kill()
+            p.wait()
+            raise RuntimeError(f"{' '.join(cmd)}: still running after {TIMEOUT_S} s")
         try:
             with open(f"/proc/{p.pid}/{file}") as f:
                 peak = max(peak, sum(int(line.split()[1]) for line in f if line.startswith(fields)))
@@ -145,14 +166,8 @@ def startup(crun, runs, idle_runs, others=()):
     job = [crun, "--standalone", "--nproc-per-node", "2", "/bin/true"]
     other_jobs = [(label, [path, *job[1:]]) for label, path in others]
 
-    def floor():
-        t0 = time.perf_counter()
-        for _ in range(3):
-            subprocess.run(["/bin/true"], check=True)
-        return time.perf_counter() - t0
-
     wall(job)
-    floor()
+    floor(3)
     for label, n, gap in (("back to back", runs, 0.0), ("after 50 ms idle", idle_runs, 0.05)):
         ours, theirs = [], []
         others_times = {name: [] for name, _ in other_jobs}
@@ -160,7 +175,7 @@ def startup(crun, runs, idle_runs, others=()):
             time.sleep(gap)
             ours.append(wall(job))
             time.sleep(gap)
-            theirs.append(floor())
+            theirs.append(floor(3))
             for name, other in other_jobs:
                 time.sleep(gap)
                 others_times[name].append(wall(other))
@@ -185,8 +200,7 @@ def compare_variants(variants, worker, runs):
     print(f"{'metric':34}" + "".join(f"{label:>16}" for label, _, _ in variants) + "   ratio to the first")
     metrics = []
     for n in (2, 8):
-        job = ["--standalone", "--nproc_per_node", str(n), "--no_python", "/bin/true"]
-        metrics.append((f"launch /bin/true, {n} workers", lambda cmd, env, job=job: wall(cmd + job, env), fmt_s))
+        metrics.append((f"launch /bin/true, {n} workers", lambda cmd, env, n=n: launch(cmd, n, env), fmt_s))
     metrics.append(("recovery (exit -> replacement)", lambda cmd, env: recovery(cmd, worker, env), fmt_s))
     metrics.append(("agent peak RSS, 8 workers", lambda cmd, env: peak_rss_kib(cmd, worker, env), fmt_mib))
     metrics.append(("agent private memory, 8 workers", lambda cmd, env: peak_private_kib(cmd, worker, env), fmt_mib))
@@ -245,10 +259,9 @@ def main():
     base = median_of(lambda: wall(["/bin/true"]), crun_runs)
     print(f"{'(baseline: /bin/true run directly)':34} {fmt_s(base):>12}", flush=True)
     for n in (2, 8):
-        job = ["--standalone", "--nproc_per_node", str(n), "--no_python", "/bin/true"]
-        ours = median_of(lambda: wall(crun + job), crun_runs)
+        ours = median_of(lambda: launch(crun, n), crun_runs)
         for name, cmd in anchors:
-            theirs = median_of(lambda: wall(cmd + job), a.runs)
+            theirs = median_of(lambda: launch(cmd, n), a.runs)
             row(f"launch /bin/true, {n} workers", ours, name, theirs)
 
     ours = statistics.median(recovery(crun, a.worker) for _ in range(crun_runs))

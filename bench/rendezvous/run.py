@@ -84,6 +84,25 @@ def read_stamps(path):
     return out
 
 
+def live_sessions(pidfile):
+    """Processes still running in the sessions of the agents rdzv_spawn started (their pids are
+    the session ids): what a run left behind."""
+    if not os.path.exists(pidfile):
+        return []
+    with open(pidfile) as f:
+        sids = {int(line) for line in f if line.strip().isdigit()}
+    left = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session
+        except OSError:
+            continue
+        if int(fields[3]) in sids:
+            left.append(int(pid))
+    return left
+
+
 def kill_sessions(pidfile):
     """Backstop: nothing may outlive a run (each agent rdzv_spawn started leads its own session)."""
     if not os.path.exists(pidfile):
@@ -163,6 +182,7 @@ def shared_once(n, tag, crun=None, argv=None, env=None):
         out = subprocess.run([SPAWN, str(n), "120", os.path.join(d, "pids"), os.path.join(d, "log"), "--", *cmd],
                              capture_output=True, text=True, timeout=150, env=dict(os.environ, **(env or {})))
         cpu = machine_cpu_s() - cpu0
+        LEFT[0] = live_sessions(os.path.join(d, "pids"))
     finally:
         kill_sessions(os.path.join(d, "pids"))
     f = out.stdout.split()
@@ -225,6 +245,7 @@ def shared_endpoint_bench(n, runs, others=(), work_io_thread=False):
 
 
 CPU = [0.0]  # CPU seconds (user + sys) of the last scale run's processes, agents and workers
+LEFT = [[]]  # pids still running in the last shared-endpoint run's sessions when all agents had exited
 
 
 def baseline(n, argv):
@@ -353,8 +374,19 @@ def restart_bench(runs, torch_runs, worker):
     return res
 
 
+def use_build(build):
+    """Points the benchmarks at a build tree's crun and bench programs; returns its rdzv_worker."""
+    global CRUN, LOADGEN, SPAWN, FLOOR_AGENT, CPUID_COST
+    CRUN = os.path.join(build, "launcher", "crun")
+    LOADGEN = os.path.join(build, "bench", "rendezvous", "rdzv_loadgen")
+    SPAWN = os.path.join(build, "bench", "rendezvous", "rdzv_spawn")
+    FLOOR_AGENT = os.path.join(build, "bench", "rendezvous", "rdzv_floor_agent")
+    CPUID_COST = os.path.join(build, "bench", "rendezvous", "cpuid_cost")
+    return os.path.join(build, "bench", "rendezvous", "rdzv_worker")
+
+
 def main():
-    global CRUN, LOADGEN, TORCH_MI, SPAWN, FLOOR_AGENT, CPUID_COST
+    global TORCH_MI
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--runs", type=int, default=5)
@@ -375,12 +407,7 @@ def main():
     ap.add_argument("--torch-monitor-interval", default="0.1",
                     help="extra torchrun row with this --monitor_interval in the restart benchmark ('' for none)")
     a = ap.parse_args()
-    CRUN = os.path.join(a.build, "launcher", "crun")
-    LOADGEN = os.path.join(a.build, "bench", "rendezvous", "rdzv_loadgen")
-    worker = os.path.join(a.build, "bench", "rendezvous", "rdzv_worker")
-    SPAWN = os.path.join(a.build, "bench", "rendezvous", "rdzv_spawn")
-    FLOOR_AGENT = os.path.join(a.build, "bench", "rendezvous", "rdzv_floor_agent")
-    CPUID_COST = os.path.join(a.build, "bench", "rendezvous", "cpuid_cost")
+    worker = use_build(a.build)
     TORCH_MI = a.torch_monitor_interval
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

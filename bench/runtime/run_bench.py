@@ -85,6 +85,11 @@ def parse(out):
             for m in re.finditer(r"size=(\d+) median_s=([\d.]+) busbw_gbs=([\d.]+)", out)}
 
 
+def samples_per_sec(out):
+    """train_mlp's training throughput, samples of all ranks a second, from its output."""
+    return float(re.search(r"samples_per_sec=([\d.]+)", out).group(1))
+
+
 def torch_worker(sizes):
     import torch, torch.distributed as dist
     dist.init_process_group("gloo")
@@ -274,13 +279,12 @@ def training(a, me, train):
         cmds = {"crun": [train] + extra, "torch": ["/usr/bin/python3", me, "--torch-train-worker", hidden, batch, epochs]}
         rates = {(k, w): [] for k in cmds for w in (1, 2)}
         apart = []  # two independent 1-rank crun trainings at once: their rates summed
-        rate = lambda out: float(re.search(r"samples_per_sec=([\d.]+)", out).group(1))
         busy0, ours0, t0 = busy_cpu_seconds(), children_cpu_seconds(), time.time()
         for _ in range(a.repeat):
             for k, cmd in cmds.items():
                 for w in (1, 2):
-                    rates[(k, w)].append(rate(run_ranks(cmd, w)))
-            apart.append(sum(rate(o) for o in run_independent(cmds["crun"], 2)))
+                    rates[(k, w)].append(samples_per_sec(run_ranks(cmd, w)))
+            apart.append(sum(samples_per_sec(o) for o in run_independent(cmds["crun"], 2)))
         other = (busy_cpu_seconds() - busy0 - (children_cpu_seconds() - ours0)) / (time.time() - t0)
         m = {key: med(v) for key, v in rates.items()}
         ceiling = med(apart) / m[("crun", 1)]

@@ -31,6 +31,26 @@ def ops_per_s(cmd):
     return float(out.strip().split("ops_per_s=")[1])
 
 
+def start_server(crun_bin, env=None):
+    srv = subprocess.Popen([crun_bin, "store-server", "--host", "127.0.0.1", "--port", "0"],
+                           stdout=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
+    return srv, srv.stdout.readline().strip()
+
+
+def blocking_ops(total, clients):
+    """Operations of a blocking run with `clients` clients (a 16-client run does a quarter)."""
+    return total if clients == 1 else total // 4
+
+
+def echo_cmd(echo_bin, clients, ops, transport):
+    return [echo_bin, "--clients", str(clients), "--ops", str(ops), "--transport", transport]
+
+
+def crun_cmd(bench_bin, endpoint, op, clients, ops, depth, transport):
+    return [bench_bin, "--endpoint", endpoint, "--op", op, "--clients", str(clients), "--ops", str(ops),
+            "--pipeline", str(depth), "--transport", transport]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -43,9 +63,7 @@ def main():
     bench_bin = os.path.join(a.build, "bench", "store", "store_bench")
     echo_bin = os.path.join(a.build, "bench", "store", "echo_ceiling")
 
-    crun_srv = subprocess.Popen([crun_bin, "store-server", "--host", "127.0.0.1", "--port", "0"],
-                                stdout=subprocess.PIPE, text=True)
-    crun_ep = crun_srv.stdout.readline().strip()
+    crun_srv, crun_ep = start_server(crun_bin)
     torch_srv = subprocess.Popen([PY, os.path.join(HERE, "tcpstore_bench.py"), "serve"],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     torch_port = torch_srv.stdout.readline().strip()
@@ -55,8 +73,8 @@ def main():
     cases += [(op, 1, 1000) for op in ("set", "get", "add")]
     print(f"load average: {os.getloadavg()[0]:.2f}; crun's clients and the echo ceiling over {a.transport}")
     for clients in (1, 16):  # the machine's ceiling for this traffic, with no protocol at all
-        ops = a.ops if clients == 1 else a.ops // 4
-        runs = [ops_per_s([echo_bin, "--clients", str(clients), "--ops", str(ops), *transport]) for _ in range(a.repeat)]
+        runs = [ops_per_s(echo_cmd(echo_bin, clients, blocking_ops(a.ops, clients), a.transport))
+                for _ in range(a.repeat)]
         print(f"bare epoll echo ceiling, {clients:>2} client(s): {statistics.median(runs):>9.0f} round trips/s")
     # Each blocking case also runs the echo ceiling for its client count, one echo run before each
     # crun run: "vs echo" is crun's median over that interleaved echo median (the host's load
@@ -65,18 +83,14 @@ def main():
           f" {'echo':>9} {'vs echo':>8} {'echo, own process':>17} {'vs it':>6}")
     try:
         for op, clients, depth in cases:
-            ops = a.ops if clients == 1 else a.ops // 4
-            if depth:
-                ops = a.ops * 10
+            ops = a.ops * 10 if depth else blocking_ops(a.ops, clients)
             crun, echo, echo_apart = [], [], []
             for _ in range(a.repeat):
                 if not depth:
-                    echo_cmd = [echo_bin, "--clients", str(clients), "--ops", str(a.ops if clients == 1 else a.ops // 4),
-                                *transport]
-                    echo.append(ops_per_s(echo_cmd))
-                    echo_apart.append(ops_per_s(echo_cmd + ["--server-process"]))
-                crun.append(ops_per_s([bench_bin, "--endpoint", crun_ep, "--op", op, "--clients", str(clients),
-                                       "--ops", str(ops), "--pipeline", str(depth), *transport]))
+                    echo_run = echo_cmd(echo_bin, clients, ops, a.transport)
+                    echo.append(ops_per_s(echo_run))
+                    echo_apart.append(ops_per_s(echo_run + ["--server-process"]))
+                crun.append(ops_per_s(crun_cmd(bench_bin, crun_ep, op, clients, ops, depth, a.transport)))
             torch_ops = a.ops // 4 if clients == 1 else a.ops // 16
             torch = [ops_per_s([PY, os.path.join(HERE, "tcpstore_bench.py"), "--port", torch_port, "--op", op,
                                 "--clients", str(clients), "--ops", str(torch_ops)]) for _ in range(a.repeat)]
