@@ -7,7 +7,7 @@ pkgs=(
   build-essential cmake pkg-config git
   clang libclang-rt-14-dev              # sanitizer builds and libFuzzer (scripts/sanitize.sh, fuzz.sh)
   libboost1.81-dev                      # Asio and Process v2 (headers; v2 is compiled in one TU of ours)
-  nlohmann-json3-dev libcli11-dev libspdlog-dev catch2
+  nlohmann-json3-dev libcli11-dev catch2
   libgloo-dev
   python3-torch                         # the anchor (torchrun, TCPStore) and the PyTorch compatibility tests
   iproute2 procps                       # network namespaces for multi-host tests; pgrep/ps
