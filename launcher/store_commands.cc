@@ -28,12 +28,16 @@ std::string token_from_env(const std::string& flag, const EnvSnapshot& env) {
   if (!flag.empty()) return flag;
   return env.get("CRUN_RDZV_TOKEN").value_or("");
 }
+
+// CRUN_STORE_TCP_ONLY=1: no local socket (store/local_socket.h), TCP alone.
+bool local_socket_from_env(const EnvSnapshot& env) { return env.get("CRUN_STORE_TCP_ONLY") != std::optional<std::string>("1"); }
 }  // namespace
 
 int run_store_server_command(int argc, char** argv, const EnvSnapshot& env) {
   CLI::App app("Run crun's key-value store as a daemon until SIGINT/SIGTERM", "store-server");
   StoreServerOptions options;
   options.host = "0.0.0.0";
+  options.local_socket = local_socket_from_env(env);
   std::string token;
   std::string log_level = "warn";
   app.add_option("--host", options.host, "address to listen on")->capture_default_str();
@@ -104,6 +108,7 @@ int run_store_client_command(int argc, char** argv, const EnvSnapshot& env) {
     options.connect_timeout = timeout;
     options.timeout = timeout;
     options.token = token_from_env(token, env);
+    options.local_socket = local_socket_from_env(env);
     TcpStore store(endpoint, options);
     if (*get) std::cout << store.get(key, timeout) << "\n";
     if (*set) store.set(key, value);

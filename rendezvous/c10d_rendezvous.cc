@@ -36,8 +36,10 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     options.timeout = config.multi.read_timeout;
     options.connect_timeout = config.multi.rendezvous.join_timeout;
     options.cancel = cancel;
+    options.local_socket = config.multi.store_local_socket;
     if (host) {
       StoreServerOptions so;
+      so.local_socket = config.multi.store_local_socket;
       so.host = local.empty() ? "0.0.0.0" : local;  // is_host=1 on an address not ours: every interface
       so.port = config.multi.endpoint.port;
       so.token = config.multi.token;

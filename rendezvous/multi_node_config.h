@@ -44,6 +44,8 @@ struct MultiNodeConfig {
   RendezvousConfig rendezvous;  // run id, min/max nodes, max restarts, timeouts
   std::chrono::milliseconds read_timeout{60000};
   std::string token;            // the store's shared secret ("" = none)
+  bool store_local_socket = true;  // the store and its clients on this host also use its local socket
+                                   // (store/local_socket.h); false (CRUN_STORE_TCP_ONLY=1): TCP alone
   bool workers_use_agent_store = false;  // c10d/static without a token: the workers' store is this one
                                          // (MASTER_ADDR:MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE=True)
   std::string local_addr;       // the address other nodes reach us at ("" = the store route's)

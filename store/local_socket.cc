@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 
 namespace crun {
@@ -79,11 +78,6 @@ int try_name(const std::string& name) {
   return fd;
 }
 
-bool tcp_only() {
-  const char* off = std::getenv("CRUN_STORE_TCP_ONLY");
-  return off != nullptr && std::strcmp(off, "1") == 0;
-}
-
 }  // namespace
 
 std::string local_socket_name(const std::string& host, std::uint16_t port) {
@@ -93,7 +87,7 @@ std::string local_socket_name(const std::string& host, std::uint16_t port) {
 
 int listen_local(const std::string& host, std::uint16_t port) {
   const std::string canonical = canonical_local_host(host);
-  if (canonical.empty() || tcp_only()) return -1;
+  if (canonical.empty()) return -1;
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   sockaddr_un un{};
@@ -108,7 +102,7 @@ int listen_local(const std::string& host, std::uint16_t port) {
 int connect_local(const sockaddr* addr, socklen_t len, std::string& local_ip) {
   std::string host;
   bool v6 = false;
-  if (len < static_cast<socklen_t>(sizeof(sa_family_t)) || !numeric_local_host(addr, host, v6) || tcp_only()) return -1;
+  if (len < static_cast<socklen_t>(sizeof(sa_family_t)) || !numeric_local_host(addr, host, v6)) return -1;
   const std::uint16_t port = ntohs(v6 ? reinterpret_cast<const sockaddr_in6*>(addr)->sin6_port
                                       : reinterpret_cast<const sockaddr_in*>(addr)->sin_port);
   const std::string wildcard = v6 ? "::" : "0.0.0.0";

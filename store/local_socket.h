@@ -17,8 +17,8 @@
 //     the token), else -1 and the caller connects over TCP. `local_ip` gets the connection's local address as TCP's
 //     getsockname would have told it (127.0.0.1 or ::1: the loopback route's source address).
 //   No retries and no waiting: a refused, missing or full (EAGAIN) listener is -1 at once.
-//   CRUN_STORE_TCP_ONLY=1 in the environment: both are -1 (this process serves and connects
-//   over TCP alone: a measurement's other half).
+//   Callers that want TCP alone do not call them (StoreServerOptions::local_socket,
+//   StoreClientOptions::local_socket; crun sets both from CRUN_STORE_TCP_ONLY).
 //
 // Threading: free functions, no shared state; any thread.
 #pragma once

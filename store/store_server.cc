@@ -562,7 +562,7 @@ void StoreServer::Impl::open() {
   bound_port = acceptor.local_endpoint().port();
   bound_host = opt.host;
   accept();
-  if (const int local = listen_local(opt.host, bound_port); local >= 0) {
+  if (const int local = opt.local_socket ? listen_local(opt.host, bound_port) : -1; local >= 0) {
     local_listener.assign(local);
     accept_local();
   }

@@ -55,6 +55,9 @@ struct StoreServerOptions {
   std::chrono::milliseconds handshake_timeout{10000};
   std::chrono::milliseconds frame_timeout{30000};  // a started frame may go this long without a byte
   bool log_closes = false;  // also log connections that closed normally (debugging)
+  // Also listen on the local socket (store/local_socket.h) when the host is loopback or wildcard;
+  // false: TCP alone.
+  bool local_socket = true;
   // Receives each log line (newline-terminated), on the server thread; must not block.
   std::function<void(const std::string&)> log;
 };

@@ -90,8 +90,12 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
   try {
     std::string host = e.master_addr;
     std::uint16_t port = e.master_port;
+    // CRUN_STORE_TCP_ONLY=1 (docs/store-protocol.md): the bootstrap store and its clients on TCP alone.
+    const char* tcp_only = std::getenv("CRUN_STORE_TCP_ONLY");
+    const bool local_socket = tcp_only == nullptr || std::strcmp(tcp_only, "1") != 0;
     if (e.single_process) {
       crun::StoreServerOptions so;
+      so.local_socket = local_socket;
       so.host = "127.0.0.1";
       so.port = 0;
       s.server = std::make_unique<crun::StoreServer>(so);
@@ -101,11 +105,13 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
       crun::StoreServerOptions so;
       so.host = "0.0.0.0";
       so.port = e.master_port;
+      so.local_socket = local_socket;
       s.server = std::make_unique<crun::StoreServer>(so);
       s.server->start();
     }
     crun::StoreClientOptions copts;
     copts.connect_timeout = options.timeout;
+    copts.local_socket = local_socket;
     copts.timeout = options.timeout;
     s.endpoint = crun::StoreEndpoint{host, port};
     s.prefix = crun::torch_worker_prefix(e.restart_count);

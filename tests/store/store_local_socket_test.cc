@@ -1,5 +1,5 @@
 // The store's local socket (store/local_socket.h): crun's clients on the store's host come through
-// it, a store on the wildcard address takes them too, CRUN_STORE_TCP_ONLY=1 turns it off, a name
+// it, a store on the wildcard address takes them too, local_socket = false turns it off, a name
 // another user took first is never sent the hello (its token), and a stopped store leaves no
 // listener. The tests of other users run as root (CI is root) and fork a child that drops to
 // nobody (uid 65534).
@@ -150,30 +150,18 @@ TEST_CASE("a store on ::1 or 127.0.0.2 has a local socket too; the client tells 
   }
 }
 
-TEST_CASE("CRUN_STORE_TCP_ONLY=1 leaves a store and its clients on TCP alone", "[local_socket]") {
-  SECTION("the server's environment") {
-    REQUIRE(::setenv("CRUN_STORE_TCP_ONLY", "1", 1) == 0);
-    ServerFixture f;
-    REQUIRE(::unsetenv("CRUN_STORE_TCP_ONLY") == 0);
-    CHECK_FALSE(name_listened(local_socket_name("127.0.0.1", f.server.port())));
-    auto c = f.client();
-    c->set("k", "v");
-    CHECK(c->get("k", 1s) == "v");
-    CHECK(c->local_address() == "127.0.0.1");
-    CHECK(f.server.stats().connections_accepted == 1);
-    CHECK(f.server.stats().local_connections_accepted == 0);
-  }
-  SECTION("the client's environment") {
-    ServerFixture f;  // listens on its local socket too
-    REQUIRE(::setenv("CRUN_STORE_TCP_ONLY", "1", 1) == 0);
-    auto c = f.client();
-    REQUIRE(::unsetenv("CRUN_STORE_TCP_ONLY") == 0);
-    c->set("k", "v");
-    CHECK_FALSE(c->is_local());
-    CHECK(f.server.stats().connections_accepted == 1);
-    CHECK(f.server.stats().local_connections_accepted == 0);
-    CHECK(f.client()->is_local());  // the same store, a client of an environment without it
-  }
+TEST_CASE("a store told local_socket = false is reached over TCP alone", "[local_socket]") {
+  StoreServerOptions o;
+  o.local_socket = false;
+  ServerFixture f(o);
+  CHECK_FALSE(name_listened(local_socket_name("127.0.0.1", f.server.port())));
+  auto c = f.client();
+  c->set("k", "v");
+  CHECK(c->get("k", 1s) == "v");
+  CHECK_FALSE(c->is_local());
+  CHECK(c->local_address() == "127.0.0.1");
+  CHECK(f.server.stats().connections_accepted == 1);
+  CHECK(f.server.stats().local_connections_accepted == 0);
 }
 
 TEST_CASE("a client told local_socket = false connects over TCP", "[local_socket]") {
