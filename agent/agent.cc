@@ -8,7 +8,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -22,16 +21,16 @@
 #include "agent/heartbeat_files.h"
 #include "agent/http_endpoint.h"
 #include "agent/line_router.h"
-#include "agent/log_line_prefix.h"
 #include "agent/operator_view.h"
-#include "agent/template_text.h"
+#include "agent/root_cause_report.h"
+#include "agent/run_directory.h"
 #include "agent/signal_names.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
+#include "agent/worker_launch.h"
 #include "base/exit_codes.h"
 #include "base/fd_io.h"
-#include "base/remove_tree.h"
 #include "rendezvous/c10d_rendezvous.h"
 #include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/rendezvous_records.h"
@@ -91,35 +90,6 @@ int open_log(const fs::path& path) {
   return fd;
 }
 
-// Makes "<base>/<prefix>XXXXXX" and returns it; throws on failure.
-fs::path make_unique_dir(const fs::path& base, std::string prefix) {
-  for (char& c : prefix) {
-    if (c == '/') c = '_';  // a run id is not a path
-  }
-  fs::create_directories(base);
-  std::string templ = (base / (prefix + "XXXXXX")).string();
-  if (::mkdtemp(templ.data()) == nullptr) {
-    throw std::system_error(errno, std::generic_category(), "mkdtemp " + templ);
-  }
-  return templ;
-}
-
-// Where a temporary run dir goes: TMPDIR when set (the user's choice, as torchrun's tempfile);
-// else, when it holds only small runtime files (error files, the file timer's FIFO, heartbeats),
-// a tmpfs: XDG_RUNTIME_DIR, else /dev/shm (a directory there takes ~10 us to make and remove,
-// on an ext4 /tmp ~110 us, and a job of two workers makes four); else /tmp.
-fs::path temporary_base(bool holds_logs) {
-  const char* tmp = std::getenv("TMPDIR");
-  if (tmp != nullptr && *tmp != '\0') return tmp;
-  if (!holds_logs) {
-    const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-    for (const char* dir : {runtime, "/dev/shm"}) {
-      if (dir != nullptr && *dir == '/' && ::access(dir, W_OK | X_OK) == 0) return dir;
-    }
-  }
-  return "/tmp";
-}
-
 }  // namespace
 
 struct Agent::Impl {
@@ -155,10 +125,8 @@ struct Agent::Impl {
   int latest_stop_round = -1;                  // the newest round the coordinator ended
   std::unique_ptr<WorkerContainment> containment;  // outlives every group
   std::unique_ptr<WorkerGroup> group;
-  std::vector<std::string> base_env;
-  fs::path run_dir;
-  bool remove_run_dir = false;
-  std::string parent_error_file;  // crun's own TORCHELASTIC_ERROR_FILE: gets the final root cause
+  RunDirectory run_dir;
+  GroupStart next_start;  // what every start of the group shares (environment, agent id, watchdogs)
   RoundInfo current_round;
   std::optional<int> exit_code;
   std::optional<FailureReport> root_report;  // built once per root cause (report_for)
@@ -179,6 +147,9 @@ struct Agent::Impl {
   void wait_signal();
   void perform(const AgentActions& actions);
   void start_group(int restart_count);
+  WorkerLaunch make_launch(const WorkerLaunchPlan& plan, const std::shared_ptr<DuplicateSink>& duplicate_stdout,
+                           const std::shared_ptr<DuplicateSink>& duplicate_stderr);
+  std::shared_ptr<DuplicateSink> duplicate_sink(const std::vector<std::string>& filters, int restart_count, const char* file);
   void report_failure(const action::ReportFailure& r);
   const FailureReport& report_for(const WorkerExit& e);
   void write_report_file(const FailureReport& report);
@@ -198,9 +169,6 @@ struct Agent::Impl {
   bool start_operator_view();
   void share_status_later();
   std::optional<std::int64_t> highest_step() const;
-  fs::path attempt_dir(int restart_count, int local_rank) const {
-    return run_dir / ("attempt_" + std::to_string(restart_count)) / std::to_string(local_rank);
-  }
 };
 
 Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
@@ -216,21 +184,13 @@ int Agent::Impl::run() {
   }
   if (!start_operator_view()) return kExitUsage;
   try {
-    if (config.log_dir.empty()) {
-      // No --log-dir: error files (and logs, if any are redirected) go to a temporary dir. It is
-      // removed at exit unless it holds redirected/teed logs, whose place is then printed.
-      bool logs = false;
-      for (unsigned bits : config.redirects) logs = logs || bits != 0;
-      for (unsigned bits : config.tee) logs = logs || bits != 0;
-      run_dir = make_unique_dir(temporary_base(logs), "crun-" + config.run_id + "-");
-      remove_run_dir = !logs;
-      if (logs) say("crun: worker logs in " + run_dir.string() + "\n");
-    } else {
-      run_dir = make_unique_dir(fs::absolute(config.log_dir), config.run_id + "_");  // workers may chdir
-    }
+    const bool logs = keeps_worker_logs(config.redirects, config.tee);
+    run_dir = RunDirectory::make(config.log_dir, config.temp_dir, config.run_id, logs);
+    if (config.log_dir.empty() && logs) say("crun: worker logs in " + run_dir.path().string() + "\n");
     // Before any thread starts: it forks the keeper, which must not inherit threads' state (the
     // rendezvous starts some). If this agent dies, the keeper removes the temporary run dir.
-    containment = std::make_unique<WorkerContainment>(io, remove_run_dir ? run_dir.string() : std::string());
+    containment = std::make_unique<WorkerContainment>(io, run_dir.temporary() ? run_dir.path().string() : std::string(),
+                                                      config.job_cgroup);
     for (int s : config.handled_signals) signals.add(s);
     if (config.file_timer) start_file_timer();
     if (config.health_check_port) {
@@ -251,11 +211,13 @@ int Agent::Impl::run() {
     file_timer.reset();
     endpoint.reset();
     containment.reset();  // ends the keeper, removes the job's cgroup
-    if (!run_dir.empty()) remove_tree(run_dir.c_str());  // made before the failure, and nothing was written to it yet
+    run_dir.remove();  // made before the failure (if it was), and nothing was written to it yet
     return kExitAgentError;
   }
-  base_env = current_environment();
-  if (const char* f = std::getenv("TORCHELASTIC_ERROR_FILE")) parent_error_file = f;
+  next_start.base_env = current_environment();  // passed through to the workers
+  next_start.agent_id = containment->agent_id();
+  next_start.heartbeats = hang_limits.enabled();
+  if (file_timer) next_start.timer_file = file_timer->path();
   wait_signal();
   perform(machine.start(AgentClock::now()));
   if (!exit_code) {
@@ -270,7 +232,7 @@ int Agent::Impl::run() {
   // The host keeps the store up until the others have left; after a preemption notice the others
   // are still checkpointing, so it waits for them up to the grace period (and a little more).
   rendezvous->shutdown(preempted ? config.stop_timeout + std::chrono::seconds(5) : std::chrono::milliseconds(0));
-  if (remove_run_dir) remove_tree(run_dir.c_str());
+  if (run_dir.temporary()) run_dir.remove();
   containment->finish();
   return exit_code.value_or(kExitAgentError);
 }
@@ -357,70 +319,14 @@ void Agent::Impl::start_group(int restart_count) {
   watchdog_notes.clear();
   if (file_timer) file_timer->clear();
   try {
+    next_start.restart_count = restart_count;
+    next_start.round = current_round;
+    const auto duplicate_stdout = duplicate_sink(config.duplicate_stdout_filters, restart_count, "filtered_stdout.log");
+    const auto duplicate_stderr = duplicate_sink(config.duplicate_stderr_filters, restart_count, "filtered_stderr.log");
     std::vector<WorkerLaunch> launches;
     launches.reserve(static_cast<std::size_t>(config.nproc_per_node));
-    // torch's --duplicate-std{out,err}-filters: the tee'd lines that match, of every local rank,
-    // in attempt_<N>/filtered_std{out,err}.log.
-    auto duplicate_sink = [&](const std::vector<std::string>& filters, const char* file) -> std::shared_ptr<DuplicateSink> {
-      if (filters.empty()) return nullptr;
-      const fs::path path = run_dir / ("attempt_" + std::to_string(restart_count)) / file;
-      fs::create_directories(path.parent_path());
-      const int fd = open_log(path);
-      return fd < 0 ? nullptr : std::make_shared<DuplicateSink>(fd, filters, path.string());
-    };
-    const auto duplicate_stdout = duplicate_sink(config.duplicate_stdout_filters, "filtered_stdout.log");
-    const auto duplicate_stderr = duplicate_sink(config.duplicate_stderr_filters, "filtered_stderr.log");
     for (int lr = 0; lr < config.nproc_per_node; ++lr) {
-      const fs::path dir = attempt_dir(restart_count, lr);
-      fs::create_directories(dir);
-      fs::remove(dir / "error.json");  // a membership round reuses attempt_<restart>: no stale root cause
-      WorkerIdentity who;
-      who.local_rank = lr;
-      who.local_world_size = config.nproc_per_node;
-      who.max_restarts = config.max_restarts;
-      who.role = config.role;
-      who.run_id = config.run_id;
-      who.error_file = (dir / "error.json").string();
-      if (file_timer) who.timer_file = file_timer->path();
-      if (hang_limits.enabled()) who.heartbeat_file = heartbeats->make(lr, dir / "heartbeat");
-      who.agent_id = containment->agent_id();
-      if (!config.visible_devices.empty()) who.visible_device = config.visible_devices[static_cast<std::size_t>(lr)];
-      WorkerLaunch launch;
-      launch.program = config.worker_program;
-      launch.argv = config.worker_argv;
-      // torch's macros.substitute: each argument after the program is a Template of ${local_rank}.
-      for (std::size_t i = 1; i < launch.argv.size(); ++i) {
-        launch.argv[i] = safe_substitute(launch.argv[i], {{"local_rank", std::to_string(lr)}});
-      }
-      launch.env = worker_environment(base_env, current_round, who);
-      if (!config.worker_cpus.empty()) launch.cpus = config.worker_cpus[static_cast<std::size_t>(lr)];
-      const auto idx = static_cast<std::size_t>(lr);
-      const unsigned redirect = idx < config.redirects.size() ? config.redirects[idx] : 0;
-      const unsigned tee = idx < config.tee.size() ? config.tee[idx] : 0;
-      const bool console = idx >= config.console.size() || config.console[idx];
-      const std::string prefix =
-          log_line_prefix(config.log_line_prefix_template, config.role, current_round.rank_offset + lr, lr);
-      auto route = [&](unsigned bit, int console_fd, const char* file) {
-        StreamRoute r;
-        r.file_path = (dir / file).string();
-        if (tee & bit) {
-          r.file_fd = open_log(dir / file);
-          r.console_fd = console ? console_fd : -1;
-          r.console = console_fd == 1 ? &console_out : &console_err;
-          r.console_prefix = prefix;
-          if (console) r.duplicate = bit == 1u ? duplicate_stdout : duplicate_stderr;
-        } else if (redirect & bit) {
-          r.file_fd = open_log(dir / file);
-        } else {
-          r.console_fd = console ? console_fd : -1;
-          r.console = console_fd == 1 ? &console_out : &console_err;
-        }
-        return r;
-      };
-      launch.stdout_route = route(1u, 1, "stdout.log");
-      launch.stderr_route = route(2u, 2, "stderr.log");
-      launch.stderr_route.tail_lines = kStderrTailLines;
-      launches.push_back(std::move(launch));
+      launches.push_back(make_launch(plan_worker_launch(config, run_dir, next_start, lr), duplicate_stdout, duplicate_stderr));
     }
     group = std::make_unique<WorkerGroup>(
         io, restart_count,
@@ -452,12 +358,54 @@ void Agent::Impl::start_group(int restart_count) {
   }
 }
 
+// torch's --duplicate-std{out,err}-filters: the tee'd lines that match, of every local rank, in
+// attempt_<N>/filtered_std{out,err}.log (nullptr: no filters, or the file cannot be made).
+std::shared_ptr<DuplicateSink> Agent::Impl::duplicate_sink(const std::vector<std::string>& filters, int restart_count,
+                                                           const char* file) {
+  if (filters.empty()) return nullptr;
+  const fs::path path = run_dir.attempt_file(restart_count, file);
+  fs::create_directories(path.parent_path());
+  const int fd = open_log(path);
+  return fd < 0 ? nullptr : std::make_shared<DuplicateSink>(fd, filters, path.string());
+}
+
+// What a worker's plan names, made: its directory (without a stale error file: a membership
+// round reuses attempt_<restart>), its heartbeat file, its logs opened, its streams routed.
+WorkerLaunch Agent::Impl::make_launch(const WorkerLaunchPlan& plan, const std::shared_ptr<DuplicateSink>& duplicate_stdout,
+                                      const std::shared_ptr<DuplicateSink>& duplicate_stderr) {
+  fs::create_directories(plan.dir);
+  fs::remove(plan.error_file);
+  if (!plan.heartbeat_file.empty()) heartbeats->make(plan.local_rank, plan.heartbeat_file);
+  WorkerLaunch launch;
+  launch.program = plan.program;
+  launch.argv = plan.argv;
+  launch.env = plan.env;
+  launch.cpus = plan.cpus;
+  auto route = [&](const StreamPlan& s, int console_fd, const std::shared_ptr<DuplicateSink>& duplicate) {
+    StreamRoute r;
+    r.file_path = s.file;
+    if (!s.file.empty()) r.file_fd = open_log(s.file);
+    if (s.console) {
+      r.console_fd = console_fd;
+      r.console = console_fd == 1 ? &console_out : &console_err;
+      r.console_prefix = s.console_prefix;
+      if (s.duplicate) r.duplicate = duplicate;
+    }
+    return r;
+  };
+  launch.stdout_route = route(plan.out, 1, duplicate_stdout);
+  launch.stderr_route = route(plan.err, 2, duplicate_stderr);
+  launch.stderr_route.tail_lines = kStderrTailLines;
+  return launch;
+}
+
 void Agent::Impl::report_failure(const action::ReportFailure& r) {
   FailureReport report = report_for(r.root_cause);
   report.restarting = r.restarting;
   report.no_progress = r.no_progress;
   say(report.format_text());
   view->failure(report, r.restarting, "");
+  const std::string& parent_error_file = config.launcher_error_file;
   if (!r.restarting && !parent_error_file.empty()) {
     // Like torchrun under a scheduler that set TORCHELASTIC_ERROR_FILE for the launcher: the
     // final root cause's error file (if the worker wrote one) becomes the launcher's.
@@ -470,15 +418,9 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
 
 // failure_report.json in the log dir (not in a temporary run dir, which is removed at exit).
 void Agent::Impl::write_report_file(const FailureReport& report) {
-  if (remove_run_dir) return;
-  const fs::path path = run_dir / "failure_report.json";
-  const std::string json = report.to_json();
-  const int fd = open_log(path);
-  if (fd >= 0) {
-    if (!write_all(fd, json.data(), json.size())) {
-      say("crun: cannot write " + path.string() + ": " + std::strerror(errno) + "\n");
-    }
-    ::close(fd);
+  if (run_dir.temporary()) return;
+  if (const std::string why = write_failure_report(report, run_dir.report_file().string()); !why.empty()) {
+    say("crun: " + why + "\n");
   }
 }
 
@@ -490,30 +432,23 @@ const FailureReport& Agent::Impl::report_for(const WorkerExit& e) {
       root_report->local_rank == e.local_rank) {
     return *root_report;
   }
-  FailureReport report;
-  report.role = config.role;
-  report.restart_count = e.restart_count;
-  report.rank = current_round.rank_offset + e.local_rank;
-  report.local_rank = e.local_rank;
-  report.host = config.hostname;
-  report.addr = rendezvous->node_address();
-  report.pid = e.pid;
-  report.status = e.status;
-  report.time = e.wall_time;
-  report.error_file = (attempt_dir(e.restart_count, e.local_rank) / "error.json").string();
-  report.error_message = read_error_file_message(report.error_file);
-  report.error_traceback = read_error_file_traceback(report.error_file);
+  RootCauseFacts facts;
+  facts.role = config.role;
+  facts.host = config.hostname;
+  facts.addr = rendezvous->node_address();
+  facts.rank_offset = current_round.rank_offset;
+  facts.error_file = (run_dir.attempt_dir(e.restart_count, e.local_rank) / "error.json").string();
   if (group) {
     const auto& tail = group->stderr_tail(e.local_rank);
-    report.stderr_tail.assign(tail.begin(), tail.end());
+    facts.stderr_tail.assign(tail.begin(), tail.end());
   }
-  if (auto note = watchdog_notes.find(e.local_rank); note != watchdog_notes.end()) report.watchdog = note->second;
-  root_report = std::move(report);
+  if (auto note = watchdog_notes.find(e.local_rank); note != watchdog_notes.end()) facts.watchdog = note->second;
+  root_report = assemble_failure_report(e, std::move(facts));
   return *root_report;
 }
 
 void Agent::Impl::start_file_timer() {
-  const std::string path = config.file_timer->empty() ? (run_dir / "file_timer").string() : *config.file_timer;
+  const std::string path = config.file_timer->empty() ? (run_dir.path() / "file_timer").string() : *config.file_timer;
   FileTimerServer::Callbacks cb;
   cb.owns = [this](int pid) { return worker_of(pid).has_value(); };
   cb.on_expired = [this](const FileTimerExpiry& e) { on_timer_expired(e); };

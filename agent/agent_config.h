@@ -36,6 +36,15 @@ struct AgentConfig {
   std::vector<unsigned> tee;        // per local rank: streams that go to files and console
   std::vector<bool> console;        // per local rank: false when --local-ranks-filter hides it
   std::string log_dir;              // base log dir; empty: a temporary dir, removed at exit
+  // Where that temporary dir is made (agent/run_directory.h temporary_run_base: TMPDIR,
+  // XDG_RUNTIME_DIR, /dev/shm or /tmp).
+  std::string temp_dir = "/tmp";
+  // TORCHELASTIC_ERROR_FILE as crun itself was given it: the final root cause's error file is
+  // copied there, as torchrun's @record main does ("": none).
+  std::string launcher_error_file;
+  // The workers' own cgroup v2 (agent/job_cgroup.h) where the host allows one; false
+  // (CRUN_NO_CGROUP): process groups and the environment marker alone.
+  bool job_cgroup = true;
 
   std::string hostname;
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (agent/log_line_prefix.h); "": "[<role><local_rank>]:".

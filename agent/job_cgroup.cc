@@ -114,8 +114,6 @@ bool join(char* out, std::size_t size, const char* dir, const char* file) {
 }  // namespace
 
 std::unique_ptr<JobCgroup> JobCgroup::create(const std::string& agent_id) {
-  const char* off = std::getenv("CRUN_NO_CGROUP");
-  if (off != nullptr && *off != '\0' && std::strcmp(off, "0") != 0) return nullptr;
   const std::string own = own_cgroup();
   if (own.empty()) return nullptr;
   std::string parent = usual_parent(own);

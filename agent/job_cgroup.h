@@ -6,8 +6,9 @@
 //     cgroup is a domain and has cgroup.kill (Linux 5.14). The mount: /sys/fs/cgroup, or
 //     /sys/fs/cgroup/unified beside v1 on hybrid systems, when cgroup v2 is there (statfs); else
 //     the first cgroup v2 mount in /proc/self/mountinfo whose view holds a writable agent's cgroup
-//     (a mount of a subtree counts where the agent's cgroup lies inside it). Otherwise, or with CRUN_NO_CGROUP set to anything but "" or "0",
-//     it returns nullptr: the caller falls back to process groups and the environment marker.
+//     (a mount of a subtree counts where the agent's cgroup lies inside it). Otherwise it returns
+//     nullptr: the caller falls back to process groups and the environment marker (as it does,
+//     without calling it, under CRUN_NO_CGROUP: AgentConfig::job_cgroup).
 //   - dir_fd() is the new cgroup's directory (O_RDONLY, close-on-exec): a worker is created in it
 //     by clone3's CLONE_INTO_CGROUP (worker_process.h). procs_fd() is its cgroup.procs, open for
 //     writing: where clone3 cannot do that, the spawned worker writes "0" to it before exec.

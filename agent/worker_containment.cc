@@ -32,10 +32,10 @@ std::string make_agent_id() {
 }  // namespace
 
 struct WorkerContainment::Impl {
-  Impl(asio::io_context& io, const std::string& run_dir)
+  Impl(asio::io_context& io, const std::string& run_dir, bool job_cgroup)
       : agent_id(make_agent_id()),
         orphans(io),
-        cgroup(JobCgroup::create(agent_id)),
+        cgroup(job_cgroup ? JobCgroup::create(agent_id) : nullptr),
         keeper(cgroup ? cgroup->dir() : std::string(), "CRUN_AGENT_ID=" + agent_id, run_dir),
         keeper_exit(io, ::fcntl(keeper.pidfd(), F_DUPFD_CLOEXEC, 3)) {
     if (cgroup) cgroup->keeper_removes();  // the keeper's job now (keeper.finish()'s if it fails)
@@ -67,8 +67,8 @@ struct WorkerContainment::Impl {
   }
 };
 
-WorkerContainment::WorkerContainment(asio::io_context& io, const std::string& run_dir)
-    : impl_(std::make_unique<Impl>(io, run_dir)) {}
+WorkerContainment::WorkerContainment(asio::io_context& io, const std::string& run_dir, bool job_cgroup)
+    : impl_(std::make_unique<Impl>(io, run_dir, job_cgroup)) {}
 
 WorkerContainment::~WorkerContainment() { finish(); }
 

@@ -6,7 +6,7 @@
 //     re-parented orphans as they end, and once a group's workers are all gone (group_over()) it
 //     kills what is left of their trees: each worker's process group, then every remaining
 //     descendant, generation by generation (bounded).
-//   - JobCgroup (job_cgroup.h), where cgroup v2 is usable and CRUN_NO_CGROUP is not set: every
+//   - JobCgroup (job_cgroup.h), where cgroup v2 is usable and `job_cgroup` is true: every
 //     worker joins the agent's job cgroup before exec (cgroup_procs_fd()), and so does all it starts.
 //   - Keeper (keeper.h): a process of its own that learns each worker's pid and, if the agent dies
 //     (SIGKILL included), kills the job: the whole cgroup, then the workers' process groups and
@@ -32,7 +32,7 @@ namespace crun {
 
 class WorkerContainment {
  public:
-  WorkerContainment(boost::asio::io_context& io, const std::string& run_dir);
+  WorkerContainment(boost::asio::io_context& io, const std::string& run_dir, bool job_cgroup = true);
   ~WorkerContainment();
   WorkerContainment(const WorkerContainment&) = delete;
   WorkerContainment& operator=(const WorkerContainment&) = delete;

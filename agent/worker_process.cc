@@ -258,14 +258,13 @@ std::optional<ExitStatus> reap_worker(int pid, int pidfd) {
   return ExitStatus::from_siginfo(info);
 }
 
-std::optional<std::string> resolve_executable(const std::string& name) {
+std::optional<std::string> resolve_executable(const std::string& name, const std::string& search_path) {
   if (name.empty()) return std::nullopt;
   if (name.find('/') != std::string::npos) {
     if (is_executable_file(name)) return name;
     return std::nullopt;
   }
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  const std::string& dirs = search_path;
   std::size_t start = 0;
   while (start <= dirs.size()) {
     std::size_t end = dirs.find(':', start);

@@ -67,7 +67,8 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
 std::optional<ExitStatus> reap_worker(int pid, int pidfd);
 
 // The path execve should run for `name`: itself when it contains '/', else the first executable
-// match on $PATH. nullopt when none is found.
-std::optional<std::string> resolve_executable(const std::string& name);
+// match in `search_path` (a PATH: directories separated by ':', an empty one meaning "."). nullopt
+// when none is found.
+std::optional<std::string> resolve_executable(const std::string& name, const std::string& search_path);
 
 }  // namespace crun

@@ -129,6 +129,7 @@ HostFacts HostFacts::of_this_host() {
   host.cpu_topology = Lazy<CpuTopology>::read_by(this_host_topology);
   host.resolve = resolve_name;
   host.slurm_node_addr = scontrol_node_addr;
+  host.writable_dir = [](const std::string& dir) { return ::access(dir.c_str(), W_OK | X_OK) == 0; };
   return host;
 }
 

@@ -7,13 +7,14 @@
 //   - HostFacts: this host's name, the numeric addresses of its interfaces that are up (loopback
 //     included), its CPUs and NVIDIA GPUs, and two lookups: resolve(name), the numeric addresses a
 //     host name stands for (DNS, /etc/hosts; empty when it does not resolve), and
-//     slurm_node_addr(name), the NodeAddr `scontrol show node` reports (nullopt when none). An
-//     unset lookup answers "nothing". cpu_topology: the CPUs' NUMA nodes, sockets, cores and
+//     slurm_node_addr(name), the NodeAddr `scontrol show node` reports (nullopt when none), and
+//     writable_dir(dir), whether this user may make files there (access(2)). An unset lookup
+//     answers "nothing" (false). cpu_topology: the CPUs' NUMA nodes, sockets, cores and
 //     caches, the CPUs this process may run on and the GPUs' NUMA nodes (launcher/cpu_topology.h),
 //     for --numa-binding only.
 //   - EnvSnapshot::from_process() and HostFacts::of_this_host() are the only places in launcher/
 //     that read the process environment, gethostname, getifaddrs, DNS, /dev, /sys, the process's
-//     CPU affinity or scontrol; the rest of the launcher takes these values, so tests and the fuzz
+//     CPU affinity, a directory's permissions or scontrol; the rest of the launcher takes these values, so tests and the fuzz
 //     target inject them.
 //   - The addresses, the GPU count and the CPU topology are Lazy: of_this_host() reads them the
 //     first time they are asked for (most launches need none, and getifaddrs plus a /dev scan cost
@@ -78,6 +79,7 @@ struct HostFacts {
   Lazy<CpuTopology> cpu_topology;
   std::function<std::vector<std::string>(const std::string& name)> resolve;
   std::function<std::optional<std::string>(const std::string& node)> slurm_node_addr;
+  std::function<bool(const std::string& dir)> writable_dir;  // this user may make files there
 
   static HostFacts of_this_host();
 };

@@ -13,7 +13,7 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   AgentConfig& c = out.agent;
   if (plan.multi_node) c.multi_node = plan.multi_node->config;
   c.worker_argv = plan.worker_argv.value;
-  c.worker_program = plan.worker_program;
+  c.worker_program = plan.worker_program.value;
   c.nproc_per_node = plan.nproc_per_node.value;
   c.max_restarts = plan.max_restarts.value;
   c.stop_timeout = plan.stop_timeout.value;
@@ -26,10 +26,13 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.tee = plan.tee.value;
   c.console = plan.console.value;
   c.log_dir = plan.log_dir.value;
+  c.temp_dir = plan.temp_dir.value;
+  c.launcher_error_file = plan.launcher_error_file.value;
+  c.job_cgroup = plan.job_cgroup.value;
   c.hostname = plan.hostname;
   c.visible_devices = plan.visible_devices.value;
   c.worker_cpus = plan.worker_cpus.value;
-  c.log_line_prefix_template = plan.log_line_prefix_template;
+  c.log_line_prefix_template = plan.log_line_prefix_template.value;
   c.duplicate_stdout_filters = plan.duplicate_stdout_filters.value;
   c.duplicate_stderr_filters = plan.duplicate_stderr_filters.value;
   c.file_timer = plan.file_timer.value;

@@ -1,6 +1,7 @@
 #include "launcher/launch_plan.h"
 
 #include "base/random_bits.h"
+#include "launcher/agent_settings.h"
 #include "launcher/command_line.h"
 #include "launcher/job_environment.h"
 #include "launcher/option_values.h"
@@ -174,6 +175,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   plan_watchdogs(s, env, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);
+  plan_agent_settings(env, host, plan);
   if (cl.slurm_tasks) {
     try {
       plan.task_env = slurm_task_environment(env, host, s.given("master_addr") ? std::optional<std::string>(s.at("master_addr").value) : std::nullopt,

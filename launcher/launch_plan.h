@@ -2,9 +2,11 @@
 //
 // Contract
 //   - Pure: reads nothing but its arguments (the real ones come from launcher/launch_inputs.h),
-//     except the program's lookup in PATH (agent/worker_process.h resolve_executable), --log-dir's
-//     stat (launcher/worker_settings.h) and a fresh random run id for a standalone job without
-//     --rdzv-id.
+//     except the program's lookup in `env`'s PATH (agent/worker_process.h resolve_executable: a
+//     stat of each candidate), --log-dir's stat (launcher/worker_settings.h) and a fresh random
+//     run id for a standalone job without --rdzv-id.
+//   - Every setting the agent acts on comes from here: the flags' and also those crun reads
+//     from its environment alone (launcher/agent_settings.h), each with its source.
 //   - Accepts every torchrun flag in both spellings (launcher/command_line.h). Each setting comes
 //     from its flag, else PET_<NAME>, else the Slurm or platform environment
 //     (launcher/job_environment.h), else torchrun's default (launcher/setting_sources.h); every
@@ -72,17 +74,22 @@ struct LaunchPlan {
   Sourced<int> max_no_progress_restarts;                         // 0: never
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: as written (the interpreter's path for Python)
-  std::string worker_program;                          // the path execve runs
+  Sourced<std::string> worker_program;                 // the path execve runs; "PATH" when looked up there
   // --virtual-local-rank: each local rank's CUDA_VISIBLE_DEVICES (LOCAL_RANK=0); empty: off.
   Sourced<std::vector<std::string>> visible_devices;
-  std::string log_line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("": torch's default)
+  Sourced<std::string> log_line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("": torch's default)
   Sourced<std::vector<std::string>> duplicate_stdout_filters;  // --duplicate-stdout-filters, split
   Sourced<std::vector<std::string>> duplicate_stderr_filters;
   Sourced<std::vector<std::vector<int>>> worker_cpus;
   Sourced<std::optional<std::uint16_t>> health_check_port;  // nullopt: no endpoint
   Sourced<std::string> health_check_addr;
-  Sourced<std::string> event_log_handler;  // --numa-binding: each local rank's CPUs; empty: off
+  Sourced<std::string> event_log_handler;
   std::string hostname;
+  // No flag: from crun's environment (launcher/agent_settings.h).
+  Sourced<std::string> temp_dir;             // where a temporary run dir goes (no --log-dir)
+  Sourced<std::string> launcher_error_file;  // TORCHELASTIC_ERROR_FILE ("": none)
+  Sourced<bool> job_cgroup;                  // CRUN_NO_CGROUP turns it off
+  Sourced<bool> store_local_socket;          // CRUN_STORE_TCP_ONLY=1 turns it off (c10d/static)
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables
 };

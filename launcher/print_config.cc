@@ -1,5 +1,6 @@
 #include "launcher/print_config.h"
 
+#include "agent/run_directory.h"
 #include "launcher/cpu_topology.h"
 
 namespace crun {
@@ -35,6 +36,9 @@ std::string print_plan(const LaunchPlan& plan) {
     } else {
       line("store_endpoint", m.config.endpoint.str(), m.endpoint_source);
       line("store_host", m.config.is_host ? "this node" : "another node", m.host_source);
+      line("store_local_socket",
+           plan.store_local_socket.value ? "on (this host's clients reach the store through its local socket)" : "off (TCP alone)",
+           plan.store_local_socket.source);
       line("workers_store",
            m.config.workers_use_agent_store ? "the agents' store (TORCHELASTIC_USE_AGENT_STORE=True)"
                                             : "rank 0 hosts its own (TORCHELASTIC_USE_AGENT_STORE=False)",
@@ -55,8 +59,21 @@ std::string print_plan(const LaunchPlan& plan) {
     line("health_check", "http://" + plan.health_check_addr.value + ":" + std::to_string(*plan.health_check_port.value) + "/",
          plan.health_check_port.source);
   }
+  line("log_line_prefix", plan.log_line_prefix_template.value.empty() ? "[${role_name}${local_rank}]: (torch's)" : plan.log_line_prefix_template.value,
+       plan.log_line_prefix_template.source);
+  if (plan.log_dir.value.empty()) {
+    const bool logs = keeps_worker_logs(plan.redirects.value, plan.tee.value);
+    line("run_dir", plan.temp_dir.value + "/crun-" + plan.run_id.value + "-XXXXXX, " + (logs ? "kept: it holds the logs" : "removed at exit"),
+         plan.temp_dir.source);
+  } else {
+    line("run_dir", plan.log_dir.value + "/" + plan.run_id.value + "_XXXXXX, kept", plan.log_dir.source);
+  }
+  line("error_file", plan.launcher_error_file.value.empty() ? "none" : plan.launcher_error_file.value,
+       plan.launcher_error_file.source);
+  line("job_cgroup", plan.job_cgroup.value ? "on (where cgroup v2 allows one)" : "off (process groups)", plan.job_cgroup.source);
   line("run_id", plan.run_id.value, plan.run_id.source);
   line("program", join_words(plan.worker_argv.value), plan.worker_argv.source);
+  line("executable", plan.worker_program.value, plan.worker_program.source);
   for (const auto& [k, v] : plan.task_env) line("task " + k, v, "Slurm task");
   return text;
 }

@@ -69,7 +69,9 @@ void plan_torch2_settings(const SettingTexts& s, const EnvSnapshot& env, const H
   } else {
     plan.visible_devices = {{}, virt.source};
   }
-  plan.log_line_prefix_template = env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or("");
+  if (auto tmpl = env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
+    plan.log_line_prefix_template = {*tmpl, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"};
+  }
   const auto& out_filters = s.at("duplicate_stdout_filters");
   const auto& err_filters = s.at("duplicate_stderr_filters");
   plan.duplicate_stdout_filters = {split_filters(out_filters.value), out_filters.source};

@@ -169,6 +169,11 @@ bool runs_by_itself(const std::string& path) {
 bool is_executable_file(const std::string& path) { return is_regular_file(path) && ::access(path.c_str(), X_OK) == 0; }
 
 void plan_program(std::vector<std::string> program, const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan) {
+  // PATH as crun was given it (set but empty: the current directory, as execvp), else the default.
+  const auto path_var = env.vars.find("PATH");
+  const bool has_path = path_var != env.vars.end();
+  const std::string search_path = has_path ? path_var->second : kDefaultSearchPath;
+  const std::string lookup_source = has_path ? "PATH" : "default PATH " + std::string(kDefaultSearchPath);
   const bool module = s.at("module").value == "1";
   const bool no_python = s.at("no_python").value == "1";
   if (module && no_python) usage("--no-python and --module cannot be used together");
@@ -187,20 +192,20 @@ void plan_program(std::vector<std::string> program, const SettingTexts& s, const
         exe = name;
       }
     } else {
-      exe = resolve_executable(name);
+      exe = resolve_executable(name, search_path);
       if (!exe && no_python) usage("program not found or not executable: " + name);
     }
     if (exe) {
-      plan.worker_program = *exe;
+      plan.worker_program = {*exe, here || name.find('/') != std::string::npos ? "command line" : lookup_source};
       argv = {std::move(program), no_python ? s.at("no_python").source : "command line"};
       return;
     }
   }
   const auto py_env = env.get("PYTHON_EXEC");
   const std::string py = py_env.value_or("python3");
-  const auto exe = resolve_executable(py);
+  const auto exe = resolve_executable(py, search_path);
   if (!exe) usage("Python interpreter not found: " + py + " (set PYTHON_EXEC or use --no-python)");
-  plan.worker_program = *exe;
+  plan.worker_program = {*exe, py.find('/') != std::string::npos ? "PYTHON_EXEC" : lookup_source};
   // argv[0]: $PYTHON_EXEC as written, as torchrun's; without it torchrun's is its own interpreter's
   // absolute path, crun's the python3 it found.
   argv.value = {py_env ? *py_env : *exe, "-u"};

@@ -16,9 +16,11 @@
 //     LocalElasticAgent), its FIFO at TORCHELASTIC_TIMER_FILE if set, else one crun makes.
 //   - plan_program: a .py script (or -m module) runs under $PYTHON_EXEC (from `env`, default
 //     python3) -u; any other executable, or --no-python, runs as it is. The program and the
-//     interpreter are looked up in PATH (resolve_executable); not found throws LaunchUsageError.
-//     The workers' argv[0] is the program, or $PYTHON_EXEC, as written (the found python3's path
-//     when PYTHON_EXEC is unset); worker_program is the path execve runs.
+//     interpreter are looked up in `env`'s PATH (resolve_executable; set but empty: the current
+//     directory; unset: kDefaultSearchPath); not found throws LaunchUsageError. The workers'
+//     argv[0] is the program, or $PYTHON_EXEC, as written (the found python3's path when
+//     PYTHON_EXEC is unset); worker_program is the path execve runs, its source "PATH" (or the
+//     default's) when it was looked up.
 //
 // Threading
 //   Pure functions of their arguments, but for the PATH lookup and --log-dir's stat.
@@ -32,6 +34,8 @@
 #include "launcher/setting_sources.h"
 
 namespace crun {
+
+inline constexpr const char* kDefaultSearchPath = "/usr/local/bin:/usr/bin:/bin";
 
 void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan);
 void plan_watchdogs(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan);

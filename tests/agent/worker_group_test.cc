@@ -126,10 +126,11 @@ TEST_CASE("destroying the group kills workers that still run", "[worker_group]")
 }
 
 TEST_CASE("resolve_executable searches PATH", "[worker_group]") {
-  REQUIRE(resolve_executable("sh").has_value());
-  REQUIRE(resolve_executable("/bin/sh") == std::optional<std::string>("/bin/sh"));
-  REQUIRE_FALSE(resolve_executable("crun-no-such-program").has_value());
-  REQUIRE_FALSE(resolve_executable("/tmp").has_value());
+  REQUIRE(resolve_executable("sh", "/nonexistent:/bin") == std::optional<std::string>("/bin/sh"));
+  REQUIRE_FALSE(resolve_executable("sh", "/nonexistent").has_value());
+  REQUIRE(resolve_executable("/bin/sh", "") == std::optional<std::string>("/bin/sh"));
+  REQUIRE_FALSE(resolve_executable("crun-no-such-program", "/bin:/usr/bin").has_value());
+  REQUIRE_FALSE(resolve_executable("/tmp", "/bin").has_value());
 }
 
 TEST_CASE("the event loop's, the signal set's, timers' and workers' descriptors are close-on-exec", "[worker_group]") {

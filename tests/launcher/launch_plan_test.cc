@@ -940,3 +940,59 @@ TEST_CASE("--numa-binding: each local rank's CPUs near the GPU of its index, sho
   CHECK(usage_error({"--nproc-per-node", "3", "--numa-binding", "socket", "/bin/true"}, {}, h) ==
         "--numa-binding: local rank 2 has no GPU (2 visible)");
 }
+
+TEST_CASE("settings crun reads from its environment alone reach the agent, shown by --print-config with their source",
+          "[launch_plan]") {
+  HostFacts h = test_host();
+  h.writable_dir = [](const std::string& dir) { return dir == "/run/user/7" || dir == "/dev/shm"; };
+
+  // Unset: the defaults, and a temporary run dir in a writable tmpfs.
+  const auto quiet = plan({"--standalone", "--rdzv-id", "r1", "/bin/true"}, EnvSnapshot{{{"PATH", "/bin"}}}, h);
+  const auto d = to_launch_options(quiet).agent;
+  CHECK(d.temp_dir == "/dev/shm");
+  CHECK(d.launcher_error_file.empty());
+  CHECK(d.job_cgroup);
+  const std::string quiet_text = print_plan(quiet);
+  CHECK_THAT(quiet_text, Catch::Contains("run_dir = /dev/shm/crun-r1-XXXXXX, removed at exit  (/dev/shm: a tmpfs)"));
+  CHECK_THAT(quiet_text, Catch::Contains("error_file = none  (default)"));
+  CHECK_THAT(quiet_text, Catch::Contains("job_cgroup = on (where cgroup v2 allows one)  (default)"));
+  CHECK_THAT(quiet_text, Catch::Contains("log_line_prefix = [${role_name}${local_rank}]: (torch's)  (default)"));
+
+  const EnvSnapshot env{{{"PATH", "/nonexistent:/bin"},
+                         {"XDG_RUNTIME_DIR", "/run/user/7"},
+                         {"TORCHELASTIC_ERROR_FILE", "/jobs/7/error.json"},
+                         {"CRUN_NO_CGROUP", "1"},
+                         {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "${rank}>"}}};
+  const auto p = plan({"--standalone", "--rdzv-id", "r1", "true"}, env, h);
+  const auto a = to_launch_options(p).agent;
+  CHECK(a.temp_dir == "/run/user/7");
+  CHECK(a.launcher_error_file == "/jobs/7/error.json");
+  CHECK_FALSE(a.job_cgroup);
+  CHECK(a.worker_program == "/bin/true");  // looked up in the environment's PATH
+  CHECK(a.log_line_prefix_template == "${rank}>");
+  const std::string text = print_plan(p);
+  CHECK_THAT(text, Catch::Contains("run_dir = /run/user/7/crun-r1-XXXXXX, removed at exit  (XDG_RUNTIME_DIR)"));
+  CHECK_THAT(text, Catch::Contains("error_file = /jobs/7/error.json  (TORCHELASTIC_ERROR_FILE)"));
+  CHECK_THAT(text, Catch::Contains("job_cgroup = off (process groups)  (CRUN_NO_CGROUP)"));
+  CHECK_THAT(text, Catch::Contains("executable = /bin/true  (PATH)"));
+  CHECK_THAT(text, Catch::Contains("log_line_prefix = ${rank}>  (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"));
+  CHECK(usage_error({"--no-python", "true"}, EnvSnapshot{{{"PATH", "/nonexistent"}}}, h) ==
+        "program not found or not executable: true");
+
+  // TMPDIR is the user's choice; logs kept in the run dir keep it off a tmpfs.
+  const auto tmpdir = plan({"--standalone", "--rdzv-id", "r1", "/bin/true"}, with(env, "TMPDIR", "/scratch"), h);
+  CHECK_THAT(print_plan(tmpdir), Catch::Contains("run_dir = /scratch/crun-r1-XXXXXX, removed at exit  (TMPDIR)"));
+  const auto logs = plan({"--standalone", "--rdzv-id", "r1", "--tee", "3", "/bin/true"}, env, h);
+  CHECK_THAT(print_plan(logs), Catch::Contains("run_dir = /tmp/crun-r1-XXXXXX, kept: it holds the logs  (default)"));
+  CHECK(to_launch_options(plan({"/bin/true"}, with(env, "CRUN_NO_CGROUP", "0"), h)).agent.job_cgroup);
+
+  // The agents' store: CRUN_STORE_TCP_ONLY=1 keeps it and its clients off the local socket.
+  const std::vector<std::string> multi = {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.5:29400", "/bin/true"};
+  const auto tcp = plan(multi, EnvSnapshot{{{"CRUN_STORE_TCP_ONLY", "1"}}}, h);
+  REQUIRE(tcp.multi_node);
+  CHECK_FALSE(tcp.multi_node->config.store_local_socket);
+  CHECK_THAT(print_plan(tcp), Catch::Contains("store_local_socket = off (TCP alone)  (CRUN_STORE_TCP_ONLY)"));
+  const auto local = plan(multi, {}, h);
+  CHECK(local.multi_node->config.store_local_socket);
+  CHECK_THAT(print_plan(local), Catch::Contains("store_local_socket = on (this host's clients reach the store through its local socket)  (default)"));
+}

@@ -1,0 +1,42 @@
+#include "agent/root_cause_report.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/fd_io.h"
+
+namespace crun {
+
+FailureReport assemble_failure_report(const WorkerExit& exit, RootCauseFacts facts) {
+  FailureReport r;
+  r.role = std::move(facts.role);
+  r.restart_count = exit.restart_count;
+  r.rank = facts.rank_offset + exit.local_rank;
+  r.local_rank = exit.local_rank;
+  r.host = std::move(facts.host);
+  r.addr = std::move(facts.addr);
+  r.pid = exit.pid;
+  r.status = exit.status;
+  r.time = exit.wall_time;
+  r.error_file = std::move(facts.error_file);
+  r.error_message = read_error_file_message(r.error_file);
+  r.error_traceback = read_error_file_traceback(r.error_file);
+  r.stderr_tail = std::move(facts.stderr_tail);
+  r.watchdog = std::move(facts.watchdog);
+  return r;
+}
+
+std::string write_failure_report(const FailureReport& report, const std::string& path) {
+  const std::string json = report.to_json();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create " + path + ": " + std::strerror(errno);
+  std::string why;
+  if (!write_all(fd, json.data(), json.size())) why = "cannot write " + path + ": " + std::strerror(errno);
+  ::close(fd);
+  return why;
+}
+
+}  // namespace crun
