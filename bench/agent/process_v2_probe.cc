@@ -1,6 +1,7 @@
 // process_v2_probe: checks Boost.Process v2's posix launchers for what crun's agent needs from a
-// spawn (docs/benchmarks.md, "Spawning workers: Boost.Process v2"). Not part of CTest: run it when
-// Debian's Boost moves, to see whether the reasons crun spawns with its own vfork still hold.
+// spawn (measured in `git show b56c1a0:docs/benchmarks.md`, "Spawning workers: Boost.Process v2").
+// Not part of CTest: run it when Debian's Boost moves, to see whether the reasons crun spawns with
+// its own vfork still hold.
 //
 // For default_launcher (fork) and vfork_launcher, on a live io_context like the agent's:
 //   1. the child gets descriptors 0-2 only (a descriptor left without close-on-exec must not pass)

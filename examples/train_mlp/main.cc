@@ -197,8 +197,8 @@ class Stepper {
         // One bucket (DDP's 25 MB default holds the whole model), all-reduced by wait_all() on
         // this thread, with the vote in it as one more value (span 0). Per-layer buckets, the
         // output layer's all-reducing on the group's thread while the hidden layer's backward
-        // runs, measured 3-9 % slower at 2 ranks on 2 cores (docs/benchmarks.md): with every core
-        // training there is no idle one to overlap into, only thread hand-offs to pay.
+        // runs, measured 3-9 % slower at 2 ranks on 2 cores (docs/benchmarks.md's history): with
+        // every core training there is no idle one to overlap into, only thread hand-offs to pay.
         bucketer_(pg, spans(vote_, s.model)) {}
 
   // One step on the batch `x`, `y` of a.batch_size rows; `stop_wanted` is this rank's vote.
