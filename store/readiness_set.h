@@ -4,8 +4,9 @@
 // Why not Asio's async_read_some on each socket: Boost 1.81's epoll reactor tries every read
 // with a recv() first and takes a descriptor for drained only at end of file, so a request/reply
 // connection paid a recv() that failed with EAGAIN on most requests (0.78 a request with 16
-// clients: docs/benchmarks.md, "Issue 16's figures"), a system call the bare epoll echo
-// does not make. Here a connection is read only after epoll said it has input.
+// clients: `git show b56c1a0:docs/benchmarks.md`, "The store's reads: a failed recv() after most
+// replies"), a system call the bare epoll echo does not make. Here a connection is read only
+// after epoll said it has input.
 //
 // Contract
 //   - add(fd, watcher): fd is watched edge-triggered for input (EPOLLIN, EPOLLRDHUP; EPOLLERR and
