@@ -30,7 +30,7 @@
 #include "agent/worker_group.h"
 #include "agent/worker_launch.h"
 #include "base/exit_codes.h"
-#include "base/fd_io.h"
+#include "base/log.h"
 #include "rendezvous/c10d_rendezvous.h"
 #include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/rendezvous_records.h"
@@ -47,35 +47,34 @@ constexpr std::size_t kStderrTailLines = 20;
 // A joining agent says where it waits only when its first round has not formed by then.
 constexpr std::chrono::seconds kJoinNotice{5};
 
-// The agent's stderr sink on the thread that runs the agent (Agent::Impl::run, ConsoleScope):
-// say() there never blocks the loop; outside io.run() it writes through at once. Other threads
-// (the rendezvous' I/O thread, helpers) write to fd 2 directly.
-thread_local ConsoleSink* t_console = nullptr;
-thread_local bool t_in_loop = false;
-
-void say(const std::string& text) {
-  if (t_console == nullptr) {
-    (void)write_all(2, text.data(), text.size());
-    return;
+// The agent's log lines (base/log.h) on the thread that runs the agent, while a ConsoleScope
+// lives: through its stderr sink, which never blocks the loop; outside io.run() written through at
+// once. Other threads' lines go to descriptor 2 directly.
+struct ConsoleLog final : LogSink {
+  explicit ConsoleLog(ConsoleSink& e) : err(e) {}
+  void write_log(std::string_view text) override {
+    err.write(text.data(), text.size());
+    if (!in_loop) err.flush();
   }
-  t_console->write(text.data(), text.size());
-  if (!t_in_loop) t_console->flush();
-}
+  ConsoleSink& err;
+  bool in_loop = false;
+};
 
-// say() through `err` on this thread while it lives; both sinks written out at its end, however
-// the agent's run ends.
+// Log lines through `err` on this thread while it lives; both sinks written out at its end,
+// however the agent's run ends.
 struct ConsoleScope {
-  ConsoleScope(ConsoleSink& o, ConsoleSink& e) : out(o), err(e) { t_console = &err; }
+  ConsoleScope(ConsoleSink& o, ConsoleSink& e) : out(o), err(e), log(e), redirect(log) {}
   ~ConsoleScope() {
-    t_in_loop = false;
+    log.in_loop = false;
     out.flush();
     err.flush();
-    t_console = nullptr;
   }
   ConsoleScope(const ConsoleScope&) = delete;
   ConsoleScope& operator=(const ConsoleScope&) = delete;
   ConsoleSink& out;
   ConsoleSink& err;
+  ConsoleLog log;
+  LogRedirect redirect;
 };
 
 // "2.5 s": a duration as crun's messages show it, to a tenth of a second.
@@ -86,7 +85,7 @@ std::string seconds_text(std::chrono::milliseconds d) {
 // -1 (after one line saying why) when the file cannot be created: that log is dropped.
 int open_log(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) say("crun: cannot create " + path.string() + ": " + std::strerror(errno) + "; it is left out\n");
+  if (fd < 0) log_line("cannot create " + path.string() + ": " + std::strerror(errno) + "; it is left out");
   return fd;
 }
 
@@ -177,7 +176,7 @@ int Agent::run() { return impl_->run(); }
 
 int Agent::Impl::run() {
   ::signal(SIGPIPE, SIG_IGN);
-  const ConsoleScope console(console_out, console_err);
+  ConsoleScope console(console_out, console_err);
   // fds 0-2 must be open, or a worker pipe could land on one of them and be lost in the dup2s.
   for (int fd = 0; fd <= 2; ++fd) {
     if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
@@ -186,7 +185,7 @@ int Agent::Impl::run() {
   try {
     const bool logs = keeps_worker_logs(config.redirects, config.tee);
     run_dir = RunDirectory::make(config.log_dir, config.temp_dir, config.run_id, logs);
-    if (config.log_dir.empty() && logs) say("crun: worker logs in " + run_dir.path().string() + "\n");
+    if (config.log_dir.empty() && logs) log_line("worker logs in " + run_dir.path().string());
     // Before any thread starts: it forks the keeper, which must not inherit threads' state (the
     // rendezvous starts some). If this agent dies, the keeper removes the temporary run dir.
     containment = std::make_unique<WorkerContainment>(io, run_dir.temporary() ? run_dir.path().string() : std::string(),
@@ -197,8 +196,8 @@ int Agent::Impl::run() {
       endpoint = std::make_unique<HttpEndpoint>(io, config.health_check_addr, *config.health_check_port,
                                                 [this](const std::string& path) { return view->serve(path); });
       const bool v6 = config.health_check_addr.find(':') != std::string::npos;
-      say("crun: health check, metrics and status at http://" + (v6 ? "[" + config.health_check_addr + "]" : config.health_check_addr) +
-          ":" + std::to_string(endpoint->port()) + "/\n");
+      log_line("health check, metrics and status at http://" + (v6 ? "[" + config.health_check_addr + "]" : config.health_check_addr) +
+          ":" + std::to_string(endpoint->port()) + "/");
     }
     start_rendezvous();
     if (endpoint && config.multi_node) {
@@ -207,7 +206,7 @@ int Agent::Impl::run() {
       share_status_later();
     }
   } catch (const std::exception& e) {
-    say(std::string("crun: cannot start the agent: ") + e.what() + "\n");
+    log_line(std::string("cannot start the agent: ") + e.what());
     file_timer.reset();
     endpoint.reset();
     containment.reset();  // ends the keeper, removes the job's cgroup
@@ -221,9 +220,9 @@ int Agent::Impl::run() {
   wait_signal();
   perform(machine.start(AgentClock::now()));
   if (!exit_code) {
-    t_in_loop = true;
+    console.log.in_loop = true;
     io.run();
-    t_in_loop = false;
+    console.log.in_loop = false;
   }
   endpoint.reset();  // nothing answers once the loop has stopped: refuse rather than hang
   group.reset();  // SIGKILLs what is left of the workers' trees
@@ -242,10 +241,10 @@ void Agent::Impl::wait_signal() {
     if (ec) return;
     if (is_preemption_notice(signo)) {
       preempted = true;
-      say("crun: received " + signal_name(signo) + " (preemption notice): forwarded to the workers, which have " +
-          seconds_text(config.stop_timeout) + " (--stop-timeout) to checkpoint and exit; no restart follows\n");
+      log_line("received " + signal_name(signo) + " (preemption notice): forwarded to the workers, which have " +
+          seconds_text(config.stop_timeout) + " (--stop-timeout) to checkpoint and exit; no restart follows");
     } else {
-      say("crun: received " + signal_name(signo) + ", forwarding it to the workers and stopping\n");
+      log_line("received " + signal_name(signo) + ", forwarding it to the workers and stopping");
     }
     view->signal(signo, is_preemption_notice(signo));
     perform(machine.on_signal(signo, AgentClock::now()));
@@ -263,8 +262,8 @@ void Agent::Impl::perform(const AgentActions& actions) {
     } else if (std::holds_alternative<action::AbandonWorkers>(a)) {
       abandon_workers();
     } else if (std::holds_alternative<action::KillGroup>(a)) {
-      say("crun: workers still running " + std::to_string(config.stop_timeout.count()) +
-          " ms after the stop signal; sending SIGKILL\n");
+      log_line("workers still running " + std::to_string(config.stop_timeout.count()) +
+          " ms after the stop signal; sending SIGKILL");
       if (group) group->kill_all();
     } else if (auto* arm = std::get_if<action::ArmStopTimer>(&a)) {
       stop_timer.expires_at(arm->deadline);
@@ -352,7 +351,7 @@ void Agent::Impl::start_group(int restart_count) {
       watch_heartbeats();
     }
   } catch (const std::exception& e) {
-    say(std::string("crun: cannot start workers: ") + e.what() + "\n");
+    log_line(std::string("cannot start workers: ") + e.what());
     group.reset();
     finish(kExitAgentError);
   }
@@ -403,15 +402,15 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
   FailureReport report = report_for(r.root_cause);
   report.restarting = r.restarting;
   report.no_progress = r.no_progress;
-  say(report.format_text());
+  log_text(report.format_text());
   view->failure(report, r.restarting, "");
   const std::string& parent_error_file = config.launcher_error_file;
   if (!r.restarting && !parent_error_file.empty()) {
     // Like torchrun under a scheduler that set TORCHELASTIC_ERROR_FILE for the launcher: the
     // final root cause's error file (if the worker wrote one) becomes the launcher's.
     const std::string why = copy_error_file_to_parent(report.error_file, parent_error_file, r.root_cause.status);
-    say(why.empty() ? "crun: copied the root cause's error file to " + parent_error_file + "\n"
-                    : "crun: " + parent_error_file + " (TORCHELASTIC_ERROR_FILE) left as it is: " + why + "\n");
+    log_line(why.empty() ? "copied the root cause's error file to " + parent_error_file
+                         : parent_error_file + " (TORCHELASTIC_ERROR_FILE) left as it is: " + why);
   }
   write_report_file(report);
 }
@@ -420,7 +419,7 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
 void Agent::Impl::write_report_file(const FailureReport& report) {
   if (run_dir.temporary()) return;
   if (const std::string why = write_failure_report(report, run_dir.report_file().string()); !why.empty()) {
-    say("crun: " + why + "\n");
+    log_line(why);
   }
 }
 
@@ -452,7 +451,7 @@ void Agent::Impl::start_file_timer() {
   FileTimerServer::Callbacks cb;
   cb.owns = [this](int pid) { return worker_of(pid).has_value(); };
   cb.on_expired = [this](const FileTimerExpiry& e) { on_timer_expired(e); };
-  cb.log = [](const std::string& line) { say(line + "\n"); };
+  cb.log = [](const std::string& line) { log_line(line); };
   file_timer = std::make_unique<FileTimerServer>(io, path, std::move(cb));
 }
 
@@ -484,7 +483,7 @@ void Agent::Impl::on_timer_expired(const FileTimerExpiry& e) {
   } else {
     what += "; not signalled (the scope asked for signal " + std::to_string(r.signal) + ")";
   }
-  say("crun: " + what + "\n");
+  log_line(what);
   watchdog_notes[*lr] = what;
   view->watchdog(*lr, r.pid, FailureReason::kTimer, what);
 }
@@ -502,8 +501,8 @@ void Agent::Impl::abandon_workers() {
   group->abandon();
   view->workers_abandoned(abandoned);
   for (const auto& [lr, state] : stuck) {
-    say("crun: local rank " + std::to_string(lr) + " (pid " + std::to_string(group->pid(lr)) + ") is still there " +
-        seconds_text(config.stop_timeout) + " after SIGKILL" + (state.empty() ? "" : ": " + state) + "; left behind, crun goes on without it\n");
+    log_line("local rank " + std::to_string(lr) + " (pid " + std::to_string(group->pid(lr)) + ") is still there " +
+        seconds_text(config.stop_timeout) + " after SIGKILL" + (state.empty() ? "" : ": " + state) + "; left behind, crun goes on without it");
   }
 }
 
@@ -551,7 +550,7 @@ void Agent::Impl::on_hang(const Hang& h) {
                                : "no heartbeat for " + seconds_text(h.silent_for) + ", last at step " + std::to_string(h.last_step);
   if (const std::string state = process_state(pid); !state.empty()) what += "; " + state;
   what += "; sent SIGKILL";
-  say("crun: " + what + "\n");
+  log_line(what);
   watchdog_notes[h.local_rank] = what;
   view->watchdog(h.local_rank, pid, FailureReason::kHang, what);
   hang_watch.reset();
@@ -574,10 +573,10 @@ void Agent::Impl::start_rendezvous() {
   RendezvousListener l;
   l.on_round = [this](const RoundResult& r) { on_round(r); };
   l.on_control = [this](const ControlEvent& e) { on_control(e); };
-  l.on_progress = [](const std::string& line) { say("crun: " + line + "\n"); };
+  l.on_progress = [](const std::string& line) { log_line(line); };
   l.on_store_lost = [this](const std::string& why) {
     if (exit_code) return;
-    say("crun: lost the rendezvous store: " + why + "; stopping\n");
+    log_line("lost the rendezvous store: " + why + "; stopping");
     view->store_lost(why);
     perform(machine.on_job_closed(kExitStoreLost, AgentClock::now()));
   };
@@ -599,7 +598,7 @@ void Agent::Impl::start_rendezvous() {
                             (m.rendezvous.max_nodes != m.rendezvous.min_nodes ? ".." + std::to_string(m.rendezvous.max_nodes) : "");
   if (m.backend == MultiNodeConfig::Backend::kEtcdV3) {
     auto etcd = std::make_unique<EtcdRendezvous>(std::move(c), std::move(post), std::move(l));
-    say_joining_later("crun: joining the etcd rendezvous at " + etcd->endpoints() + " (run '" + m.rendezvous.run_id +
+    say_joining_later("joining the etcd rendezvous at " + etcd->endpoints() + " (run '" + m.rendezvous.run_id +
                       "', " + nodes + " nodes)");
     rendezvous = std::move(etcd);
     return;
@@ -607,8 +606,8 @@ void Agent::Impl::start_rendezvous() {
   auto c10d = std::make_unique<C10dRendezvous>(std::move(c), std::move(post), std::move(l), &io);
   const std::string where = " the rendezvous at " + c10d->store_endpoint() + " (run '" + m.rendezvous.run_id + "', " +
                             nodes + " nodes)";
-  if (c10d->is_host()) say("crun: hosting" + where + "\n");  // then the round's progress, at most once a second
-  else say_joining_later("crun: joining" + where);
+  if (c10d->is_host()) log_line("hosting" + where);  // then the round's progress, at most once a second
+  else say_joining_later("joining" + where);
   rendezvous = std::move(c10d);
 }
 
@@ -618,14 +617,14 @@ void Agent::Impl::say_joining_later(std::string line) {
   join_notice.expires_after(kJoinNotice);
   join_notice.async_wait([this, line = std::move(line)](const boost::system::error_code& ec) {
     if (ec || exit_code || rendezvous_round >= 0) return;
-    say(line + ": no round yet after " + std::to_string(kJoinNotice.count()) + " s, still waiting\n");
+    log_line(line + ": no round yet after " + std::to_string(kJoinNotice.count()) + " s, still waiting");
   });
 }
 
 void Agent::Impl::on_round(const RoundResult& r) {
   if (exit_code) return;
   if (!r.error.empty()) {
-    say("crun: " + r.error + "\n");
+    log_line(r.error);
     perform(machine.on_job_closed(r.exit_code, AgentClock::now()));
     return;
   }
@@ -637,9 +636,9 @@ void Agent::Impl::on_round(const RoundResult& r) {
   current_round = r.info;
   join_notice.cancel();
   if (config.multi_node) {
-    say("crun: round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) +
+    log_line("round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) +
         " of " + std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.restart_count) +
-        ", master " + r.info.master_addr + ":" + std::to_string(r.info.master_port) + "\n");
+        ", master " + r.info.master_addr + ":" + std::to_string(r.info.master_port));
   }
   view->round(r.rendezvous_round, r.info, rendezvous->node_id(), rendezvous->node_address());
   perform(machine.on_round(r.info.restart_count));
@@ -651,7 +650,7 @@ void Agent::Impl::on_control(const ControlEvent& e) {
   if (e.kind == ControlEvent::Kind::kClosed) {
     print_remote_report(e);
     if (e.exit_code != 0) {
-      say("crun: the job closed: " + e.detail + "\n");
+      log_line("the job closed: " + e.detail);
       view->job_closed(e.detail);
     }
     perform(machine.on_job_closed(e.exit_code, now));
@@ -660,7 +659,7 @@ void Agent::Impl::on_control(const ControlEvent& e) {
   latest_stop_round = std::max(latest_stop_round, e.round);
   if (e.round != rendezvous_round) return;  // an older round's, or one we have not joined yet
   print_remote_report(e);
-  say("crun: round " + std::to_string(e.round) + " ended: " + e.detail + "\n");
+  log_line("round " + std::to_string(e.round) + " ended: " + e.detail);
   view->round_ended(e.round, e.detail);
   perform(machine.on_round_ended(now));
 }
@@ -671,12 +670,13 @@ void Agent::Impl::print_remote_report(const ControlEvent& e) {
   if (e.report.empty() || e.origin_node == rendezvous->node_id() || current_round.group_rank != 0) return;
   auto report = FailureReport::from_json(e.report);
   if (!report) {
-    say("crun: node " + e.origin_node + " reported a root cause that is not a failure report\n");
+    log_line("node " + e.origin_node + " reported a root cause that is not a failure report");
     return;
   }
   report->restarting = e.kind == ControlEvent::Kind::kStop;
   report->no_progress = e.kind == ControlEvent::Kind::kClosed && e.exit_code == kExitNoProgress;
-  say("crun: root cause reported by node " + e.origin_node + ":\n" + report->format_text());
+  log_line("root cause reported by node " + e.origin_node + ":");
+  log_text(report->format_text());
   view->failure(*report, report->restarting, e.origin_node);
   write_report_file(*report);
 }
@@ -687,7 +687,7 @@ bool Agent::Impl::start_operator_view() {
   try {
     events = EventLog::open(config.event_log_handler);
   } catch (const std::exception& e) {
-    say(std::string("crun: ") + e.what() + "\n");
+    log_line(e.what());
     return false;
   }
   view = std::make_unique<OperatorView>(

@@ -146,7 +146,7 @@ struct FileTimerServer::Impl : std::enable_shared_from_this<Impl> {
   void say(std::string_view kind, const std::string& line) {
     auto suppressed = throttle.admit(kind, LogThrottle::Clock::now());
     if (!suppressed) return;
-    callbacks.log("crun: file timer: " + line +
+    callbacks.log("file timer: " + line +
                   (*suppressed != 0 ? " (" + std::to_string(*suppressed) + " similar suppressed)" : ""));
   }
 
