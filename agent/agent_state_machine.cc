@@ -100,7 +100,7 @@ AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
 }
 
 action::FailureKnown AgentStateMachine::failure_known(const WorkerExit& root) const {
-  return {root, !policy_.coordinated && restart_count_ >= policy_.max_restarts};
+  return {root, !policy_.coordinated && !restarts_remain(restart_count_, policy_.max_restarts)};
 }
 
 AgentActions AgentStateMachine::begin_stop(int signo, AgentClock::time_point now) {
@@ -198,21 +198,15 @@ AgentActions AgentStateMachine::on_all_exited() {
     return actions;
   }
   const WorkerExit root = *root_cause_;
-  const bool restarting = restart_count_ < policy_.max_restarts;
-  const bool no_progress = restarting && progress_.end_attempt(attempt_step_);
-  if (no_progress) {
-    actions.push_back(action::ReportFailure{root, false, true});
-    state_ = State::kDone;
-    actions.push_back(action::Exit{kExitNoProgress});
-    return actions;
-  }
-  actions.push_back(action::ReportFailure{root, restarting});
-  if (restarting) {
+  const RestartDecision decision =
+      decide_after_failure(restart_count_, policy_.max_restarts, root.crun_exit_code(), attempt_step_, progress_);
+  actions.push_back(action::ReportFailure{root, decision.restart(), decision.no_progress()});
+  if (decision.restart()) {
     state_ = State::kJoining;  // the round that follows has the next restart count
     actions.push_back(action::JoinRound{});
   } else {
     state_ = State::kDone;
-    actions.push_back(action::Exit{root.crun_exit_code()});
+    actions.push_back(action::Exit{decision.exit_code});
   }
   return actions;
 }

@@ -20,7 +20,7 @@
 //                                  count is one more) or Exit{root cause code: exit code, or
 //                                  128 + signal}; or, when no_progress_limit restarts in a row
 //                                  have not raised the highest step record_step() was given
-//                                  (base/progress_ledger.h), ReportFailure{no_progress} and
+//                                  (base/restart_policy.h), ReportFailure{no_progress} and
 //                                  Exit{kExitNoProgress}
 //     - on_worker_hung(killed)  -> it is the root cause at once (PublishFailure when coordinated),
 //                                  then the stop as for a failure; the exits that follow, its own
@@ -57,7 +57,7 @@
 
 #include "agent/exit_status.h"
 #include "base/exit_codes.h"
-#include "base/progress_ledger.h"
+#include "base/restart_policy.h"
 
 namespace crun {
 

@@ -20,7 +20,7 @@ inline constexpr int kExitRendezvousTimeout = 4;   // no round formed within joi
 inline constexpr int kExitRendezvousClosed = 5;    // the job closed (ended) before this node got a round
 inline constexpr int kExitRendezvousRejected = 6;  // refused: a wrong token, or a configuration unlike the others'
 inline constexpr int kExitStoreLost = 7;           // the rendezvous store was lost (its host died, or this node was cut off)
-inline constexpr int kExitNoProgress = 8;          // restarts kept failing without progress (base/progress_ledger.h): do not requeue
+inline constexpr int kExitNoProgress = 8;          // restarts kept failing without progress (base/restart_policy.h): do not requeue
 inline constexpr int kExitSignalBase = 128;        // + N: killed by (or stopped on) signal N
 
 }  // namespace crun

@@ -1,12 +1,11 @@
 #include "rendezvous/coordinator_core.h"
 
-#include "base/exit_codes.h"
-
 #include <algorithm>
-#include <climits>
 #include <cstdio>
-#include <tuple>
 #include <utility>
+
+#include "base/exit_codes.h"
+#include "rendezvous/node_order.h"
 
 namespace crun {
 
@@ -161,22 +160,16 @@ CoordinatorEffects CoordinatorCore::on_report(int r, const std::string& node, co
     }
     return take();
   }
-  std::string where = "worker failure on node " + describe(node) + " (exit code " + std::to_string(outcome->exit_code) + ")";
-  if (restart_count_ >= cfg_.max_restarts) {
-    close_job(outcome->exit_code, where + "; no restarts left (max " + std::to_string(cfg_.max_restarts) + ")", node,
-              outcome->report);
-    return take();
-  }
-  if (progress_.end_attempt(outcome->highest_step)) {
-    close_job(kExitNoProgress,
-              where + "; " + std::to_string(progress_.streak()) + " restarts in a row made no progress (highest step " +
-                  (progress_.best() ? std::to_string(*progress_.best()) : std::string("none")) + ")",
-              node, outcome->report);
+  const std::string where =
+      "worker failure on node " + describe(node) + " (exit code " + std::to_string(outcome->exit_code) + "); ";
+  const RestartDecision decision =
+      decide_after_failure(restart_count_, cfg_.max_restarts, outcome->exit_code, outcome->highest_step, progress_);
+  if (!decision.restart()) {
+    close_job(decision.exit_code, where + decision.reason, node, outcome->report);
     return take();
   }
   ++restart_count_;
-  begin_reform(true, where + "; restart " + std::to_string(restart_count_) + " of " + std::to_string(cfg_.max_restarts),
-               node, outcome->report, {});
+  begin_reform(true, where + decision.reason, node, outcome->report, {});
   try_close(now);
   return take();
 }
@@ -240,15 +233,9 @@ void CoordinatorCore::try_close(TimePoint now) {
 }
 
 void CoordinatorCore::close_round() {
-  std::vector<const NodeRecord*> order;
-  for (auto& [id, rec] : waiting_) order.push_back(&rec);
-  auto key = [&](const NodeRecord* r) {
-    auto prev = last_rank_.find(r->node_id);
-    return std::tuple(r->rank_hint >= 0 ? r->rank_hint : INT_MAX, prev != last_rank_.end() ? prev->second : INT_MAX,
-                      r->node_id);
-  };
-  std::sort(order.begin(), order.end(), [&](auto* a, auto* b) { return key(a) < key(b); });
-  if (static_cast<int>(order.size()) > cfg_.max_nodes) order.resize(cfg_.max_nodes);
+  std::vector<const NodeRecord*> waiting;
+  for (auto& [id, rec] : waiting_) waiting.push_back(&rec);
+  const std::vector<const NodeRecord*> order = order_nodes(std::move(waiting), last_rank_, cfg_.max_nodes);
   ++round_;
   int n = static_cast<int>(order.size());
   fx::Answer answers;

@@ -10,12 +10,12 @@
 //       differing field; after the close every join is answered "closed".
 //     - Rounds: once min_nodes have joined the round forms when last_call_timeout has passed, at
 //       once when max_nodes have joined, and at once when every surviving node of the previous
-//       round has joined again. Node ranks are ordered by rank hint, then previous rank, then node
-//       id; node rank 0's address and free port become the round's master.
-//     - While a round runs: a failure report ends it with Control{stop, restart_count + 1} while
-//       restarts remain, else closes the job with the failure's exit code, or with kExitNoProgress
-//       when no_progress_limit restarts in a row have not raised the highest heartbeat step the
-//       failing nodes reported (base/progress_ledger.h); a node that joins while
+//       round has joined again. Node ranks: rendezvous/node_order.h (rank hint, then previous
+//       rank, then node id); node rank 0's address and free port become the round's master.
+//     - While a round runs: a failure report ends it with Control{stop, restart_count + 1} or
+//       closes the job, as the restart policy decides (base/restart_policy.h: the failure's exit
+//       code with no restarts left, kExitNoProgress when no_progress_limit restarts in a row have
+//       not raised the highest heartbeat step the failing nodes reported); a node that joins while
 //       there is room, or a participant that is lost (alive key gone, or no heartbeat: then
 //       EndAlive), ends it without counting a restart; success reported by every participant
 //       closes the job with 0.
@@ -55,7 +55,7 @@
 #include <variant>
 #include <vector>
 
-#include "base/progress_ledger.h"
+#include "base/restart_policy.h"
 #include "rendezvous/rendezvous_records.h"
 
 namespace crun {

@@ -1,12 +1,11 @@
 #include "rendezvous/etcd_round_core.h"
 
 #include <algorithm>
-#include <climits>
 #include <stdexcept>
-#include <tuple>
 
 #include "base/exit_codes.h"
-#include "base/progress_ledger.h"
+#include "base/restart_policy.h"
+#include "rendezvous/node_order.h"
 
 namespace crun {
 
@@ -317,19 +316,15 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now) {
   }
   const int n = static_cast<int>(joined.size());
   if (n == 0 || n < cfg_.min_nodes) return std::nullopt;
+  // The previous round's nodes are listed in node-rank order.
   std::map<std::string, int> previous;
   for (std::size_t i = 0; i < s.expected.size(); ++i) previous[s.expected[i]] = static_cast<int>(i);
-  const auto order = [&](const NodeRecord* r) {
-    auto p = previous.find(r->node_id);
-    return std::tuple(r->rank_hint >= 0 ? r->rank_hint : INT_MAX, p != previous.end() ? p->second : INT_MAX, r->node_id);
-  };
-  std::sort(joined.begin(), joined.end(), [&](auto* a, auto* b) { return order(a) < order(b); });
   const bool all_back = !s.expected.empty() && std::all_of(s.expected.begin(), s.expected.end(), [&](const std::string& e) {
     return !live(e) || std::any_of(joined.begin(), joined.end(), [&](auto* r) { return r->node_id == e; });
   });
   const bool last_call_over = last_call_ && now >= *last_call_;
   if (!(n >= cfg_.max_nodes || all_back || last_call_over)) return std::nullopt;
-  if (n > cfg_.max_nodes) joined.resize(cfg_.max_nodes);
+  joined = order_nodes(std::move(joined), previous, cfg_.max_nodes);
   EtcdRoundWrite w;
   w.next = s;
   w.next.phase = EtcdRoundRecord::Phase::kRunning;
@@ -381,18 +376,12 @@ EtcdRoundWrite EtcdRoundCore::close(const EtcdRoundRecord& s, int exit_code, con
 
 std::optional<EtcdRoundWrite> EtcdRoundCore::fail(const RoundOutcome& o) {
   const EtcdRoundRecord& s = *state_;
-  const std::string where = "worker failure on node " + self_.node_id + " (exit code " + std::to_string(o.exit_code) + ")";
-  if (s.restart_count >= cfg_.max_restarts) {
-    return close(s, o.exit_code, where + "; no restarts left (max " + std::to_string(cfg_.max_restarts) + ")",
-                 self_.node_id, o.report);
-  }
+  const std::string where = "worker failure on node " + self_.node_id + " (exit code " + std::to_string(o.exit_code) + "); ";
+  // The job's ledger lives in the round record: every agent decides with the same one.
   ProgressLedger ledger(cfg_.no_progress_limit, s.best_step, s.no_progress_streak);
-  const bool stuck = ledger.end_attempt(o.highest_step);
-  if (stuck) {
-    auto w = close(s, kExitNoProgress,
-                   where + "; " + std::to_string(ledger.streak()) + " restarts in a row made no progress (highest step " +
-                       (ledger.best() ? std::to_string(*ledger.best()) : std::string("none")) + ")",
-                   self_.node_id, o.report);
+  const RestartDecision decision = decide_after_failure(s.restart_count, cfg_.max_restarts, o.exit_code, o.highest_step, ledger);
+  if (!decision.restart()) {
+    auto w = close(s, decision.exit_code, where + decision.reason, self_.node_id, o.report);
     w.next.best_step = ledger.best();
     w.next.no_progress_streak = ledger.streak();
     return w;
@@ -401,7 +390,7 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::fail(const RoundOutcome& o) {
   c.failure = true;
   c.origin_node = self_.node_id;
   c.report = o.report;
-  c.detail = where + "; restart " + std::to_string(s.restart_count + 1) + " of " + std::to_string(cfg_.max_restarts);
+  c.detail = where + decision.reason;
   EtcdRoundRecord next = s;
   next.restart_count = s.restart_count + 1;
   next.best_step = ledger.best();

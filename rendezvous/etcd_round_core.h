@@ -20,13 +20,13 @@
 //     sees the need first, by compare-and-swap:
 //       · the first agent creates the record (round 0 forming; its node record is the reference
 //         every other node must match: a node unlike it is answered with an error and never joins);
-//       · node ranks: rank hint, then previous rank, then node id; node rank 0's address and free
-//         port are the master;
+//       · node ranks: rendezvous/node_order.h (rank hint, then previous rank, then node id);
+//         node rank 0's address and free port are the master;
 //       · a running round ends without a restart when a participant's alive key goes (its lease
-//         expired, or its agent left) or when a waiting node finds room (scaling up); with
-//         restart_count + 1 on a worker failure while restarts remain and the progress ledger
-//         allows, else the job closes with the failure's exit code (or kExitNoProgress); success
-//         reported by every participant closes it with 0.
+//         expired, or its agent left) or when a waiting node finds room (scaling up); on a worker
+//         failure, the restart policy (base/restart_policy.h, its ledger kept in the round record)
+//         either ends it with restart_count + 1 or closes the job with the failure's exit code (or
+//         kExitNoProgress); success reported by every participant closes it with 0.
 //
 // Threading
 //   Not thread-safe; owned and driven by one thread (the backend's I/O thread, or a test).

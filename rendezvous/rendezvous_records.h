@@ -135,7 +135,7 @@ struct EtcdRoundRecord {
   std::string master_addr;                // kRunning: node rank 0's address and free port
   std::uint16_t master_port = 0;
   std::string reference;                  // the first node's NodeRecord (JSON): every node must match it
-  std::optional<std::int64_t> best_step;  // the job's progress ledger (base/progress_ledger.h)
+  std::optional<std::int64_t> best_step;  // the job's progress ledger (base/restart_policy.h)
   int no_progress_streak = 0;
   std::optional<ControlEvent> cause;      // why the previous round ended (kStop) or the job closed (kClosed)
 
