@@ -3,17 +3,12 @@
 // Contract
 //   run() drives AgentStateMachine on one boost::asio::io_context: rendezvous round (one
 //   Rendezvous, rendezvous/rendezvous_backend.h: StandaloneRendezvous on a single node,
-//   C10dRendezvous on several; one code path for both) -> start the worker group -> wait for the
-//   first event (a worker exit via pidfd, a handled signal, the stop grace timer, the
-//   coordinator's control events) -> act. Returns crun's exit code (base/exit_codes.h):
-//     0            every worker of a round exited 0
-//     N            the root-cause worker's exit code when restarts are exhausted
-//     128 + S      the root-cause worker was killed by signal S, or crun itself got signal S
-//     2            the events' file cannot be written (--event-log-handler jsonl:PATH)
-//     3            the agent could not start (then the run dir it made is removed again) or
-//                  could not start workers (spawn failed, no free port)
-//     4-7          multi-node: the rendezvous timed out, was closed, refused this node, or its
-//                  store was lost
+//   C10dRendezvous or EtcdRendezvous on several; one code path for all) -> start the worker
+//   group -> wait for the first event (a worker exit via pidfd, a handled signal, the stop grace
+//   timer, the coordinator's control events) -> act. Returns crun's exit code, one of base/exit_codes.h's
+//   table; of them, the agent's own: 2 when the events' file cannot be written
+//   (--event-log-handler jsonl:PATH), 3 when it could not start (then the run dir it made is
+//   removed again) or could not start workers (spawn failed, no free port).
 //   The failure report is printed once per failed round to stderr (and written to the log dir as
 //   failure_report.json; without --log-dir, the temporary run dir is removed at exit unless it
 //   holds redirected logs). Worker output is routed per AgentConfig (passthrough, --redirects,

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string_view>
 
+#include "base/exit_codes.h"
 #include "launcher/option_values.h"
 
 #ifndef CRUN_VERSION
@@ -155,6 +156,15 @@ std::vector<std::string> argparse_words(const std::vector<std::string>& argv, st
   return out;
 }
 
+// The exit codes' table (base/exit_codes.h), one code a line; README.md has each one's details.
+std::string exit_status_help() {
+  std::string text = "\nExit status (details: README.md, \"Exit status of `crun`\"):";
+  for (const auto& row : kExitCodes) {
+    text += "\n  " + std::string(row.code) + std::string(7 - row.code.size(), ' ') + std::string(row.summary);
+  }
+  return text;
+}
+
 }  // namespace
 
 CommandLine parse_command_line(const std::vector<std::string>& argv) {
@@ -167,11 +177,8 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
       "Every option defaults from PET_<NAME> (PET_NNODES, ...). Under Slurm (srun crun ...) and on\n"
       "platforms that set MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE per node, the job's shape comes from\n"
       "those variables. Precedence: flags > PET_* > Slurm/platform variables > defaults\n"
-      "(--print-config shows each value and its source).\n"
-      "Exit status: 0 all workers succeeded; the root-cause worker's code (128+N for signal N)\n"
-      "when restarts are exhausted; 128+N when crun got signal N (SIGUSR1: preempted, 138); 2 bad\n"
-      "usage; 3 agent error; 4 rendezvous timeout; 5 rendezvous closed; 6 rejected; 7 store lost;\n"
-      "8 the restarts made no progress (do not requeue).");
+      "(--print-config shows each value and its source).\n" +
+      exit_status_help());
 
   std::map<std::string, std::string> source;
   bool every_setting = false;

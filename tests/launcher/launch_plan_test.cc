@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exit_codes.h"
 #include "launcher/launch_options.h"
 #include "launcher/launch_plan.h"
 #include "launcher/print_config.h"
@@ -228,6 +229,12 @@ TEST_CASE("compatibility flags are accepted", "[launch_plan]") {
 TEST_CASE("--help and --version exit at once", "[launch_plan]") {
   REQUIRE(parse({"--version"}).exit_now->rfind("crun ", 0) == 0);
   REQUIRE(parse({"--help"}).exit_now->find("--nproc-per-node") != std::string::npos);
+  // The exit codes, from their one table (base/exit_codes.h), one a line.
+  const std::string usage = *parse({"--help"}).exit_now;
+  for (const auto& row : crun::kExitCodes) {
+    CHECK_THAT(usage, Catch::Contains("\n  " + std::string(row.code) + " ") &&
+                          Catch::Contains(std::string(row.summary) + "\n"));
+  }
   // CLI11 is given only the settings on the command line, except for the help: all of them.
   const auto help = parse({"--nnodes", "2", "-h", "/bin/true"}).exit_now;
   REQUIRE(help);
