@@ -1,5 +1,6 @@
 #include "launcher/status_command.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -30,14 +31,19 @@ using nlohmann::json;
 constexpr std::size_t kMaxAnswer = 16u << 20;
 
 // http://HOST:PORT[/...] or HOST:PORT ([v6]:PORT): the host and port as the store's endpoints
-// are read (StoreEndpoint::parse). Throws std::invalid_argument.
+// are read (StoreEndpoint::parse). Throws StatusUsageError.
 StoreEndpoint parse_url(const std::string& url) {
   std::string rest = url;
   if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
-  else if (rest.find("://") != std::string::npos) throw std::invalid_argument("'" + url + "': only http:// URLs");
+  else if (rest.find("://") != std::string::npos) throw StatusUsageError("'" + url + "': only http:// URLs");
   if (auto slash = rest.find('/'); slash != std::string::npos) rest.resize(slash);
-  const StoreEndpoint ep = StoreEndpoint::parse(rest);
-  if (ep.port == 0) throw std::invalid_argument("'" + url + "': port 0 is no agent's");
+  StoreEndpoint ep;
+  try {
+    ep = StoreEndpoint::parse(rest);
+  } catch (const std::invalid_argument& e) {
+    throw StatusUsageError(e.what());
+  }
+  if (ep.port == 0) throw StatusUsageError("'" + url + "': port 0 is no agent's");
   return ep;
 }
 
@@ -167,50 +173,59 @@ std::string format_job_status(const std::string& status_json) {
   return out;
 }
 
+StatusRequest parse_status_arguments(const std::vector<std::string>& args) {
+  CLI::App app{"Prints the job an agent's --health-check-port serves (node rank 0's: the whole job).", "crun status"};
+  app.set_help_flag("-h,--help", "print this help and exit");
+  StatusRequest out;
+  std::string timeout = "5";
+  app.add_option("url", out.url, "the agent: http://HOST:PORT[/] or HOST:PORT")->type_name("URL");
+  app.add_flag("--json", out.as_json, "print the /status document as the agent sent it");
+  app.add_option("--timeout", timeout, "seconds to wait for the answer, in (0, 3600]; default 5")->type_name("SECONDS");
+  std::vector<const char*> argv{"crun status"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp&) {
+    out.help = app.help();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    std::string why = e.what();
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    throw StatusUsageError(why);
+  }
+  double seconds = 0;
+  try {
+    std::size_t used = 0;
+    seconds = std::stod(timeout, &used);
+    if (used != timeout.size()) seconds = 0;
+  } catch (const std::exception&) {
+    seconds = 0;
+  }
+  if (!(seconds > 0 && seconds <= 3600)) throw StatusUsageError("--timeout: expected seconds (0-3600], got '" + timeout + "'");
+  out.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
+  if (out.url.empty()) throw StatusUsageError("which agent? give its URL");
+  const StoreEndpoint agent = parse_url(out.url);
+  out.host = agent.host;
+  out.port = agent.port;
+  return out;
+}
+
 int run_status_command(const std::vector<std::string>& args) {
-  auto usage = [](const std::string& why) {
-    std::fprintf(stderr, "crun status: %s (usage: crun status http://HOST:PORT [--json] [--timeout SECONDS])\n", why.c_str());
-    return kExitUsage;
-  };
-  std::string url;
-  bool as_json = false;
-  double timeout_s = 5;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--json") {
-      as_json = true;
-    } else if (a == "--timeout" || a.rfind("--timeout=", 0) == 0) {
-      std::string v = a == "--timeout" ? (i + 1 < args.size() ? args[++i] : "") : a.substr(10);
-      try {
-        std::size_t used = 0;
-        timeout_s = std::stod(v, &used);
-        if (used != v.size() || !(timeout_s > 0 && timeout_s <= 3600)) throw std::invalid_argument(v);
-      } catch (const std::exception&) {
-        return usage("--timeout: expected seconds (0-3600], got '" + v + "'");
-      }
-    } else if (a == "-h" || a == "--help") {
-      std::printf("usage: crun status http://HOST:PORT [--json] [--timeout SECONDS]\n"
-                  "Prints the job an agent's --health-check-port serves (node rank 0's: the whole job).\n");
-      return 0;
-    } else if (!a.empty() && a[0] == '-') {
-      return usage("unknown option '" + a + "'");
-    } else if (url.empty()) {
-      url = a;
-    } else {
-      return usage("one URL only, got '" + url + "' and '" + a + "'");
-    }
-  }
-  if (url.empty()) return usage("which agent? give its URL");
-  StoreEndpoint t;
+  StatusRequest request;
   try {
-    t = parse_url(url);
+    request = parse_status_arguments(args);
   } catch (const std::invalid_argument& e) {
-    return usage(e.what());
+    std::fprintf(stderr, "crun status: %s (usage: crun status http://HOST:PORT [--json] [--timeout SECONDS])\n", e.what());
+    return kExitUsage;
   }
+  if (request.help) {
+    std::fwrite(request.help->data(), 1, request.help->size(), stdout);
+    return 0;
+  }
+  const std::string& url = request.url;
   try {
-    const std::string body =
-        fetch_status(t, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000)));
-    if (as_json) {
+    const std::string body = fetch_status(StoreEndpoint{request.host, request.port}, request.timeout);
+    if (request.as_json) {
       if (json::parse(body, nullptr, false).is_discarded()) throw std::runtime_error("the answer is not JSON");
       std::fwrite(body.data(), 1, body.size(), stdout);
       if (body.empty() || body.back() != '\n') std::fputc('\n', stdout);

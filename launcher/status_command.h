@@ -4,19 +4,45 @@
 // the document as the agent sent it. URL: http://HOST:PORT[/] or HOST:PORT.
 //
 // Contract
-//   Returns the process exit code: 0 printed, 1 the agent could not be read (unreachable, no
-//   answer within the timeout (default 5 s), an answer that is not a /status document; one line
-//   naming the URL and why), 2 bad usage. The answer read is bounded (16 MiB).
+//   - parse_status_arguments(args) (the words after `status`) parses them with CLI11, as the
+//     launch's command line is: one URL, --json, --timeout SECONDS in (0, 3600] (default 5),
+//     -h/--help (the request then carries the help text and nothing else is checked). An unknown
+//     option, a second URL, no URL, a bad timeout or a URL crun cannot read (not http://, no
+//     port, port 0) throws StatusUsageError with one line naming it.
+//   - run_status_command(args) returns the process exit code: 0 printed (or the help), 1 the agent
+//     could not be read (unreachable, no answer within the timeout, an answer that is not a
+//     /status document; one line naming the URL and why), 2 bad usage (one line: the error and
+//     the usage). The answer read is bounded (16 MiB).
+//   - format_job_status(json) is the tables for a /status document (throws std::runtime_error
+//     when it is not one).
 //
 // Threading
-//   Called from main on the main thread.
+//   Called from main on the main thread; parse_status_arguments and format_job_status are pure.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace crun {
 
+struct StatusUsageError : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct StatusRequest {
+  std::string url;  // as given
+  std::string host;
+  std::uint16_t port = 0;
+  bool as_json = false;
+  std::chrono::milliseconds timeout{5000};
+  std::optional<std::string> help;  // -h/--help: print this, exit 0
+};
+
+StatusRequest parse_status_arguments(const std::vector<std::string>& args);
 int run_status_command(const std::vector<std::string>& args);
 // The tables for a /status document (throws std::runtime_error when it is not one).
 std::string format_job_status(const std::string& status_json);

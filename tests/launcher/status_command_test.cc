@@ -1,0 +1,118 @@
+// `crun status` as a real process: bad usage, an agent that refuses, one that never answers, one
+// that answers something else than a /status document (a hand-made HTTP peer on 127.0.0.1).
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "tests/support/child_process.h"
+#include "tests/support/loopback_socket.h"
+
+using crun::test::ChildProcess;
+using crun::test::LoopbackSocket;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+Result status(std::vector<std::string> args) {
+  args.insert(args.begin(), {CRUN_BINARY, "status"});
+  ChildProcess p(args);
+  const auto code = p.wait_exit(30s);
+  REQUIRE(code.has_value());
+  return {*code, p.out(), p.err()};
+}
+
+bool one_line(const std::string& text) { return !text.empty() && text.find('\n') == text.size() - 1; }
+
+// Accepts one connection on `listening` (waiting 30 s at most), reads the request's head and
+// answers `body` with 200.
+std::thread answer_once(int listening, std::string body) {
+  return std::thread([listening, body = std::move(body)] {
+    pollfd ready{listening, POLLIN, 0};
+    if (::poll(&ready, 1, 30'000) != 1) return;
+    const int c = ::accept(listening, nullptr, nullptr);
+    if (c < 0) return;
+    std::string head;
+    char buf[1024];
+    while (head.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::read(c, buf, sizeof buf);
+      if (n <= 0) break;
+      head.append(buf, static_cast<std::size_t>(n));
+    }
+    const std::string reply = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    (void)!::write(c, reply.data(), reply.size());
+    ::close(c);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("crun status: bad usage is exit 2 and one line on stderr", "[status_cli]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{{},
+                                                                {"a:1", "b:2"},
+                                                                {"a:1", "--bogus"},
+                                                                {"a:1", "--timeout"},
+                                                                {"a:1", "--timeout", "0"},
+                                                                {"nonsense"},
+                                                                {"https://127.0.0.1:1"},
+                                                                {"http://127.0.0.1:0"}}) {
+    const auto r = status(args);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(one_line(r.err));
+    CHECK(r.err.rfind("crun status: ", 0) == 0);
+    CHECK(r.out.empty());
+  }
+  const auto help = status({"--help"});
+  CHECK(help.code == 0);
+  CHECK_THAT(help.out, Catch::Contains("--timeout SECONDS") && Catch::Contains("--json"));
+}
+
+TEST_CASE("crun status: an agent that cannot be read is exit 1 and one line naming it", "[status_cli]") {
+  {
+    LoopbackSocket refusing(LoopbackSocket::Mode::kBound);
+    const std::string url = "http://127.0.0.1:" + std::to_string(refusing.port);
+    const auto r = status({url});
+    INFO(r.err);
+    CHECK(r.code == 1);
+    CHECK(one_line(r.err));
+    CHECK_THAT(r.err, Catch::Contains("cannot read " + url));
+  }
+  {
+    LoopbackSocket silent(LoopbackSocket::Mode::kListening);  // accepts (the backlog), never answers
+    const auto started = std::chrono::steady_clock::now();
+    const auto r = status({"127.0.0.1:" + std::to_string(silent.port), "--timeout", "0.5"});
+    INFO(r.err);
+    CHECK(r.code == 1);
+    CHECK(one_line(r.err));
+    CHECK_THAT(r.err, Catch::Contains("no answer within 0.50 s"));
+    CHECK(std::chrono::steady_clock::now() - started < 10s);
+  }
+}
+
+TEST_CASE("crun status: an answer that is not a /status document is exit 1; --json prints any JSON", "[status_cli]") {
+  LoopbackSocket agent(LoopbackSocket::Mode::kListening);
+  const std::string url = "127.0.0.1:" + std::to_string(agent.port);
+  const std::string doc = R"({"hello":"world"})";
+  auto peer = answer_once(agent.fd, doc);
+  const auto tables = status({url});
+  peer.join();
+  INFO(tables.err);
+  CHECK(tables.code == 1);
+  CHECK(one_line(tables.err));
+  CHECK_THAT(tables.err, Catch::Contains("not a crun /status document"));
+
+  peer = answer_once(agent.fd, doc);
+  const auto raw = status({"--json", url});
+  peer.join();
+  CHECK(raw.code == 0);
+  CHECK(raw.out == doc + "\n");
+}
