@@ -186,8 +186,7 @@ int Agent::Impl::run() {
     const bool logs = keeps_worker_logs(config.redirects, config.tee);
     run_dir = RunDirectory::make(config.log_dir, config.temp_dir, config.run_id, logs);
     if (config.log_dir.empty() && logs) log_line("worker logs in " + run_dir.path().string());
-    // Before any thread starts: it forks the keeper, which must not inherit threads' state (the
-    // rendezvous starts some). If this agent dies, the keeper removes the temporary run dir.
+    // Before any worker starts: the keeper. If this agent dies, it removes the temporary run dir.
     containment = std::make_unique<WorkerContainment>(io, run_dir.temporary() ? run_dir.path().string() : std::string(),
                                                       config.job_cgroup);
     for (int s : config.handled_signals) signals.add(s);

@@ -8,9 +8,11 @@
 //     args->stack (args->stack_size bytes), runs fn(arg) and exits with its result. The parent
 //     gets the child's pid, or -errno. glibc has no wrapper that runs a function on the child's
 //     stack with clone3, so a few instructions do.
-//   - The child shares the caller's memory when args->flags has CLONE_VM: it must then make only
-//     raw system calls (base/raw_syscall.h), and run with all signals blocked until it has reset
-//     the handlers it inherited (the caller blocks them around the call).
+//   - The child shares the caller's memory when args->flags has CLONE_VM; with CLONE_VFORK (the
+//     caller waits until it execs or exits), as worker_process.cc makes it, it may do what a
+//     vfork child may: system calls, no allocation, no lock, nothing written that the caller
+//     reads. It runs with all signals blocked (the caller blocks them around the call) until it
+//     has reset the handlers it inherited, or is born without them (CLONE_CLEAR_SIGHAND).
 //
 // Threading
 //   Any thread.

@@ -14,7 +14,6 @@
 #include <sstream>
 
 #include "agent/file_text.h"
-#include "base/raw_syscall.h"
 
 namespace crun {
 namespace {
@@ -97,18 +96,8 @@ std::string first_line(const std::string& path) {
 
 long now_ms() {
   timespec ts{};
-  raw_syscall(SYS_clock_gettime, CLOCK_MONOTONIC, raw_arg(&ts));
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-// `dir` + "/" + `file` into `out` (no allocation); false when it does not fit.
-bool join(char* out, std::size_t size, const char* dir, const char* file) {
-  const std::size_t a = std::strlen(dir), b = std::strlen(file);
-  if (a + 1 + b + 1 > size) return false;
-  std::memcpy(out, dir, a);
-  out[a] = '/';
-  std::memcpy(out + a + 1, file, b + 1);
-  return true;
 }
 
 }  // namespace
@@ -145,22 +134,20 @@ JobCgroup::~JobCgroup() {
 
 int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
   // An empty cgroup (every normal end) goes at once: rmdir refuses a populated one (EBUSY).
-  const int removed = raw_rmdir(dir);
-  if (removed == 0) return 0;
-  if (removed != -EBUSY) return -removed;
-  char path[4096];
-  if (!join(path, sizeof(path), dir, "cgroup.events")) return ENAMETOOLONG;
-  const int events = raw_open(path, O_RDONLY);
-  if (events < 0) return -events;
+  if (::rmdir(dir) == 0) return 0;
+  if (errno != EBUSY) return errno;
+  const std::string path = dir;
+  const int events = ::open((path + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC);
+  if (events < 0) return errno;
   const long deadline = now_ms() + timeout_ms;
   bool killed = false;
   bool empty = false;
   int err = 0;
   for (;;) {
     char buf[256];
-    const long n = raw_pread(events, buf, sizeof(buf) - 1, 0);
+    const ssize_t n = ::pread(events, buf, sizeof(buf) - 1, 0);
     if (n <= 0) {
-      err = n < 0 ? static_cast<int>(-n) : EIO;
+      err = n < 0 ? errno : EIO;
       break;
     }
     buf[n] = '\0';
@@ -168,14 +155,10 @@ int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
     if (empty) break;
     if (!killed) {  // populated: kill everything in it (an agent's normal end finds it empty)
       killed = true;
-      if (!join(path, sizeof(path), dir, "cgroup.kill")) {
-        err = ENAMETOOLONG;
-        break;
-      }
-      const int kill_fd = raw_open(path, O_WRONLY);
-      const long wrote = kill_fd < 0 ? kill_fd : raw_write(kill_fd, "1", 1);
-      if (wrote != 1) err = wrote < 0 ? static_cast<int>(-wrote) : EIO;
-      if (kill_fd >= 0) raw_close(kill_fd);
+      const int kill_fd = ::open((path + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
+      const ssize_t wrote = kill_fd < 0 ? -1 : ::write(kill_fd, "1", 1);
+      if (wrote != 1) err = wrote < 0 ? errno : EIO;
+      if (kill_fd >= 0) ::close(kill_fd);
       if (err != 0) break;
       continue;
     }
@@ -183,13 +166,12 @@ int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
     const long left = deadline - now_ms();
     if (left <= 0) break;
     pollfd p{events, POLLPRI, 0};
-    const timespec wait{left / 1000, (left % 1000) * 1000000L};
-    raw_syscall(SYS_ppoll, raw_arg(&p), 1, raw_arg(&wait), 0, 0);
+    ::poll(&p, 1, static_cast<int>(left));
   }
-  raw_close(events);
+  ::close(events);
   if (err != 0) return err;
   if (!empty) return EBUSY;
-  return -raw_rmdir(dir);
+  return ::rmdir(dir) == 0 ? 0 : errno;
 }
 
 }  // namespace crun

@@ -21,12 +21,10 @@
 //     mkdir and rmdir beside it wait for (1,024 agents on one host end at once).
 //   - kill_and_remove_cgroup() removes `dir` at once when it is empty; else it kills every process
 //     in it (cgroup.kill, when cgroup.events says it is populated), waits until the cgroup is
-//     empty ("populated 0", waited on with poll, at most `timeout_ms`) and removes it. Raw
-//     system calls only (base/raw_syscall.h), no allocation: it runs in the keeper, which may
-//     share the agent's memory.
+//     empty ("populated 0", waited on with poll, at most `timeout_ms`) and removes it.
 //
 // Threading
-//   create() on the agent's thread; kill_and_remove_cgroup() is async-signal-safe.
+//   create() on the agent's thread; kill_and_remove_cgroup() on any thread.
 #pragma once
 
 #include <memory>

@@ -36,7 +36,7 @@ struct WorkerContainment::Impl {
       : agent_id(make_agent_id()),
         orphans(io),
         cgroup(job_cgroup ? JobCgroup::create(agent_id) : nullptr),
-        keeper(cgroup ? cgroup->dir() : std::string(), "CRUN_AGENT_ID=" + agent_id, run_dir),
+        keeper(keeper_beside_this_program(), cgroup ? cgroup->dir() : std::string(), "CRUN_AGENT_ID=" + agent_id, run_dir),
         keeper_exit(io, ::fcntl(keeper.pidfd(), F_DUPFD_CLOEXEC, 3)) {
     if (cgroup) cgroup->keeper_removes();  // the keeper's job now (keeper.finish()'s if it fails)
     orphans.track(keeper.pid());  // reaped here, by keeper.finish() or on its early death

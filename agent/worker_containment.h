@@ -8,7 +8,8 @@
 //     descendant, generation by generation (bounded).
 //   - JobCgroup (job_cgroup.h), where cgroup v2 is usable and `job_cgroup` is true: every
 //     worker joins the agent's job cgroup before exec (cgroup_procs_fd()), and so does all it starts.
-//   - Keeper (keeper.h): a process of its own that learns each worker's pid and, if the agent dies
+//   - Keeper (keeper.h): crun-keeper, from beside the agent's executable (its constructor throws
+//     when it is not there), which learns each worker's pid and, if the agent dies
 //     (SIGKILL included), kills the job: the whole cgroup, then the workers' process groups and
 //     every process whose environment carries CRUN_AGENT_ID=<agent_id()>; then it removes
 //     `run_dir` ("" for none), the agent's temporary run directory.

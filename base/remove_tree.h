@@ -7,11 +7,10 @@
 //     takes the parent's inode lock, which many agents ending together on one host contend for).
 //   - Returns 0 when nothing of it is left (or it was not there), else the first failure's -errno
 //     (-ELOOP: nested deeper than kMaxTreeDepth); it removes what it can either way.
-//   - Raw system calls only (base/raw_syscall.h), no allocation: the keeper, which may share the
-//     agent's memory, calls it too.
+//   - The agent calls it on its run directory, and crun-keeper when the agent died.
 //
 // Threading
-//   Any thread; async-signal-safe.
+//   Any thread.
 #pragma once
 
 namespace crun {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu-check.sh needs from a CUDA build made here into .dev/ (ignored by git:
 # add /.dev/ to .git/info/exclude), for a lent GPU machine whose image has torch's CUDA wheels but
-# not Debian's libraries: crun, nccl_test and train_mlp stripped, the worker library, Debian's
+# not Debian's libraries: crun and its crun-keeper, nccl_test and train_mlp stripped, the worker library, Debian's
 # gloo, hiredis, ibverbs and libnl, and .dev/run.sh, which runs gpu-check.sh there with CUDA's
 # runtime, cuBLAS and NCCL taken from the image's torch wheels (site-packages/nvidia).
 #   scripts/gpu-carry.sh [BUILD]        then on the machine: bash .dev/run.sh   (log: $OUT/gpu-check.log)
@@ -11,7 +11,7 @@ build=${1:-$root/build}
 dev=$root/.dev
 rm -rf "$dev"
 mkdir -p "$dev/build/launcher" "$dev/build/tests/runtime" "$dev/build/examples/train_mlp" "$dev/lib"
-cp "$build/launcher/crun" "$dev/build/launcher/"
+cp "$build/launcher/crun" "$build/launcher/crun-keeper" "$dev/build/launcher/"
 cp "$build/tests/runtime/nccl_test" "$dev/build/tests/runtime/"
 cp "$build/examples/train_mlp/train_mlp" "$dev/build/examples/train_mlp/"
 for lib in libcrun_runtime.so.0 libgloo.so.0 libhiredis.so libibverbs.so.1 libnl-3.so.200 libnl-route-3.so.200; do

@@ -674,6 +674,23 @@ TEST_CASE("an agent that cannot start leaves no run directory behind", "[e2e][cl
   ::close(busy);
 }
 
+TEST_CASE("crun without crun-keeper beside it: one line naming it, exit 3, nothing started", "[e2e][cli]") {
+  TempDir bin, tmp;
+  const fs::path crun = bin.path / "crun";
+  std::error_code ec;
+  fs::create_hard_link(CRUN_BIN, crun, ec);
+  if (ec) fs::copy_file(CRUN_BIN, crun);  // another file system
+  std::vector<std::string> argv = crun_cmd({"--standalone", "--nproc-per-node", "1"}, {"--print-env"});
+  argv[0] = crun.string();
+  ChildProcess p(argv, {"TMPDIR=" + tmp.path.string()});
+  REQUIRE(p.wait_exit() == 3);
+  INFO(p.err());
+  CHECK(p.err().find("crun: cannot start the agent: cannot run the keeper " + (bin.path / "crun-keeper").string()) == 0);
+  CHECK(count(p.err(), "\n") == 1);
+  CHECK(p.out().empty());  // no worker
+  CHECK(fs::is_empty(tmp.path));  // no run directory left
+}
+
 // "127.0.0.1:<port>" with a port free now.
 std::string free_loopback_endpoint() {
   const int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

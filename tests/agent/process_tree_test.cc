@@ -66,8 +66,7 @@ std::string cgroup2_mount() {
   return {};
 }
 
-// crun's keeper: its child named crun-keeper (0 when there is none). It shares crun's memory, or
-// (sanitizer builds) runs crun-keeper from beside crun.
+// crun's keeper: its child named crun-keeper, the program beside crun (0 when there is none).
 int keeper_of(pid_t crun) {
   const fs::path tasks = "/proc/" + std::to_string(crun) + "/task";
   for (const auto& t : fs::directory_iterator(tasks)) {
@@ -201,9 +200,8 @@ TEST_CASE("orphans re-parented to the agent are reaped; the workers' own exit co
 }
 
 TEST_CASE("a crashing agent's keeper ends its job", "[tree]") {
-  // A core-dumping signal stops every thread of the agent; the keeper, which may share the agent's
-  // memory, is a process of its own and lives on (Linux 5.16 and later) to end the job. SIGABRT,
-  // as abort() ends it (a sanitizer build catches SIGSEGV itself).
+  // A core-dumping signal ends the agent; the keeper, a process of its own, lives on to end the
+  // job. SIGABRT, as abort() ends it (a sanitizer build catches SIGSEGV itself).
   rlimit core{};
   ::getrlimit(RLIMIT_CORE, &core);
   core.rlim_cur = 0;

@@ -15,8 +15,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <system_error>
 
-#include "agent/clone_on_stack.h"
 #include "agent/job_cgroup.h"
 #include "agent/keeper.h"
 #include "agent/worker_containment.h"
@@ -175,64 +175,64 @@ unsigned long long status_mask(int pid, const std::string& field) {
   return std::stoull(status.substr(at + field.size() + 1), nullptr, 16);
 }
 
-TEST_CASE("a program that links the agent is its own keeper when crun-keeper is not beside it", "[worker_group]") {
-  // This test binary has no crun-keeper beside it: the keeper is /proc/self/exe --crun-keeper.
+TEST_CASE("the keeper is crun-keeper, with nothing of the agent's but stderr and its pipe", "[worker_group]") {
   int keeper = 0;
-  {
-    Keeper k("", "CRUN_AGENT_ID=own-program-test", "", KeeperForm::own_program);
-    keeper = k.pid();
-    std::error_code ec;
-    CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/exe", ec) ==
-          std::filesystem::read_symlink("/proc/self/exe", ec));
-    // Its command line is set once exec is done, a moment after vfork returned.
-    CHECK(eventually([&] { return proc_text(keeper, "cmdline").find(std::string("\0--crun-keeper\0", 15)) != std::string::npos; }, 5s));
-    k.finish();
-  }
-  CHECK(crun::test::wait_pid_gone(keeper, 1s));  // reaped by finish()
-}
-
-#ifdef CRUN_CLONE_ON_STACK
-TEST_CASE("the keeper shares the agent's memory and nothing else", "[worker_group]") {
-  int keeper = 0;
-  // A handler of the agent's (as asio's signal_set installs): the keeper must not keep it.
+  // A handler of the agent's (as asio's signal_set installs) and a descriptor without
+  // close-on-exec: the keeper keeps neither.
   struct sigaction handler {}, saved{};
   handler.sa_handler = [](int) {};
   REQUIRE(::sigaction(SIGALRM, &handler, &saved) == 0);
-  REQUIRE((status_mask(::getpid(), "SigCgt") >> (SIGALRM - 1) & 1) == 1);
+  const int stray = ::open("/dev/null", O_RDONLY);
+  REQUIRE(stray >= 0);
   {
     // A cgroup dir that is not there: the keeper's clean-up fails (and says so on stderr).
-    Keeper k("/nonexistent/crun-keeper-test", "CRUN_AGENT_ID=sharing-test", "");
+    Keeper k(CRUN_KEEPER_BIN, "/nonexistent/crun-keeper-test", "CRUN_AGENT_ID=keeper-test", "");
     keeper = k.pid();
     REQUIRE(keeper > 0);
-    CHECK(proc_text(keeper, "cmdline") == proc_text(::getpid(), "cmdline"));  // the agent's memory: no exec
-    CHECK(eventually([&] { return proc_text(keeper, "comm") == "crun-keeper\n"; }, 5s));
-    // What an exec would have reset: no handler of the agent's, nothing blocked, the terminal's and
-    // a scheduler's signals ignored; descriptors 0-2 and the pipe only; the current directory /.
+    std::error_code ec;
+    CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/exe", ec) ==
+          std::filesystem::canonical(CRUN_KEEPER_BIN, ec));
+    CHECK(proc_text(keeper, "comm") == "crun-keeper\n");
+    // Started with every signal blocked, it unblocks them once the terminal's and a scheduler's
+    // are ignored; no handler; descriptors 0-2 and the pipe only; the current directory /.
+    CHECK(eventually([&] { return status_mask(keeper, "SigBlk") == 0; }, 5s));
     CHECK(status_mask(keeper, "SigCgt") == 0);
-    CHECK(status_mask(keeper, "SigBlk") == 0);
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) {
       INFO("signal " << s);
       CHECK((status_mask(keeper, "SigIgn") >> (s - 1) & 1) == 1);
     }
     std::set<std::string> fds;
-    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(keeper) + "/fd")) {
-      fds.insert(e.path().filename().string());
-    }
-    CHECK(fds == std::set<std::string>{"0", "1", "2", "3"});
-    std::error_code ec;
+    CHECK(eventually([&] {
+      fds.clear();
+      for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(keeper) + "/fd", ec)) {
+        fds.insert(e.path().filename().string());
+      }
+      return fds == std::set<std::string>{"0", "1", "2", "3"};
+    }, 5s));
     CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/fd/0", ec) == "/dev/null");
     CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/fd/3", ec).string().rfind("pipe:", 0) == 0);
     CHECK(std::filesystem::read_symlink("/proc/" + std::to_string(keeper) + "/cwd", ec) == "/");
-    // Its system calls fail (the missing cgroup) while this thread waits for it in finish(): they
-    // must not write this thread's errno, which a libc wrapper in the child would.
-    errno = 12345;
+    k.worker_started(12345678);  // a group that does not exist: the normal end kills no group
     k.finish();
-    CHECK(errno == 12345);
   }
+  ::close(stray);
   ::sigaction(SIGALRM, &saved, nullptr);
-  CHECK(crun::test::wait_pid_gone(keeper, 1s));
+  CHECK(crun::test::wait_pid_gone(keeper, 1s));  // reaped by finish()
 }
-#endif
+
+TEST_CASE("a keeper that is not there is one error naming it, and leaves nothing open", "[worker_group]") {
+  const auto before = open_fds();
+  try {
+    Keeper k("/nonexistent/crun-keeper", "", "CRUN_AGENT_ID=missing-test", "");
+    FAIL("a keeper that is not there started");
+  } catch (const std::system_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("/nonexistent/crun-keeper") != std::string::npos);
+    CHECK(what.find("No such file or directory") != std::string::npos);
+    CHECK(what.find('\n') == std::string::npos);
+  }
+  CHECK(open_fds() == before);
+}
 
 TEST_CASE("a job cgroup's destructor removes it only while its removal is not the keeper's", "[worker_group]") {
   REQUIRE(::geteuid() == 0);  // a writable cgroup v2 hierarchy (CI is root)
@@ -258,16 +258,14 @@ TEST_CASE("a job cgroup's destructor removes it only while its removal is not th
   CHECK(::rmdir(dir.c_str()) == 0);
 }
 
-TEST_CASE("--crun-keeper without an agent's pipe and marker never reaches main()", "[worker_group]") {
-  std::error_code ec;
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+TEST_CASE("crun-keeper without an agent's pipe and marker does nothing", "[worker_group]") {
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {self, "--crun-keeper"}, {self, "--crun-keeper", "", "PATH=/usr/bin", ""}, {self, "--crun-keeper", "", "CRUN_AGENT_ID=x", ""},
-           {self, "--crun-keeper", "", "CRUN_AGENT_ID=x", "", "y"}}) {
+           {CRUN_KEEPER_BIN}, {CRUN_KEEPER_BIN, "", "PATH=/usr/bin", ""}, {CRUN_KEEPER_BIN, "", "CRUN_AGENT_ID=x", ""},
+           {CRUN_KEEPER_BIN, "", "CRUN_AGENT_ID=x", "", "y"}}) {
     crun::test::ChildProcess p(args);
-    REQUIRE(p.wait_exit(10s) == 2);  // not a test run, not a keeper that starts keepers
+    REQUIRE(p.wait_exit(10s) == 2);  // run by hand: no process killer
     CHECK(p.out().empty());
-    CHECK(p.err().find("not started by a crun agent") != std::string::npos);
+    CHECK(p.err().find("started by a crun agent only") != std::string::npos);
   }
 }
 
