@@ -16,6 +16,7 @@
 
 #include "agent/file_text.h"
 #include "agent/job_cgroup.h"
+#include "base/log.h"
 #include "base/remove_tree.h"
 
 namespace crun {
@@ -34,11 +35,6 @@ struct Job {
   std::vector<int> groups;
   bool finished = false;  // the agent said it ends normally
 };
-
-void say(const std::string& what) {
-  const std::string line = "crun-keeper: " + what + "\n";
-  (void)!::write(2, line.data(), line.size());
-}
 
 long now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -118,7 +114,7 @@ int kill_marked(const std::string& marker) {
 void clean_up(const Job& job) {
   if (!job.cgroup_dir.empty()) {
     const int err = kill_and_remove_cgroup(job.cgroup_dir.c_str(), kCleanupMs);
-    if (err != 0) say("cannot empty and remove " + job.cgroup_dir + (err == EBUSY ? " (still populated)" : ""));
+    if (err != 0) log_line("cannot empty and remove " + job.cgroup_dir + (err == EBUSY ? " (still populated)" : ""));
   }
   if (job.finished) return;  // the agent killed and reaped its workers' trees itself
   // Also with the cgroup: a process root moved out of it still has its group or the marker.
@@ -126,10 +122,10 @@ void clean_up(const Job& job) {
   const long deadline = now_ms() + kCleanupMs;
   bool quiet = false;
   for (int scan = 0; scan < kMaxScans && now_ms() < deadline && !quiet; ++scan) quiet = kill_marked(job.marker) == 0;
-  if (!quiet) say("processes marked " + job.marker + " were still being killed when the keeper gave up");
+  if (!quiet) log_line("processes marked " + job.marker + " were still being killed when the keeper gave up");
   if (!job.run_dir.empty()) {
     const int err = remove_tree(job.run_dir.c_str());
-    if (err < 0) say("cannot remove the run directory " + job.run_dir + (err == -ELOOP ? " (nested too deep)" : ""));
+    if (err < 0) log_line("cannot remove the run directory " + job.run_dir + (err == -ELOOP ? " (nested too deep)" : ""));
   }
 }
 
@@ -139,7 +135,7 @@ int run_keeper(int argc, char** argv) {
   struct stat pipe_in;
   if (argc != 4 || std::strncmp(argv[2], kKeeperMarkerPrefix, sizeof(kKeeperMarkerPrefix) - 1) != 0 ||
       ::fstat(kKeeperPipeFd, &pipe_in) != 0 || !S_ISFIFO(pipe_in.st_mode)) {
-    say("started by a crun agent only (expected <cgroup dir> CRUN_AGENT_ID=<id> <run dir>, the agent's pipe at 3)");
+    log_line("started by a crun agent only (expected <cgroup dir> CRUN_AGENT_ID=<id> <run dir>, the agent's pipe at 3)");
     return 2;
   }
   settle();

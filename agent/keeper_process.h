@@ -22,7 +22,8 @@
 //       again until a scan finds none (at most 50 scans, 10 s); last, the run directory, if it
 //       was given one (the agent's temporary one: error files, heartbeats; never one that holds
 //       logs), with all it holds (base/remove_tree.h: no symbolic link followed);
-//     and returns 0. What it cannot clean up it reports on stderr ("crun-keeper: ...").
+//     and returns 0. What it cannot clean up it reports on stderr (base/log.h: "crun-keeper: ..."
+//     once its main has set that name).
 //
 // Threading
 //   A process of its own, one thread.
