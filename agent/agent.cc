@@ -602,7 +602,7 @@ void Agent::Impl::start_rendezvous() {
     rendezvous = std::move(etcd);
     return;
   }
-  auto c10d = std::make_unique<C10dRendezvous>(std::move(c), std::move(post), std::move(l), &io);
+  auto c10d = std::make_unique<C10dRendezvous>(std::move(c), std::move(post), std::move(l), io);
   const std::string where = " the rendezvous at " + c10d->store_endpoint() + " (run '" + m.rendezvous.run_id + "', " +
                             nodes + " nodes)";
   if (c10d->is_host()) log_line("hosting" + where);  // then the round's progress, at most once a second

@@ -27,7 +27,7 @@ constexpr Millis kRaceWait{3000};
 // Shared with the participant's and coordinator's callbacks (weak_ptr: what they post to the loop
 // is dropped once the rendezvous is gone).
 struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
-  Impl(RendezvousNodeConfig c, PostToLoop p, RendezvousListener l, boost::asio::io_context* lp)
+  Impl(RendezvousNodeConfig c, PostToLoop p, RendezvousListener l, boost::asio::io_context& lp)
       : post_to_loop(std::move(p)), loop(lp), config(std::move(c)), listener(std::move(l)) {
     // The endpoint may be a name (Slurm's first node): bind the local address it stands for.
     const std::string& local = config.multi.bind_address;
@@ -114,8 +114,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     });
   }
 
-  // On the loop: the participant (first time: it connects on its own thread), then a join whose
-  // result comes back to the loop.
+  // On the loop: the participant (the first time: it connects), then a join whose result comes
+  // back to the loop.
   void join() {
     std::lock_guard lock(mu);
     if (!participant) make_participant();
@@ -196,8 +196,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     ev.on_store_lost = [weak](const std::string& why) {
       if (auto s = weak.lock()) s->post([why](Impl& self) { self.listener.on_store_lost(why); });
     };
-    participant = std::make_unique<RendezvousParticipant>(std::move(adopted), config.multi.endpoint, options,
-                                                          config.multi.rendezvous, own_record, ev, loop);
+    participant = std::make_unique<RendezvousParticipant>(loop, std::move(adopted), config.multi.endpoint, options,
+                                                          config.multi.rendezvous, own_record, ev);
     node = participant->node_id();
     if (pending_status) participant->publish_status(std::move(pending_status->first), pending_status->second);
     pending_status.reset();
@@ -210,7 +210,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   }
 
   PostToLoop post_to_loop;
-  boost::asio::io_context* loop;  // the participant's, when it adopts a connection
+  boost::asio::io_context& loop;  // the agent's: the participant runs there
   RendezvousNodeConfig config;
   NodeRecord own_record = this_node_record(config);  // this node's identity, for the coordinator and the participant
   RendezvousListener listener;
@@ -229,7 +229,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
 };
 
 C10dRendezvous::C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener,
-                               boost::asio::io_context* loop)
+                               boost::asio::io_context& loop)
     : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener), loop)) {}
 
 C10dRendezvous::~C10dRendezvous() { shutdown(std::chrono::milliseconds(0)); }
@@ -259,7 +259,7 @@ void C10dRendezvous::shutdown(std::chrono::milliseconds linger) {
       std::lock_guard lock(m.mu);
       gone = std::move(m.participant);
     }
-    gone.reset();  // its thread ends; our alive key goes with the connection
+    gone.reset();  // our alive key goes with the connection
   }
   if (m.coordinator) {
     // Keep the store up until the other agents have read the close and left.

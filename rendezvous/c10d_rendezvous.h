@@ -6,13 +6,12 @@
 //     host included, takes part through a RendezvousParticipant. When is_host was only inferred
 //     (join_if_taken), a connection attempt to that address says whether another agent on this
 //     host listened first: then this one joins it as a client (is_host() false), over that
-//     connection, its participant on the agent's loop when one was given (no thread of its
-//     own: ~0.2 ms of CPU an agent at 1,024 agents on one host); else it hosts, unless its bind finds the port taken after all: then it joins
+//     connection; else it hosts, unless its bind finds the port taken after all: then it joins
 //     the agent that won, once that one listens (up to 3 s), and the constructor throws
 //     StoreError naming the port when nothing comes to listen there (another program's socket).
-//   - request_round() returns at once: the participant (its one I/O thread, connecting the
-//     first time, or the loop) asks for the next round; the answer (a RoundInfo, or an error with crun's exit code
-//     for it) is delivered through the listener's on_round.
+//   - request_round() returns at once: the participant (on the agent's loop; connecting the
+//     first time) asks for the next round; the answer (a RoundInfo, or an error with crun's
+//     exit code for it) is delivered through the listener's on_round.
 //     With multi.workers_use_agent_store the RoundInfo's master address and port are the store's
 //     endpoint (agent_store set: the workers share this store); otherwise node rank 0's address
 //     and a port it found free (or master_port) for rank 0 to host the workers' own store.
@@ -48,10 +47,9 @@ namespace crun {
 
 class C10dRendezvous final : public Rendezvous {
  public:
-  // With `loop` (the thread `post` runs on), a participant whose connection was made here (the
-  // store found listening on this host) runs on that loop, with no thread of its own.
+  // `loop` is the agent's, the one `post` runs on: the participant's connection runs there.
   C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener,
-                 boost::asio::io_context* loop = nullptr);
+                 boost::asio::io_context& loop);
   ~C10dRendezvous() override;
   C10dRendezvous(const C10dRendezvous&) = delete;
   C10dRendezvous& operator=(const C10dRendezvous&) = delete;

@@ -10,7 +10,7 @@
 
 #include "base/quiet_thread.h"
 #include "rendezvous/coordinator_core.h"
-#include "store/store_channel.h"
+#include "store/blocking_store_channel.h"
 #include "store/torch_keys.h"
 
 namespace crun {
@@ -27,13 +27,13 @@ struct RendezvousCoordinator::Impl {
         on_progress(std::move(progress_cb)), store(ep, opt) {
     // What the core reads, and only that: the answers, prunes and decisions this coordinator
     // writes itself (two or three per node and round) do not come back to it.
-    watches = std::make_unique<StoreChannel>(ep, opt, [this](const std::string& why) {
+    watches = std::make_unique<BlockingStoreChannel>(ep, opt, [this](const std::string& why) {
       std::lock_guard lock(mu);
       lost = why;
       events_cv.notify_all();
       state_cv.notify_all();
     });
-    const auto deadline = StoreChannel::Clock::now() + opt.timeout;
+    const auto deadline = BlockingStoreChannel::Clock::now() + opt.timeout;
     for (const auto& prefix : {keys.join_prefix(), keys.alive_prefix(), keys.heartbeat_prefix(), keys.report_prefix()}) {
       watches->watch(prefix, [this](const StoreEvent& e) { push(e); }, deadline);
     }
@@ -195,7 +195,7 @@ struct RendezvousCoordinator::Impl {
   std::function<void(const std::string&)> on_failed;
   std::function<void(const std::string&)> on_progress;
   TcpStore store;
-  std::unique_ptr<StoreChannel> watches;  // one connection, its own thread: the four watches
+  std::unique_ptr<BlockingStoreChannel> watches;  // one connection, its own thread: the four watches
   std::thread thread;
   std::vector<std::string> prunes;  // keys to delete after this batch
 

@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
-#include <mutex>
 #include <optional>
 
 #include "base/random_bits.h"
@@ -32,10 +30,10 @@ StoreClientOptions with_connect_timeout(StoreClientOptions o, Millis t) {
 StoreChannel::Clock::time_point after(Millis t) { return StoreChannel::Clock::now() + t; }
 }  // namespace
 
-// One connection to the store (StoreChannel) carries it all: the control watch, the alive key,
-// join and report, heartbeats and statuses; its I/O thread runs every callback and the heartbeat.
+// One connection to the store (StoreChannel, on the owner's loop) carries it all: the control
+// watch, the alive key, join and report, heartbeats and statuses.
 struct RendezvousParticipant::Impl {
-  Impl(boost::asio::io_context* loop, std::unique_ptr<StoreConnection> connected, StoreEndpoint ep,
+  Impl(boost::asio::io_context& loop, std::unique_ptr<StoreConnection> connected, StoreEndpoint ep,
        StoreClientOptions opt, RendezvousConfig c, NodeRecord s, ParticipantEvents ev)
       : keys(c.run_id),
         cfg(std::move(c)),
@@ -46,26 +44,17 @@ struct RendezvousParticipant::Impl {
         channel(loop, std::move(connected), ep, with_connect_timeout(opt, cfg.join_timeout),
                 [this](const std::string& why) { channel_lost(why); }, [this] { on_connected(); }) {}
 
-  ~Impl() { stopping = true; }  // the channel (the last member) ends its thread first
-
-  // On the I/O thread, once, all in the connection's first write: the watch first, so that no
-  // control event published after our alive key can be missed; the first heartbeat; a join asked
-  // for before the connection.
+  // Once, all in the connection's first write: the watch first, so that no control event
+  // published after our alive key can be missed; the first heartbeat; a join asked for before
+  // the connection.
   void on_connected() {
-    {
-      std::lock_guard lock(mu);
-      if (self.addr.empty()) self.addr = channel.local_address();
-    }
+    if (self.addr.empty()) self.addr = channel.local_address();
     channel.watch(keys.control_prefix(), [this](const StoreEvent& e) { on_control(e); }, after(timeout),
                   [this](std::exception_ptr e) { if (e) lost("cannot watch the coordinator's decisions: " + what(e)); });
     beat();
-    std::optional<PendingJoin> waiting;
-    {
-      std::lock_guard lock(mu);  // from here on join() writes at once, after the watch
-      connected = true;
-      waiting = std::move(pending_join);
-      pending_join.reset();
-    }
+    connected = true;  // from here on join() writes at once, after the watch
+    std::optional<PendingJoin> waiting = std::move(pending_join);
+    pending_join.reset();
     if (waiting) send_join(std::move(*waiting));
   }
 
@@ -82,21 +71,13 @@ struct RendezvousParticipant::Impl {
   // Before the connection: none could be made. A join waiting for it, and any later, fail with
   // that. After: the store is lost.
   void channel_lost(const std::string& why) {
-    std::optional<PendingJoin> waiting;
-    std::exception_ptr failure;
-    {
-      std::lock_guard lock(mu);
-      if (!channel.reached()) {
-        connected = false;  // a refused hello: joins fail as for a store never reached
-        unreached = channel.failure();
-        if (!unreached) unreached = std::make_exception_ptr(StoreConnectionError(why));
-        failure = unreached;
-        waiting = std::move(pending_join);
-        pending_join.reset();
-      }
-    }
-    if (!failure) return lost("the rendezvous store's connection broke: " + why);
-    if (waiting) fail_unreached(waiting->done, failure);
+    if (channel.reached()) return lost("the rendezvous store's connection broke: " + why);
+    connected = false;  // a refused hello: joins fail as for a store never reached
+    unreached = channel.failure();
+    if (!unreached) unreached = std::make_exception_ptr(StoreConnectionError(why));
+    std::optional<PendingJoin> waiting = std::move(pending_join);
+    pending_join.reset();
+    if (waiting) fail_unreached(waiting->done, unreached);
   }
 
   static void fail_unreached(const std::function<void(JoinResult)>& done, std::exception_ptr e) {
@@ -109,7 +90,8 @@ struct RendezvousParticipant::Impl {
   // Only once connected: a store never reached is the join's error (JoinResult::reached_store).
   void lost(const std::string& why) {
     if (!channel.reached()) return;
-    if (stopping || lost_reported.exchange(true)) return;
+    if (lost_reported) return;
+    lost_reported = true;
     if (events.on_store_lost) events.on_store_lost(why);
   }
 
@@ -134,23 +116,19 @@ struct RendezvousParticipant::Impl {
     }
   }
 
-  // On the I/O thread, every keep_alive_interval from the connection on.
+  // Every keep_alive_interval from the connection on.
   void beat() {
     channel.set(keys.heartbeat(node_id), std::to_string(beats++), after(cfg.heartbeat_timeout),
                 [this](std::exception_ptr e) { if (e) beat_failed(e); });
-    if (gathering()) read_job_status();
+    if (gather_status) read_job_status();
     channel.at(StoreChannel::Clock::now() + cfg.keep_alive_interval, [this] { beat(); });
-  }
-
-  bool gathering() {
-    std::lock_guard lock(mu);
-    return gather_status;
   }
 
   // Every node's published status, bounded by what the store lists in one answer; one reading
   // at a time.
   void read_job_status() {
-    if (reading.exchange(true)) return;
+    if (reading) return;
+    reading = true;
     channel.list_keys(keys.status_prefix(), kMaxStatusRecords, after(cfg.heartbeat_timeout),
                       [this](std::exception_ptr e, std::vector<std::string> names) {
       if (e || names.empty()) {
@@ -173,17 +151,14 @@ struct RendezvousParticipant::Impl {
     });
   }
 
-  void store_job_status(std::vector<std::string> records) {
-    std::lock_guard lock(mu);
-    job_status = std::move(records);
-  }
+  void store_job_status(std::vector<std::string> records) { job_status = std::move(records); }
 
   struct PendingJoin {
     std::function<std::uint16_t(const std::string&)> free_port;
     std::function<void(JoinResult)> done;
   };
 
-  // What the replies to one join's requests came to, as they arrive (in order, on the I/O thread).
+  // What the replies to one join's requests came to, as they arrive (in order).
   struct JoinAttempt {
     std::function<void(JoinResult)> done;
     std::string address;
@@ -201,14 +176,10 @@ struct RendezvousParticipant::Impl {
     std::uint32_t seq = 0;
     auto attempt = std::make_shared<JoinAttempt>();
     attempt->done = std::move(j.done);
-    std::string record;
-    {
-      std::lock_guard lock(mu);
-      self.free_port = j.free_port(self.addr);
-      seq = ++self.seq;
-      record = self.to_json();
-      attempt->address = self.addr;
-    }
+    self.free_port = j.free_port(self.addr);
+    seq = ++self.seq;
+    const std::string record = self.to_json();
+    attempt->address = self.addr;
     auto note = [attempt](std::exception_ptr e) {
       if (e && !attempt->error) attempt->error = e;
     };
@@ -262,31 +233,24 @@ struct RendezvousParticipant::Impl {
 
   RendezvousKeys keys;
   RendezvousConfig cfg;
-  NodeRecord self;  // guarded by mu (addr, seq, free_port change)
+  NodeRecord self;  // addr, seq, free_port change
   const std::string node_id;
   ParticipantEvents events;
   Millis timeout;  // deadline of the rendezvous' requests
-  std::uint64_t beats = 0;  // the I/O thread's
-  std::atomic<bool> reading{false};
-  std::atomic<bool> stopping{false};
-  std::atomic<bool> lost_reported{false};
-  mutable std::mutex mu;
-  bool connected = false;                   // guarded by mu
-  std::exception_ptr unreached;             // guarded by mu: why no connection could be made
-  std::optional<PendingJoin> pending_join;  // guarded by mu: asked for before the connection
-  bool gather_status = false;               // guarded by mu
-  std::vector<std::string> job_status;      // guarded by mu
-  StoreChannel channel;  // last: its thread calls into the members above until it ends
+  std::uint64_t beats = 0;
+  bool reading = false;  // node statuses being read back
+  bool lost_reported = false;
+  bool connected = false;
+  std::exception_ptr unreached;             // why no connection could be made
+  std::optional<PendingJoin> pending_join;  // asked for before the connection
+  bool gather_status = false;
+  std::vector<std::string> job_status;
+  StoreChannel channel;  // last: destroyed first, so no callback reaches the members above
 };
 
-RendezvousParticipant::RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
+RendezvousParticipant::RendezvousParticipant(boost::asio::io_context& loop, std::unique_ptr<StoreConnection> connected,
+                                             StoreEndpoint store, StoreClientOptions options, RendezvousConfig config,
                                              NodeRecord self, ParticipantEvents events)
-    : RendezvousParticipant(nullptr, std::move(store), std::move(options), std::move(config), std::move(self),
-                            std::move(events)) {}
-
-RendezvousParticipant::RendezvousParticipant(std::unique_ptr<StoreConnection> connected, StoreEndpoint store,
-                                             StoreClientOptions options, RendezvousConfig config, NodeRecord self,
-                                             ParticipantEvents events, boost::asio::io_context* loop)
     : impl_(std::make_unique<Impl>(loop, std::move(connected), std::move(store), std::move(options), std::move(config),
                                    std::move(self), std::move(events))) {}
 
@@ -296,16 +260,11 @@ void RendezvousParticipant::join(std::function<std::uint16_t(const std::string& 
                                  std::function<void(JoinResult)> done) {
   Impl& m = *impl_;
   Impl::PendingJoin j{std::move(free_port), std::move(done)};
-  std::exception_ptr unreached;
-  {
-    std::lock_guard lock(m.mu);
-    if (!m.connected && !m.unreached) {
-      m.pending_join = std::move(j);
-      return;
-    }
-    unreached = m.unreached;
+  if (m.unreached) return Impl::fail_unreached(j.done, m.unreached);
+  if (!m.connected) {
+    m.pending_join = std::move(j);
+    return;
   }
-  if (unreached) return Impl::fail_unreached(j.done, unreached);
   m.channel.corked([&] { m.send_join(std::move(j)); });  // its four requests in one write
 }
 
@@ -318,10 +277,7 @@ void RendezvousParticipant::report(int round, const RoundOutcome& outcome) {
 
 void RendezvousParticipant::publish_status(std::string status_json, bool gather) {
   Impl& m = *impl_;
-  {
-    std::lock_guard lock(m.mu);
-    m.gather_status = gather;
-  }
+  m.gather_status = gather;
   m.channel.set_ephemeral(m.keys.status(m.node_id), status_json, after(m.cfg.heartbeat_timeout),
                           [&m, gather](std::exception_ptr e) {
     if (e) m.beat_failed(e);
@@ -329,10 +285,7 @@ void RendezvousParticipant::publish_status(std::string status_json, bool gather)
   });
 }
 
-std::vector<std::string> RendezvousParticipant::job_status() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->job_status;
-}
+std::vector<std::string> RendezvousParticipant::job_status() const { return impl_->job_status; }
 
 const std::string& RendezvousParticipant::node_id() const { return impl_->node_id; }
 const RendezvousKeys& RendezvousParticipant::keys() const { return impl_->keys; }

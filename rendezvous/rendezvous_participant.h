@@ -2,19 +2,16 @@
 //
 // Contract
 //   - The constructor returns at once. The participant's one connection (store/store_channel.h)
-//     connects on its own I/O thread, retrying until join_timeout; once connected it watches the
-//     coordinator's control keys and writes this node's first heartbeat, then one every
-//     keep_alive_interval. That thread is the participant's only one.
-//     Given a connection already made (StoreConnection::connect_once: an agent that found the
-//     store listening on its own host), it uses that one; given also the owner's event loop, it
-//     has no thread: the connection is read, the heartbeat timed and every callback run on that
-//     loop ("the I/O thread" below is then the loop's thread).
+//     runs on the owner's event loop: given a connection already made (StoreConnection::
+//     connect_once: an agent that found the store listening on its own host) it uses that one,
+//     else it connects, retrying until join_timeout. Once connected it watches the coordinator's
+//     control keys and writes this node's first heartbeat, then one every keep_alive_interval.
 //   - join(free_port, done) announces this node as alive (an ephemeral key: gone the moment this
 //     process or its connection dies), publishes its record and asks for the coordinator's
 //     answer, all in one write. `free_port(addr)` runs once this node's address is known (at
-//     once, or on the I/O thread when it connects; an empty `self.addr` becomes the local address
+//     once, or when it connects; an empty `self.addr` becomes the local address
 //     of the store connection): a port free on this node now (MASTER_PORT if it becomes rank 0).
-//     `done` runs once, on the I/O thread: a round (rank, node count, master address, restart
+//     `done` runs once: a round (rank, node count, master address, restart
 //     count), an error answer (configuration mismatch, rendezvous closed), or `error`:
 //     RendezvousTimeout after join_timeout, or the StoreError that stopped it, with
 //     `reached_store` false when the store could not be reached at all. One join at a time: the
@@ -25,15 +22,13 @@
 //     an ephemeral key (gone with this agent). With `gather` (node rank 0) every node's status is
 //     read back at each heartbeat and after each status of its own; job_status() returns the
 //     newest it read.
-//   - Events arrive through ParticipantEvents callbacks on the I/O thread: a control event (stop
-//     a round, or the job closed), and the loss of the store
-//     (the connection broke after it was made, or a heartbeat or status was not answered within
-//     heartbeat_timeout). Post them to your event loop; do not block.
+//   - Events arrive through ParticipantEvents callbacks: a control event (stop a round, or the
+//     job closed), and the loss of the store (the connection broke after it was made, or a
+//     heartbeat or status was not answered within heartbeat_timeout). Do not block in them.
 //
 // Threading
-//   join(), report(), publish_status() and job_status() from any thread; on a loop, from the
-//   loop's thread (job_status() from any). Destruction ends the I/O thread, with no callback after it began; it must not
-//   happen on a callback.
+//   Every call, the destructor and every callback on the loop's thread. No callback runs once
+//   the destructor began; it must not run inside a callback.
 #pragma once
 
 #include <exception>
@@ -77,13 +72,9 @@ class RendezvousParticipant {
  public:
   // `self` carries the node's identity and configuration; its addr may be empty, in which case the
   // local address of the store connection is used (the interface that reaches the store).
-  RendezvousParticipant(StoreEndpoint store, StoreClientOptions options, RendezvousConfig config, NodeRecord self,
-                        ParticipantEvents events);
-  // With `loop` and a connection already made, the participant runs on that loop (no thread):
-  // every call and every event there.
-  RendezvousParticipant(std::unique_ptr<StoreConnection> connected, StoreEndpoint store, StoreClientOptions options,
-                        RendezvousConfig config, NodeRecord self, ParticipantEvents events,
-                        boost::asio::io_context* loop = nullptr);
+  // `connected` may be null: the participant then connects to `store` itself.
+  RendezvousParticipant(boost::asio::io_context& loop, std::unique_ptr<StoreConnection> connected, StoreEndpoint store,
+                        StoreClientOptions options, RendezvousConfig config, NodeRecord self, ParticipantEvents events);
   ~RendezvousParticipant();
   RendezvousParticipant(const RendezvousParticipant&) = delete;
   RendezvousParticipant& operator=(const RendezvousParticipant&) = delete;

@@ -1,20 +1,18 @@
 #include "store/store_channel.h"
 
-#include <algorithm>
-#include <cstring>
-#include <condition_variable>
-#include <map>
-#include <mutex>
-#include <thread>
-#include <utility>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <fcntl.h>
-#include <stdexcept>
-#include <unistd.h>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <utility>
 
 #include "base/quiet_thread.h"
 #include "store/store_connection.h"
@@ -28,7 +26,7 @@ using Fill = std::function<void(wire::Writer&)>;
 // A reply's payload (valid during the call) or the error in its place.
 using Raw = std::function<void(std::exception_ptr, std::string_view)>;
 
-constexpr int kRepliesPerTurn = 256;  // on a loop: replies handled before it runs other work
+constexpr int kRepliesPerTurn = 256;  // replies handled before the loop runs other work
 
 std::string named(const char* op, const std::string& key) { return std::string(op) + " '" + key.substr(0, 200) + "'"; }
 
@@ -78,10 +76,22 @@ Fill prefix_limit(const std::string& prefix, std::uint32_t limit) {
 }  // namespace
 
 struct StoreChannel::Impl {
-  Impl(const StoreEndpoint& ep, const StoreClientOptions& opt, std::function<void(const std::string&)> lost,
-       std::function<void()> connected)
-      : endpoint(ep), options(opt), name("store " + ep.str()), on_lost(std::move(lost)), on_connected(std::move(connected)) {
+  Impl(asio::io_context& l, const StoreEndpoint& ep, const StoreClientOptions& opt,
+       std::function<void(const std::string&)> lost, std::function<void()> connected)
+      : loop(l),
+        endpoint(ep),
+        options(opt),
+        name("store " + ep.str()),
+        on_lost(std::move(lost)),
+        on_connected(std::move(connected)),
+        timer(l) {
     options.cancel = cancel;  // the destructor ends a connect retry loop
+  }
+
+  ~Impl() {
+    life.reset();  // handlers still queued on the loop find the channel gone
+    cancel->cancel();
+    if (connector.joinable()) connector.join();
   }
 
   struct Pending {
@@ -90,292 +100,165 @@ struct StoreChannel::Impl {
     Raw done;
   };
 
+  asio::io_context& loop;
   StoreEndpoint endpoint;
   StoreClientOptions options;
   std::string name;
   std::function<void(const std::string&)> on_lost;
   std::function<void()> on_connected;
   std::shared_ptr<ConnectCancel> cancel = std::make_shared<ConnectCancel>();
+  std::thread connector;  // makes the connection when none was given, then ends
 
-  std::mutex mu;  // everything below but what send_mu guards
-  std::condition_variable cv;
   std::map<std::uint32_t, Pending> pending;
   std::map<std::uint32_t, std::function<void(const StoreEvent&)>> watches;  // never erased
   std::uint32_t next_id = 1;
-  std::string broken;  // why it is unusable
+  std::string broken;          // why it is unusable
   std::exception_ptr failure;  // what made it so
-  bool closing = false;
-  std::unique_ptr<StoreConnection> adopted;  // a connection made by the owner: the I/O thread's to use
-  std::unique_ptr<StoreConnection> conn;  // set once by the I/O thread
-  bool handshaken = false;                // the server accepted the hello
-  std::string send_failed;                // a send that failed before the hello was answered
-  Clock::time_point timer_at = Clock::time_point::max();
+  bool over = false;           // failed: on_lost ran, nothing more runs
+  std::unique_ptr<StoreConnection> conn;
+  bool connected = false;   // frames go to the socket, not to `queued`
+  bool handshaken = false;  // the server accepted the hello
+  std::string send_failed;  // a send that failed before the hello was answered
+  std::string queued;       // frames made before the connection
+  bool corking = false;     // inside corked() or on_connected: frames wait in `cork`
+  std::string cork;
+  Clock::time_point timer_at = Clock::time_point::max();  // at()
   std::function<void()> timer_fn;
 
-  std::mutex send_mu;    // one frame on the wire at a time
-  bool connected = false;  // guarded by send_mu: frames go to the socket, not to `queued`
-  std::string queued;      // guarded by send_mu: frames made before the handshake
-  std::thread::id corker;  // guarded by send_mu: the thread inside corked(), whose frames wait in `cork`
-  std::string cork;        // guarded by send_mu
-
-  std::thread io;
-
-  // On the owner's loop instead (no thread): the connection's readability and one timer there.
-  asio::io_context* loop = nullptr;
   std::unique_ptr<asio::posix::stream_descriptor> readable;  // a duplicate of the connection's socket
-  std::unique_ptr<asio::steady_timer> timer;
+  asio::steady_timer timer;  // at the earliest deadline or at()
   Clock::time_point timer_armed = Clock::time_point::max();
   bool reading = false;
   std::shared_ptr<int> life = std::make_shared<int>(0);  // a handler may outlive the channel
 
-  // Registers the request, then writes its frame (or queues it before the handshake). Returns its
-  // id, 0 when the channel was already unusable (`done` then ran at once).
-  std::uint32_t start(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline, Raw done,
-                      std::function<void(const StoreEvent&)>* on_event) {
-    std::uint32_t id = 0;
-    {
-      std::unique_lock lock(mu);
-      if (!broken.empty() || closing) {
-        // A store never reached fails a late request as it failed the early ones (a refusal stays one).
-        std::exception_ptr error = !closing && !handshaken ? failure : nullptr;
-        const std::string why = closing ? std::string("the channel is closing") : broken;
-        lock.unlock();
-        if (!error) error = std::make_exception_ptr(StoreConnectionError(name + ": " + what + ": connection unusable (" + why + ")"));
-        if (done) done(error, {});
-        return 0;
+  // Runs `fn` on the loop later, unless the channel is gone by then.
+  template <typename F>
+  void later(F fn) {
+    asio::post(loop, [alive = std::weak_ptr<int>(life), fn = std::move(fn)]() mutable {
+      if (!alive.expired()) fn();
+    });
+  }
+
+  // The connection, made on a helper thread; the loop takes it (or the reason there is none).
+  void connect_aside() {
+    connector = quiet_thread([this, alive = std::weak_ptr<int>(life)] {
+      auto made = std::make_shared<std::unique_ptr<StoreConnection>>();
+      std::exception_ptr error;
+      std::string why;
+      try {
+        *made = std::make_unique<StoreConnection>(endpoint, options, StoreConnection::Handshake::kPipelined);
+      } catch (const std::exception& e) {
+        error = std::current_exception();
+        why = e.what();
       }
-      id = next_id++;
-      pending.emplace(id, Pending{what, deadline, std::move(done)});
-      // A watch's handler stays even when its request fails: the server may have registered it.
-      if (on_event != nullptr) watches[id] = std::move(*on_event);
+      asio::post(loop, [this, alive, made, error, why] {
+        if (alive.expired()) return;
+        if (*made) return begin(std::move(*made));
+        fail(why, error);
+      });
+    });
+  }
+
+  // Registers the request, then writes its frame (or keeps it before the connection). `done`
+  // runs at once when the channel is already unusable.
+  void start(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline, Raw done,
+             std::function<void(const StoreEvent&)>* on_event) {
+    if (!broken.empty()) {
+      // A store never reached fails a late request as it failed the early ones (a refusal stays one).
+      std::exception_ptr error = handshaken ? nullptr : failure;
+      if (!error) error = std::make_exception_ptr(StoreConnectionError(name + ": " + what + ": connection unusable (" + broken + ")"));
+      if (done) done(error, {});
+      return;
     }
+    const std::uint32_t id = next_id++;
+    pending.emplace(id, Pending{what, deadline, std::move(done)});
+    // A watch's handler stays even when its request fails: the server may have registered it.
+    if (on_event != nullptr) watches[id] = std::move(*on_event);
     std::string frame;
     wire::Writer writer(frame);
     const std::size_t at = writer.begin_frame(static_cast<std::uint8_t>(op), id);
     fill(writer);
     writer.finish_frame(at);
     transmit(frame, deadline);
-    if (loop != nullptr) schedule();
-    return id;
+    schedule();
   }
 
-  // Runs `body`; the frames this thread makes meanwhile go out in one write after it.
   void corked(const std::function<void()>& body) {
-    bool claimed = false;
-    {
-      std::lock_guard lock(send_mu);
-      // Already inside, or another thread is: then this body's frames go out one by one.
-      claimed = corker == std::thread::id();
-      if (claimed) corker = std::this_thread::get_id();
-    }
+    if (corking) return body();
+    corking = true;
     body();
-    if (claimed) uncork();
-  }
-
-  void uncork() {
+    corking = false;
     std::string frames;
-    {
-      std::lock_guard lock(send_mu);
-      corker = std::thread::id();
-      frames.swap(cork);
-    }
+    frames.swap(cork);
     if (!frames.empty()) transmit(frames, Clock::now() + options.timeout);
   }
 
   void transmit(const std::string& frame, Clock::time_point deadline) {
-    std::lock_guard lock(send_mu);
-    if (corker == std::this_thread::get_id()) {
-      cork += frame;
-      return;
-    }
-    if (!connected) {
-      queued += frame;
+    if (corking || !connected) {
+      (corking ? cork : queued) += frame;
       return;
     }
     try {
       conn->send(frame, deadline);
     } catch (const StoreError& e) {
-      // Part of a frame may have gone: the stream is out of step. The I/O thread fails the rest.
-      // Before the hello is answered it is left to read the answer: a server that refused
-      // (wrong token, at its limit) closed the connection, which is why the send failed, and
-      // the refusal, not the send, says why.
-      bool answered = false;
-      {
-        std::lock_guard guard(mu);
-        answered = handshaken;
-        std::string& why = answered ? broken : send_failed;
-        if (why.empty()) why = e.what();
-      }
-      if (answered) conn->interrupt();
+      // Part of a frame may have gone: the stream is out of step; the connection is shut down and
+      // its readability fails the rest. Before the hello is answered it is left to read the
+      // answer: a server that refused (wrong token, at its limit) closed the connection, which
+      // is why the send failed, and the refusal, not the send, says why.
+      std::string& why = handshaken ? broken : send_failed;
+      if (why.empty()) why = e.what();
+      if (handshaken) conn->interrupt();
     }
   }
 
-  // Synchronous: waits for the reply of a request started here.
-  std::string request(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline,
-                      const std::atomic<bool>* cancel_flag, std::function<void(const StoreEvent&)>* on_event) {
-    if (loop != nullptr) throw std::logic_error("StoreChannel on a loop: " + what + " must be asynchronous");
-    if (cancel_flag != nullptr && *cancel_flag) throw StoreConnectionError(name + ": " + what + ": cancelled");
-    struct Result {
-      bool done = false;
-      std::exception_ptr error;
-      std::string payload;
-    };
-    auto result = std::make_shared<Result>();
-    const std::uint32_t id = start(op, what, fill, deadline, [this, result](std::exception_ptr e, std::string_view p) {
-      std::lock_guard lock(mu);
-      result->done = true;
-      result->error = std::move(e);
-      result->payload = std::string(p);
-      cv.notify_all();
-    }, on_event);
-    std::unique_lock lock(mu);
-    while (!result->done) {
-      if (!broken.empty()) {
-        pending.erase(id);
-        throw StoreConnectionError(name + ": " + what + ": " + broken);
-      }
-      if (cancel_flag != nullptr && *cancel_flag) {
-        pending.erase(id);
-        throw StoreConnectionError(name + ": " + what + ": cancelled");
-      }
-      if (deadline == Clock::time_point::max()) {
-        cv.wait(lock);
-      } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !result->done) {
-        pending.erase(id);  // a late reply finds nobody waiting and is dropped: the stream stays in step
-        throw StoreTimeout(name + ": " + what + ": no reply within the deadline (server stalled or unreachable)");
-      }
-    }
-    lock.unlock();
-    if (result->error) std::rethrow_exception(result->error);
-    return std::move(result->payload);
-  }
-
-  // One first write: the hello, the frames made before the connection, what on_connected
-  // makes, and what other threads make meanwhile, in that order; the server's answer to the
-  // hello comes before any reply. Throws StoreTimeout when the server does not read.
-  void first_write() {
-    {
-      std::lock_guard lock(send_mu);
-      corker = std::this_thread::get_id();
+  // The connection is the loop's: one first write (the hello, the frames made before, what
+  // on_connected makes), then replies as they come.
+  void begin(std::unique_ptr<StoreConnection> made) {
+    conn = std::move(made);
+    try {
+      corking = true;
       cork = StoreConnection::hello(options) + queued;
       std::string().swap(queued);
-    }
-    if (on_connected) on_connected();
-    std::lock_guard lock(send_mu);
-    corker = std::thread::id();
-    cork += queued;
-    std::string().swap(queued);
-    connected = true;
-    try {
-      conn->send(cork, Clock::now() + options.timeout);  // others wait for send_mu: order kept
-    } catch (const StoreTimeout&) {
-      throw;  // the server does not read: no answer is coming either
-    } catch (const StoreError& e) {
-      std::lock_guard guard(mu);
-      send_failed = e.what();  // a server at its limit answers and closes before the hello comes
-    }
-    std::string().swap(cork);
-  }
-
-  // The I/O thread: connect, send what was queued, then replies to their requests, notifications
-  // to their watches, expired deadlines and the timer.
-  void run() {
-    std::string why;
-    std::exception_ptr unreached;  // why the connection could not be made (StoreConnectionError, StoreRejected)
-    try {
-      auto made = adopted ? std::move(adopted)
-                          : std::make_unique<StoreConnection>(endpoint, options, StoreConnection::Handshake::kPipelined);
-      {
-        std::lock_guard lock(mu);
-        if (closing) throw StoreConnectionError(name + ": the channel is closing");
-        conn = std::move(made);
+      if (on_connected) on_connected();
+      corking = false;
+      connected = true;
+      std::string first;
+      first.swap(cork);
+      try {
+        conn->send(first, Clock::now() + options.timeout);
+      } catch (const StoreTimeout&) {
+        throw;  // the server does not read: no answer is coming either
+      } catch (const StoreError& e) {
+        send_failed = e.what();  // a server at its limit answers and closes before the hello comes
       }
-      first_write();
-      take_answer(true);
-      bool usable = false;
-      {
-        std::lock_guard lock(mu);
-        handshaken = true;
-        if (broken.empty()) broken = send_failed;  // accepted, but a frame did not go whole
-        usable = broken.empty();
-      }
-      // Timer wakes and the channel's own close are the loop's ordinary events: no exception
-      // (unwinding cost each agent's end ~30 us and three page faults of unwind tables).
-      while (usable) {
-        StoreConnection::Reply reply{};
-        const auto w = conn->receive_or_stop(next_wake(), reply);
-        if (w == StoreConnection::Wait::kInterrupted) break;
-        if (w == StoreConnection::Wait::kReply) dispatch(reply);
-        expire_and_tick();
-      }
-      // Interrupted: by the destructor, or by a send that failed half-way (it said why); or a
-      // send failed before the server accepted the hello.
-      std::lock_guard lock(mu);
-      why = broken.empty() ? name + ": the channel is closing" : broken;
-      if (!failure) failure = std::make_exception_ptr(StoreConnectionError(why));
-    } catch (const std::exception& e) {
-      why = e.what();
-      std::lock_guard lock(mu);
-      if (!handshaken) unreached = std::current_exception();
-      if (!failure) failure = handshaken ? std::make_exception_ptr(StoreConnectionError(why)) : unreached;
-    }
-    fail_all(why, unreached);
-  }
-
-  // The server's answer to the hello: waited for, or (on a loop) taken when it is all here;
-  // false when it is not yet. A refusal says why a send before it failed; another end of the
-  // connection leaves the send's own error as the reason.
-  bool take_answer(bool wait) {
-    try {
-      if (!wait) return conn->try_hello();
-      conn->await_hello();
-      return true;
-    } catch (const StoreRejected&) {
-      throw;
-    } catch (const StoreError&) {
-      std::string failed;
-      {
-        std::lock_guard lock(mu);
-        failed = send_failed;
-      }
-      if (!failed.empty()) throw StoreConnectionError(failed);
-      throw;
-    }
-  }
-
-  Clock::time_point next_wake() {
-    std::lock_guard lock(mu);
-    Clock::time_point wake = timer_at;
-    for (const auto& [id, p] : pending) wake = std::min(wake, p.deadline);
-    return wake;
-  }
-
-  // On the loop: what run() does on the I/O thread, one event at a time.
-  void start_on_loop() {
-    try {
-      {
-        std::lock_guard lock(mu);
-        if (closing) return;
-        conn = std::move(adopted);
-      }
-      first_write();
       const int dup = ::fcntl(conn->fd(), F_DUPFD_CLOEXEC, 3);
       if (dup < 0) throw StoreConnectionError(name + ": cannot watch the connection: " + std::strerror(errno));
-      readable = std::make_unique<asio::posix::stream_descriptor>(*loop, dup);
-      timer = std::make_unique<asio::steady_timer>(*loop);
+      readable = std::make_unique<asio::posix::stream_descriptor>(loop, dup);
     } catch (const std::exception& e) {
-      fail_on_loop(e.what());
-      return;
+      return fail(e.what(), std::current_exception());
     }
-    read_on_loop();
+    read();
     schedule();
   }
 
-  void read_on_loop() {
+  // The server's answer to the hello, when it is all here (false: not yet). A refusal says why
+  // a send before it failed; another end of the connection leaves the send's own error as the reason.
+  bool take_answer() {
+    try {
+      return conn->try_hello();
+    } catch (const StoreRejected&) {
+      throw;
+    } catch (const StoreError&) {
+      if (!send_failed.empty()) throw StoreConnectionError(send_failed);
+      throw;
+    }
+  }
+
+  void read() {
     if (reading) return;
     reading = true;
-    std::weak_ptr<int> alive = life;
-    readable->async_wait(asio::posix::stream_descriptor::wait_read, [this, alive](const boost::system::error_code& ec) {
+    readable->async_wait(asio::posix::stream_descriptor::wait_read,
+                         [this, alive = std::weak_ptr<int>(life)](const boost::system::error_code& ec) {
       if (alive.expired()) return;
       reading = false;
       if (!ec) on_readable();
@@ -383,82 +266,73 @@ struct StoreChannel::Impl {
   }
 
   void on_readable() {
+    if (over) return;
     int taken = 0;
     try {
-      bool answered = false;
-      {
-        std::lock_guard lock(mu);
-        answered = handshaken;
-      }
-      if (!answered) {
-        if (!take_answer(false)) return read_on_loop();
-        std::lock_guard lock(mu);
+      if (!handshaken) {
+        if (!take_answer()) return read();
         handshaken = true;
         if (broken.empty()) broken = send_failed;
         if (!broken.empty()) throw StoreConnectionError(broken);
       }
-      // A bounded batch a turn: a flood of notifications does not hold the loop; what is left
-      // (maybe already read into the connection's buffer, where no wait would see it) next turn.
+      // A bounded batch a turn; what is left (maybe already read into the connection's buffer,
+      // where no wait would see it) next turn.
       StoreConnection::Reply reply{};
-      while (taken < kRepliesPerTurn && conn->try_receive(reply)) {
+      while (taken < kRepliesPerTurn && broken.empty() && conn->try_receive(reply)) {
         ++taken;
         dispatch(reply);
-        std::lock_guard lock(mu);
-        if (closing || !broken.empty()) break;
       }
-      std::string failed;
-      {
-        std::lock_guard lock(mu);
-        if (closing) return;
-        failed = broken;
-      }
-      if (!failed.empty()) return fail_on_loop(failed);
+      if (!broken.empty()) throw StoreConnectionError(broken);  // a send failed half-way
     } catch (const std::exception& e) {
-      std::string why = e.what();
-      {
-        std::lock_guard lock(mu);
-        if (!broken.empty()) why = broken;  // a failed send shut the connection down: that is why
-      }
-      return fail_on_loop(why);
+      // A failed send shut the connection down: that is why.
+      return fail(broken.empty() ? std::string(e.what()) : broken, std::current_exception());
     }
     expire_and_tick();
     if (taken == kRepliesPerTurn) {
-      std::weak_ptr<int> alive = life;
-      asio::post(*loop, [this, alive] {
-        if (!alive.expired()) on_readable();
-      });
+      later([this] { on_readable(); });
     } else {
-      read_on_loop();
+      read();
     }
     schedule();
   }
 
-  void fail_on_loop(const std::string& why) {
-    std::exception_ptr unreached;
-    {
-      std::lock_guard lock(mu);
-      if (closing) return;
-      if (!handshaken) unreached = failure ? failure : std::current_exception();
-      if (!failure) failure = handshaken || !unreached ? std::make_exception_ptr(StoreConnectionError(why)) : unreached;
-    }
+  // Once: every pending request fails (with `cause` itself when the handshake never completed:
+  // the connection could not be made, or the hello was refused), then on_lost.
+  void fail(const std::string& why, std::exception_ptr cause) {
+    if (over) return;
+    over = true;
+    const std::exception_ptr unreached = handshaken ? nullptr : (failure ? failure : cause);
+    if (!failure) failure = unreached ? unreached : std::make_exception_ptr(StoreConnectionError(why));
+    if (broken.empty()) broken = why;
     readable.reset();
-    if (timer) timer->cancel();
-    fail_all(why, unreached);
+    timer.cancel();
+    std::map<std::uint32_t, Pending> failed;
+    failed.swap(pending);
+    for (auto& [id, p] : failed) {
+      if (!p.done) continue;
+      p.done(unreached ? unreached : std::make_exception_ptr(StoreConnectionError(name + ": " + p.what + ": " + why)), {});
+    }
+    if (on_lost) on_lost(why);
   }
 
-  // The loop's timer at the earliest deadline or at(): set again when an earlier one comes.
+  Clock::time_point next_wake() const {
+    Clock::time_point wake = timer_at;
+    for (const auto& [id, p] : pending) wake = std::min(wake, p.deadline);
+    return wake;
+  }
+
+  // The timer at the earliest deadline or at(): set again when an earlier one comes.
   void schedule() {
-    if (!timer) return;
+    if (over) return;
     const Clock::time_point wake = next_wake();
     if (wake == timer_armed) return;
     timer_armed = wake;
     if (wake == Clock::time_point::max()) {
-      timer->cancel();
+      timer.cancel();
       return;
     }
-    timer->expires_at(wake);
-    std::weak_ptr<int> alive = life;
-    timer->async_wait([this, alive](const boost::system::error_code& ec) {
+    timer.expires_at(wake);
+    timer.async_wait([this, alive = std::weak_ptr<int>(life)](const boost::system::error_code& ec) {
       if (alive.expired() || ec) return;
       timer_armed = Clock::time_point::max();
       expire_and_tick();
@@ -468,30 +342,20 @@ struct StoreChannel::Impl {
 
   void dispatch(const StoreConnection::Reply& reply) {
     if (reply.status == wire::Status::kNotify) {
-      std::function<void(const StoreEvent&)>* handler = nullptr;
-      {
-        std::lock_guard lock(mu);
-        if (closing) return;
-        auto it = watches.find(reply.id);
-        if (it != watches.end()) handler = &it->second;  // stable: map nodes stay put
-      }
-      if (handler == nullptr) return;
+      auto it = watches.find(reply.id);
+      if (it == watches.end()) return;
       wire::Reader r(reply.payload);
       StoreEvent event;
       event.kind = static_cast<StoreEvent::Kind>(r.u8());
       event.key = std::string(r.str());
       event.value = std::string(r.str());
-      (*handler)(event);
+      it->second(event);  // map nodes stay put: a watch made meanwhile does not move it
       return;
     }
-    Pending p;
-    {
-      std::lock_guard lock(mu);
-      auto it = pending.find(reply.id);
-      if (it == pending.end() || closing) return;  // its caller gave up (deadline, cancel)
-      p = std::move(it->second);
-      pending.erase(it);
-    }
+    auto it = pending.find(reply.id);
+    if (it == pending.end()) return;  // its deadline passed: dropped
+    Pending p = std::move(it->second);
+    pending.erase(it);
     std::exception_ptr error;
     if (reply.status != wire::Status::kOk) {
       try {
@@ -504,56 +368,32 @@ struct StoreChannel::Impl {
   }
 
   void expire_and_tick() {
+    if (over) return;
+    const auto now = Clock::now();
     std::vector<Pending> expired;
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second.deadline > now) {
+        ++it;
+        continue;
+      }
+      expired.push_back(std::move(it->second));
+      it = pending.erase(it);
+    }
     std::function<void()> tick;
-    {
-      std::lock_guard lock(mu);
-      if (closing) return;
-      const auto now = Clock::now();
-      for (auto it = pending.begin(); it != pending.end();) {
-        if (it->second.deadline > now) {
-          ++it;
-          continue;
-        }
-        expired.push_back(std::move(it->second));
-        it = pending.erase(it);
-      }
-      if (timer_at <= now) {
-        tick = std::move(timer_fn);
-        timer_fn = nullptr;
-        timer_at = Clock::time_point::max();
-      }
+    if (timer_at <= now) {
+      tick = std::move(timer_fn);
+      timer_fn = nullptr;
+      timer_at = Clock::time_point::max();
     }
     for (auto& p : expired) {
-      if (p.done) {
-        const auto error = StoreTimeout(name + ": " + p.what + ": no reply within the deadline (server stalled or unreachable)");
-        p.done(std::make_exception_ptr(error), {});
-      }
+      if (!p.done) continue;
+      const auto error = StoreTimeout(name + ": " + p.what + ": no reply within the deadline (server stalled or unreachable)");
+      p.done(std::make_exception_ptr(error), {});
     }
     if (tick) tick();
   }
 
-  // Every pending request fails: with `unreached` itself when the handshake never completed.
-  void fail_all(const std::string& why, std::exception_ptr unreached) {
-    std::vector<Pending> failed;
-    bool report = false;
-    {
-      std::lock_guard lock(mu);
-      if (broken.empty()) broken = why;
-      report = !closing;
-      for (auto& [id, p] : pending) failed.push_back(std::move(p));
-      pending.clear();
-      cv.notify_all();
-    }
-    if (!report) return;
-    for (auto& p : failed) {
-      if (!p.done) continue;
-      p.done(unreached ? unreached : std::make_exception_ptr(StoreConnectionError(name + ": " + p.what + ": " + why)), {});
-    }
-    if (on_lost) on_lost(why);
-  }
-
-  // The asynchronous form of each request: `decode` turns the OK payload into what `done` gets.
+  // A request whose OK payload `decode` turns into what `done` gets.
   template <typename T, typename Decode, typename Then>
   void async(wire::Op op, const std::string& what, const Fill& fill, Clock::time_point deadline, Decode decode, Then done) {
     start(op, what, fill, deadline, [this, what, decode, done = std::move(done)](std::exception_ptr e, std::string_view p) {
@@ -570,52 +410,19 @@ struct StoreChannel::Impl {
   }
 };
 
-StoreChannel::StoreChannel(const StoreEndpoint& endpoint, const StoreClientOptions& options,
-                           std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected)
-    : StoreChannel(nullptr, endpoint, options, std::move(on_lost), std::move(on_connected)) {}
-
-StoreChannel::StoreChannel(std::unique_ptr<StoreConnection> connected, const StoreEndpoint& endpoint,
-                           const StoreClientOptions& options, std::function<void(const std::string& why)> on_lost,
-                           std::function<void()> on_connected)
-    : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost), std::move(on_connected))) {
-  impl_->adopted = std::move(connected);
-  impl_->io = quiet_thread([impl = impl_.get()] { impl->run(); });
-}
-
-StoreChannel::StoreChannel(asio::io_context* loop, std::unique_ptr<StoreConnection> connected,
+StoreChannel::StoreChannel(asio::io_context& loop, std::unique_ptr<StoreConnection> connected,
                            const StoreEndpoint& endpoint, const StoreClientOptions& options,
                            std::function<void(const std::string& why)> on_lost, std::function<void()> on_connected)
-    : impl_(std::make_unique<Impl>(endpoint, options, std::move(on_lost), std::move(on_connected))) {
-  impl_->adopted = std::move(connected);
-  if (loop == nullptr || !impl_->adopted) {
-    impl_->io = quiet_thread([impl = impl_.get()] { impl->run(); });
+    : impl_(std::make_unique<Impl>(loop, endpoint, options, std::move(on_lost), std::move(on_connected))) {
+  if (!connected) {
+    impl_->connect_aside();
     return;
   }
-  impl_->loop = loop;
-  std::weak_ptr<int> alive = impl_->life;
-  asio::post(*loop, [impl = impl_.get(), alive] {
-    if (!alive.expired()) impl->start_on_loop();
-  });
+  auto made = std::make_shared<std::unique_ptr<StoreConnection>>(std::move(connected));
+  impl_->later([impl = impl_.get(), made] { impl->begin(std::move(*made)); });  // nothing runs before the loop does
 }
 
-StoreChannel::~StoreChannel() {
-  if (impl_->loop != nullptr) {
-    {
-      std::lock_guard lock(impl_->mu);
-      impl_->closing = true;
-    }
-    impl_->life.reset();  // handlers still queued on the loop find the channel gone
-    return;               // the socket's duplicate, the timer and the connection close with impl_
-  }
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->closing = true;
-    if (impl_->conn) impl_->conn->interrupt();
-    impl_->cv.notify_all();
-  }
-  impl_->cancel->cancel();
-  impl_->io.join();
-}
+StoreChannel::~StoreChannel() = default;
 
 void StoreChannel::set(const std::string& key, std::string_view value, Clock::time_point deadline, Done done) {
   impl_->start(wire::Op::kSet, named("set", key), key_value(key, value), deadline,
@@ -653,65 +460,15 @@ void StoreChannel::watch(const std::string& prefix, std::function<void(const Sto
 void StoreChannel::corked(const std::function<void()>& body) { impl_->corked(body); }
 
 void StoreChannel::at(Clock::time_point when, std::function<void()> fn) {
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->timer_at = when;
-    impl_->timer_fn = std::move(fn);
-  }
-  if (impl_->loop != nullptr) impl_->schedule();
+  impl_->timer_at = when;
+  impl_->timer_fn = std::move(fn);
+  impl_->schedule();
 }
 
-void StoreChannel::set(const std::string& key, std::string_view value, Clock::time_point deadline,
-                       const std::atomic<bool>* cancel) {
-  impl_->request(wire::Op::kSet, named("set", key), key_value(key, value), deadline, cancel, nullptr);
-}
+bool StoreChannel::reached() const { return impl_->handshaken; }
 
-void StoreChannel::set_ephemeral(const std::string& key, std::string_view value, Clock::time_point deadline,
-                                 const std::atomic<bool>* cancel) {
-  impl_->request(wire::Op::kSetEphemeral, named("set_ephemeral", key), key_value(key, value), deadline, cancel, nullptr);
-}
+std::exception_ptr StoreChannel::failure() const { return impl_->failure; }
 
-std::string StoreChannel::get(const std::string& key, Millis wait, Clock::time_point deadline,
-                              const std::atomic<bool>* cancel) {
-  return decode_value(impl_->request(wire::Op::kGet, named("get", key), key_wait(key, wait), deadline, cancel, nullptr));
-}
-
-std::optional<std::string> StoreChannel::try_get(const std::string& key, Clock::time_point deadline,
-                                                 const std::atomic<bool>* cancel) {
-  return decode_maybe_value(
-      impl_->request(wire::Op::kTryGet, named("try_get", key), [&](wire::Writer& w) { w.str(key); }, deadline, cancel, nullptr));
-}
-
-std::vector<std::string> StoreChannel::list_keys(const std::string& prefix, std::uint32_t limit,
-                                                 Clock::time_point deadline) {
-  return decode_keys(impl_->request(wire::Op::kListKeys, named("list_keys", prefix), prefix_limit(prefix, limit),
-                                    deadline, nullptr, nullptr));
-}
-
-void StoreChannel::watch(const std::string& prefix, std::function<void(const StoreEvent&)> on_event,
-                         Clock::time_point deadline) {
-  impl_->request(wire::Op::kWatch, "watch '" + prefix + "'", [&](wire::Writer& w) { w.str(prefix); }, deadline, nullptr,
-                 &on_event);
-}
-
-void StoreChannel::wake() {
-  std::lock_guard lock(impl_->mu);
-  impl_->cv.notify_all();
-}
-
-bool StoreChannel::reached() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->handshaken;
-}
-
-std::exception_ptr StoreChannel::failure() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->failure;
-}
-
-std::string StoreChannel::local_address() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->conn ? impl_->conn->local_address() : std::string();
-}
+std::string StoreChannel::local_address() const { return impl_->conn ? impl_->conn->local_address() : std::string(); }
 
 }  // namespace crun

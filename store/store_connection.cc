@@ -362,18 +362,8 @@ void StoreConnection::bound_receive(Clock::time_point deadline) {
 
 StoreConnection::Reply StoreConnection::receive(Clock::time_point deadline) {
   Reply reply;
-  const Wait w = receive_or_stop(deadline, reply);
-  if (w == Wait::kTimeout) throw StoreTimeout(name_ + ": no reply in time");
-  if (w == Wait::kInterrupted) throw StoreConnectionError(name_ + ": connection interrupted");
+  while (!take_frame(reply)) fill(deadline);  // the buffer grows with the bytes, not the length a frame declares
   return reply;
-}
-
-StoreConnection::Wait StoreConnection::receive_or_stop(Clock::time_point deadline, Reply& reply) {
-  // The buffer grows with the bytes, not the length a frame declares.
-  while (!take_frame(reply)) {
-    if (const Wait w = fill_or_stop(deadline); w != Wait::kReply) return w;
-  }
-  return Wait::kReply;
 }
 
 void raise_reply_error(const std::string& what, wire::Status status, std::string_view payload) {

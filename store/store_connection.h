@@ -28,8 +28,7 @@
 //     whatever length a frame declares.
 //
 // Threading
-//   One thread at a time, except interrupt(), and send() beside one receive() (StoreChannel: its
-//   reader thread receives while callers send, one frame at a time under its own lock).
+//   One thread at a time, except interrupt() (a watch's reader thread is stopped so).
 #pragma once
 
 #include <atomic>
@@ -66,11 +65,6 @@ class StoreConnection {
   void await_hello();
   void send(std::string_view bytes, Clock::time_point deadline);
   Reply receive(Clock::time_point deadline);  // Clock::time_point::max(): no deadline
-  // receive() for a loop that expects both ends without an exception: kTimeout when `deadline`
-  // passes before a whole reply, kInterrupted once interrupt() has ended the connection; any
-  // other failure throws as receive() does. `reply` is set on kReply only.
-  enum class Wait { kReply, kTimeout, kInterrupted };
-  Wait receive_or_stop(Clock::time_point deadline, Reply& reply);
   void interrupt();
   // For a channel on an event loop (never blocking): the server's answer to the hello, or the
   // next reply, from what has arrived; false when it is not all here yet. Throw as their
@@ -90,6 +84,8 @@ class StoreConnection {
 
  private:
   static constexpr std::size_t kMinFreeBytes = 4096;  // room offered to each recv()
+  // kTimeout when the deadline passes before the bytes, kInterrupted once interrupt() ended the connection.
+  enum class Wait { kReply, kTimeout, kInterrupted };
   StoreConnection(int fd, std::string name);  // connect_once's: adopts a connected socket
   void use_socket(Clock::time_point connect_deadline);
   void fill(Clock::time_point deadline);

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "rendezvous/rendezvous_records.h"
-#include "store/store_channel.h"
+#include "store/blocking_store_channel.h"
 #include "tests/support/child_process.h"
 #include "tests/support/loopback_socket.h"
 
@@ -48,14 +48,14 @@ class Heartbeats {
   explicit Heartbeats(const std::string& port)
       : channel_(StoreEndpoint{"127.0.0.1", static_cast<std::uint16_t>(std::stoi(port))}, options(), [](const std::string&) {}) {
     channel_.watch(RendezvousKeys("stall").heartbeat_prefix(), [this](const StoreEvent& e) { seen(e); },
-                   StoreChannel::Clock::now() + 30s);
+                   BlockingStoreChannel::Clock::now() + 30s);
   }
   int count(pid_t agent) {
     std::lock_guard lock(mu_);
     return beats_[agent];
   }
   // Waits until `agent` beat `n` times more than `from`; the time of that beat.
-  std::optional<StoreChannel::Clock::time_point> wait(pid_t agent, int from, int n, std::chrono::milliseconds bound) {
+  std::optional<BlockingStoreChannel::Clock::time_point> wait(pid_t agent, int from, int n, std::chrono::milliseconds bound) {
     std::unique_lock lock(mu_);
     if (!cv_.wait_for(lock, bound, [&] { return beats_[agent] >= from + n; })) return std::nullopt;
     return last_[agent];
@@ -74,14 +74,14 @@ class Heartbeats {
     const pid_t pid = std::atoi(e.key.c_str() + colon + 1);
     std::lock_guard lock(mu_);
     ++beats_[pid];
-    last_[pid] = StoreChannel::Clock::now();
+    last_[pid] = BlockingStoreChannel::Clock::now();
     cv_.notify_all();
   }
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<pid_t, int> beats_;
-  std::map<pid_t, StoreChannel::Clock::time_point> last_;
-  StoreChannel channel_;  // last: its thread calls seen() until it ends
+  std::map<pid_t, BlockingStoreChannel::Clock::time_point> last_;
+  BlockingStoreChannel channel_;  // last: its thread calls seen() until it ends
 };
 
 // The pid of the worker in "ready rank=R pid=P" (the n-th such line, from 1).

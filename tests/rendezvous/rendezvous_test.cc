@@ -1,4 +1,5 @@
-// The c10d-style rendezvous: a real store and coordinator on loopback, agents as threads.
+// The c10d-style rendezvous: a real store and coordinator on loopback, each agent's participant
+// on a loop of its own.
 #include <dirent.h>
 
 #include <catch2/catch.hpp>
@@ -8,7 +9,9 @@
 
 #include "rendezvous/rendezvous_coordinator.h"
 #include "rendezvous/rendezvous_participant.h"
+#include "store/store_connection.h"
 #include "tests/support/hand_store_server.h"
+#include "tests/support/loop_thread.h"
 #include "tests/support/loopback_socket.h"
 #include "tests/support/store_fixture.h"
 
@@ -42,9 +45,40 @@ struct Job {
   RendezvousCoordinator coordinator;
 };
 
+// A participant as the agent has it, on an event loop (here a thread of the test's): made, called
+// and destroyed there; its events arrive there.
+class LoopParticipant {
+ public:
+  LoopParticipant(const StoreEndpoint& store, const StoreClientOptions& options, const RendezvousConfig& cfg,
+                  const NodeRecord& self, const ParticipantEvents& events) {
+    loop_.run([&] { p_ = std::make_unique<RendezvousParticipant>(loop_.io(), nullptr, store, options, cfg, self, events); });
+  }
+  ~LoopParticipant() {
+    loop_.run([&] { p_.reset(); });
+  }
+  void join(std::function<std::uint16_t(const std::string&)> free_port, std::function<void(JoinResult)> done) {
+    loop_.run([&] { p_->join(std::move(free_port), std::move(done)); });
+  }
+  void report(int round, const RoundOutcome& outcome) {
+    loop_.run([&] { p_->report(round, outcome); });
+  }
+  void publish_status(const std::string& status, bool gather) {
+    loop_.run([&] { p_->publish_status(status, gather); });
+  }
+  std::vector<std::string> job_status() {
+    return loop_.run([&] { return p_->job_status(); });
+  }
+  const std::string& node_id() const { return p_->node_id(); }  // fixed at construction
+  const RendezvousKeys& keys() const { return p_->keys(); }
+
+ private:
+  LoopThread loop_;
+  std::unique_ptr<RendezvousParticipant> p_;
+};
+
 // A join as the agent makes it, waited for by the caller: the answer, or what the join failed
 // with (thrown by get()).
-std::future<RoundAnswer> start_join(RendezvousParticipant& p, std::uint16_t port) {
+std::future<RoundAnswer> start_join(LoopParticipant& p, std::uint16_t port) {
   auto promise = std::make_shared<std::promise<RoundAnswer>>();
   auto answer = promise->get_future();
   p.join([port](const std::string&) { return port; }, [promise](JoinResult r) {
@@ -57,7 +91,7 @@ std::future<RoundAnswer> start_join(RendezvousParticipant& p, std::uint16_t port
   return answer;
 }
 
-RoundAnswer join_now(RendezvousParticipant& p, std::uint16_t port) {
+RoundAnswer join_now(LoopParticipant& p, std::uint16_t port) {
   auto answer = start_join(p, port);
   REQUIRE(answer.wait_for(20s) == std::future_status::ready);
   return answer.get();
@@ -81,16 +115,16 @@ struct Node {
       control.push(e);
     };
     ev.on_store_lost = [this](const std::string& w) { lost.push(w); };
-    participant = std::make_unique<RendezvousParticipant>(job.fixture.endpoint(), StoreClientOptions{}, job.cfg, r, ev);
+    participant = std::make_unique<LoopParticipant>(job.fixture.endpoint(), StoreClientOptions{}, job.cfg, r, ev);
   }
   std::future<RoundAnswer> join_async(std::uint16_t port = 29500) {
     return start_join(*participant, port);
   }
-  // The queues outlive the participant, whose threads push into them until it is destroyed.
+  // The queues outlive the participant, whose loop pushes into them until it is destroyed.
   EventQueue<ControlEvent> control;
   EventQueue<bool> coordinator_closed_at_close;  // what closed() said while the close event was handled
   EventQueue<std::string> lost;
-  std::unique_ptr<RendezvousParticipant> participant;
+  std::unique_ptr<LoopParticipant> participant;
 };
 
 RoundAnswer get(std::future<RoundAnswer>& f) {
@@ -447,7 +481,7 @@ TEST_CASE("the host's configuration is the reference, not the first joiner's", "
     r.hostname = name;
     r.addr = "10.9.0." + std::to_string(name.back() - '0');
     r.nproc = nproc;
-    return std::make_unique<RendezvousParticipant>(fixture.endpoint(), StoreClientOptions{}, cfg, r, ParticipantEvents{});
+    return std::make_unique<LoopParticipant>(fixture.endpoint(), StoreClientOptions{}, cfg, r, ParticipantEvents{});
   };
   auto stale = make("z9", 8);  // a stale command joins first
   auto rz = start_join(*stale, 1);
@@ -540,7 +574,7 @@ TEST_CASE("a report does not wait for the store; one it does not take is the sto
   HandStoreServer hand;
   auto cfg = config(1, 1);
   cfg.heartbeat_timeout = 60s;  // heartbeats go unanswered too, but only the report's deadline passes
-  cfg.keep_alive_interval = 300ms;  // the I/O thread's timer: it notices the deadline at a beat
+  cfg.keep_alive_interval = 300ms;
   StoreClientOptions options;
   options.timeout = 2s;
   NodeRecord self;
@@ -549,7 +583,7 @@ TEST_CASE("a report does not wait for the store; one it does not take is the sto
   EventQueue<std::string> lost;
   ParticipantEvents ev;
   ev.on_store_lost = [&lost](const std::string& why) { lost.push(why); };
-  RendezvousParticipant p({"127.0.0.1", hand.listening.port}, options, cfg, self, ev);
+  LoopParticipant p({"127.0.0.1", hand.listening.port}, options, cfg, self, ev);
   hand.accept_hello();
   hand.answer_hello();
   for (const auto& f : hand.read_frames(2)) hand.reply_ok(f.id);  // the control watch, the first heartbeat
@@ -601,16 +635,16 @@ int threads_of_this_process() {
 }
 }  // namespace
 
-TEST_CASE("a participant runs on one thread of its own, from its connection to its last round", "[rendezvous]") {
+TEST_CASE("a participant runs on its owner's loop: no thread of its own once connected", "[rendezvous]") {
   Job job(config(1, 1));
   const int before = threads_of_this_process();
   {
-    Node a(job, "a1");
+    Node a(job, "a1");  // its loop's thread (the agent's main thread), and a helper while it connects
     RoundAnswer r = join_now(*a.participant, 1);
     CHECK(r.error.empty());
-    a.participant->publish_status("{}", true);  // node rank 0 reads every status back, on that thread too
+    a.participant->publish_status("{}", true);  // node rank 0 reads every status back, on the loop too
     REQUIRE(eventually([&] { return a.participant->job_status().size() == 1; }));
-    CHECK(threads_of_this_process() == before + 1);
+    CHECK(eventually([&] { return threads_of_this_process() == before + 1; }));  // the connecting helper ended
   }
   CHECK(threads_of_this_process() == before);
 }
@@ -622,7 +656,7 @@ TEST_CASE("a store that cannot be reached fails the join as unreached", "[rendez
   r.node_id = make_node_id("a1");
   r.hostname = "a1";
   LoopbackSocket refusing(LoopbackSocket::Mode::kBound);  // bound, never listening: refuses, for the test's life
-  RendezvousParticipant p({"127.0.0.1", refusing.port}, StoreClientOptions{}, cfg, r, ParticipantEvents{});
+  LoopParticipant p({"127.0.0.1", refusing.port}, StoreClientOptions{}, cfg, r, ParticipantEvents{});
   auto done = std::make_shared<std::promise<JoinResult>>();
   p.join([](const std::string&) { return std::uint16_t{1}; }, [done](JoinResult jr) { done->set_value(std::move(jr)); });
   auto result = done->get_future();

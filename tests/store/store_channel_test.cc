@@ -1,4 +1,6 @@
-// StoreChannel: one connection, several threads, a watch, against a real server.
+// StoreChannel on a loop of a thread of the test's, and BlockingStoreChannel over it, against a
+// real server or one played by hand: the hello and the first requests in one write, corked
+// writes, connecting (or not), a refused hello, and blocking requests from several threads.
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -12,9 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "store/blocking_store_channel.h"
 #include "store/store_channel.h"
 #include "store/store_connection.h"
 #include "tests/support/hand_store_server.h"
+#include "tests/support/loop_thread.h"
 #include "tests/support/loopback_socket.h"
 #include "tests/support/store_fixture.h"
 
@@ -49,12 +53,46 @@ struct LostLog {
     return reasons.size();
   }
 };
+
+// A StoreChannel made, used and destroyed on `loop`'s thread.
+struct LoopChannel {
+  LoopChannel(LoopThread& l, std::unique_ptr<StoreConnection> made, const StoreEndpoint& ep, const StoreClientOptions& o,
+              std::function<void(const std::string&)> lost, std::function<void()> connected = {})
+      : loop(l) {
+    auto given = std::make_shared<std::unique_ptr<StoreConnection>>(std::move(made));
+    loop.run([&] { ch = std::make_unique<StoreChannel>(loop.io(), std::move(*given), ep, o, std::move(lost), std::move(connected)); });
+  }
+  ~LoopChannel() {
+    loop.run([&] { ch.reset(); });
+  }
+  // What an asynchronous set failed with, when it is an E ("another error" if not).
+  template <typename E>
+  std::string failure_of_a_set() {
+    auto failed = std::make_shared<std::promise<std::string>>();
+    loop.run([&] {
+      ch->set("k", "v", in(5s), [failed](std::exception_ptr e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const E& x) {
+          failed->set_value(x.what());
+        } catch (const std::exception& x) {
+          failed->set_value(std::string("another error: ") + x.what());
+        }
+      });
+    });
+    auto why = failed->get_future();
+    REQUIRE(why.wait_for(5s) == std::future_status::ready);
+    return why.get();
+  }
+  LoopThread& loop;
+  std::unique_ptr<StoreChannel> ch;
+};
 }  // namespace
 
-TEST_CASE("requests from several threads on one channel each get their own reply", "[channel]") {
+TEST_CASE("blocking requests from several threads on one channel each get their own reply", "[channel]") {
   ServerFixture f;
   LostLog lost;
-  StoreChannel ch(f.endpoint(), {}, lost.callback());
+  BlockingStoreChannel ch(f.endpoint(), {}, lost.callback());
   std::vector<std::thread> threads;
   std::atomic<int> wrong{0};
   for (int t = 0; t < 4; ++t) {
@@ -76,7 +114,7 @@ TEST_CASE("requests from several threads on one channel each get their own reply
 TEST_CASE("a get parked at the server holds back no other request on the channel", "[channel]") {
   ServerFixture f;
   LostLog lost;
-  StoreChannel ch(f.endpoint(), {}, lost.callback());
+  BlockingStoreChannel ch(f.endpoint(), {}, lost.callback());
   std::string got;
   std::thread waiter([&] { got = ch.get("later", 30s, in(60s)); });
   REQUIRE(eventually([&] { return f.server.stats().parked_requests == 1; }));
@@ -91,7 +129,7 @@ TEST_CASE("a get parked at the server holds back no other request on the channel
 TEST_CASE("a watch on the channel sees every change in order, beside requests", "[channel]") {
   ServerFixture f;
   LostLog lost;
-  StoreChannel ch(f.endpoint(), {}, lost.callback());
+  BlockingStoreChannel ch(f.endpoint(), {}, lost.callback());
   std::mutex mu;
   std::vector<std::string> seen;
   ch.watch("w/", [&](const StoreEvent& e) {
@@ -113,30 +151,10 @@ TEST_CASE("a watch on the channel sees every change in order, beside requests", 
   CHECK(seen[51] == "set w/own=mine");
 }
 
-TEST_CASE("a cancelled request fails at once and the channel goes on", "[channel]") {
-  ServerFixture f;
-  LostLog lost;
-  StoreChannel ch(f.endpoint(), {}, lost.callback());
-  std::atomic<bool> cancel{false};
-  std::string error;
-  std::thread waiter = blocked([&] { ch.get("never", 60s, in(120s), &cancel); }, error);
-  REQUIRE(eventually([&] { return f.server.stats().parked_requests == 1; }));
-  const auto t0 = std::chrono::steady_clock::now();
-  cancel = true;
-  ch.wake();
-  waiter.join();
-  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
-  CHECK_THAT(error, Catch::Contains("cancelled"));
-  CHECK_THROWS_WITH(ch.set("k", "v", in(5s), &cancel), Catch::Contains("cancelled"));  // and stays so for it
-  ch.set("k", "v", in(5s));  // others go on
-  CHECK(ch.try_get("k", in(5s)) == "v");
-  CHECK(lost.count() == 0);
-}
-
 TEST_CASE("a reply later than its deadline is dropped and the channel stays in step", "[channel]") {
   ServerFixture f;
   LostLog lost;
-  StoreChannel ch(f.endpoint(), {}, lost.callback());
+  BlockingStoreChannel ch(f.endpoint(), {}, lost.callback());
   CHECK_THROWS_AS(ch.get("slow", 1s, in(100ms)), StoreTimeout);  // the server answers (timeout) at 1 s
   ch.set("k", "v", in(5s));
   CHECK(ch.try_get("k", in(5s)) == "v");
@@ -150,7 +168,7 @@ TEST_CASE("a reply later than its deadline is dropped and the channel stays in s
 TEST_CASE("a server that goes away fails the waiting request and is reported lost once", "[channel]") {
   auto f = std::make_unique<ServerFixture>();
   LostLog lost;
-  StoreChannel ch(f->endpoint(), {}, lost.callback());
+  BlockingStoreChannel ch(f->endpoint(), {}, lost.callback());
   std::string error;
   std::thread waiter = blocked([&] { ch.get("never", 60s, in(120s)); }, error);
   REQUIRE(eventually([&] { return f->server.stats().parked_requests == 1; }));
@@ -162,89 +180,37 @@ TEST_CASE("a server that goes away fails the waiting request and is reported los
   CHECK(lost.count() == 1);
 }
 
-namespace {
-// What an asynchronous set on `ch` failed with, when it is an E ("another error" if not).
-template <typename E>
-std::string failure_of_a_set(StoreChannel& ch) {
-  auto failed = std::make_shared<std::promise<std::string>>();
-  ch.set("k", "v", in(5s), [failed](std::exception_ptr e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const E& x) {
-      failed->set_value(x.what());
-    } catch (const std::exception& x) {
-      failed->set_value(std::string("another error: ") + x.what());
-    }
-  });
-  auto why = failed->get_future();
-  REQUIRE(why.wait_for(5s) == std::future_status::ready);
-  return why.get();
-}
-}  // namespace
-
 TEST_CASE("the first requests go out behind the hello before it is answered; a corked batch waits for its body's end", "[channel]") {
   HandStoreServer hand;
   LostLog lost;
-  StoreChannel ch({"127.0.0.1", hand.listening.port}, {}, lost.callback());
-  for (const char* key : {"a", "b", "c"}) ch.set(key, "v", in(5s), [](std::exception_ptr) {});
+  LoopThread loop;
+  LoopChannel c(loop, nullptr, {"127.0.0.1", hand.listening.port}, {}, lost.callback());
+  loop.run([&] {
+    for (const char* key : {"a", "b", "c"}) c.ch->set(key, "v", in(5s), [](std::exception_ptr) {});
+  });
   hand.accept_hello();
   CHECK(hand.frames(3) == 3);  // no round trip for the handshake: they came with or right after it
   hand.answer_hello();
-  ch.corked([&] {
-    ch.set("d", "v", in(5s), [](std::exception_ptr) {});
-    ch.try_get("e", in(5s), [](std::exception_ptr, std::optional<std::string>) {});
-    CHECK_FALSE(hand.readable());  // held back until the body ends
+  bool held = false;
+  loop.run([&] {
+    c.ch->corked([&] {
+      c.ch->set("d", "v", in(5s), [](std::exception_ptr) {});
+      c.ch->try_get("e", in(5s), [](std::exception_ptr, std::optional<std::string>) {});
+      held = !hand.readable();  // held back until the body ends
+    });
   });
+  CHECK(held);
   CHECK(hand.readable());
   CHECK(hand.frames(2) == 2);
 }
 
-TEST_CASE("asynchronous requests complete on the I/O thread in order; a missed deadline fails alone", "[channel]") {
-  ServerFixture f;
-  LostLog lost;
-  std::promise<std::thread::id> io_thread;
-  StoreChannel ch(f.endpoint(), {}, lost.callback(), [&] { io_thread.set_value(std::this_thread::get_id()); });
-  const std::thread::id io = io_thread.get_future().get();
-  std::mutex mu;
-  std::vector<std::string> order;
-  std::vector<std::thread::id> threads;
-  auto note = [&](const std::string& what) {
-    std::lock_guard lock(mu);
-    order.push_back(what);
-    threads.push_back(std::this_thread::get_id());
-  };
-  ch.get("slow", 5000ms, in(1000ms), [&](std::exception_ptr e, std::optional<std::string>) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const StoreTimeout&) {
-      note("get timed out");
-    } catch (...) {
-      note("get failed otherwise");
-    }
-  });
-  ch.set("k", "v", in(5s), [&](std::exception_ptr e) { note(e ? "set failed" : "set"); });
-  ch.try_get("k", in(5s), [&](std::exception_ptr, std::optional<std::string> v) { note("try_get " + v.value_or("-")); });
-  ch.list_keys("", 10, in(5s), [&](std::exception_ptr, std::vector<std::string> keys) { note("list " + std::to_string(keys.size())); });
-  // The I/O thread learns of the get's 1 s deadline when the replies to the others wake it.
-  REQUIRE(eventually([&] {
-    std::lock_guard lock(mu);
-    return order.size() == 4;
-  }, 5s));
-  std::lock_guard lock(mu);
-  CHECK(order == std::vector<std::string>{"set", "try_get v", "list 1", "get timed out"});
-  for (auto t : threads) CHECK(t == io);
-  CHECK(ch.try_get("k", in(5s)) == "v");  // the late reply to the get (at 5 s) will be dropped
-  CHECK(lost.count() == 0);
-}
-
 TEST_CASE("a store that cannot be reached fails every request with why, and is reported lost once", "[channel]") {
   LoopbackSocket refusing(LoopbackSocket::Mode::kBound);
-  const std::uint16_t port = refusing.port;
   LostLog lost;
   StoreClientOptions o;
   o.connect_timeout = 200ms;
-  StoreChannel ch({"127.0.0.1", port}, o, lost.callback());
-  CHECK_THAT(failure_of_a_set<StoreConnectionError>(ch), Catch::Contains("cannot connect"));
+  BlockingStoreChannel ch({"127.0.0.1", refusing.port}, o, lost.callback());
+  CHECK_THROWS_WITH(ch.set("k", "v", in(5s)), Catch::Contains("cannot connect"));
   REQUIRE(eventually([&] { return lost.count() == 1; }));
   CHECK_THROWS_AS(ch.set("k", "v", in(1s)), StoreConnectionError);  // and every later one, at once
   CHECK(lost.count() == 1);
@@ -257,19 +223,17 @@ TEST_CASE("the hello goes out with the first requests; a refused one fails them 
   LostLog lost;
   StoreClientOptions wrong;
   wrong.token = "wrong";
-  StoreChannel ch(f.endpoint(), wrong, lost.callback());
-  CHECK_THAT(failure_of_a_set<StoreRejected>(ch), Catch::Contains("handshake refused"));
+  BlockingStoreChannel ch(f.endpoint(), wrong, lost.callback());
+  CHECK_THROWS_WITH(ch.set("k", "v", in(5s)), Catch::Contains("handshake refused"));
   REQUIRE(eventually([&] { return lost.count() == 1; }));
-  CHECK_FALSE(ch.reached());
-  CHECK_THROWS_AS(std::rethrow_exception(ch.failure()), StoreRejected);
   CHECK_THROWS_AS(ch.set("k", "v", in(1s)), StoreRejected);  // and a later request, at once
 
   StoreClientOptions right;
   right.token = "right";
-  StoreChannel good(f.endpoint(), right, lost.callback());
+  BlockingStoreChannel good(f.endpoint(), right, lost.callback());
   good.set("k", "v", in(5s));  // its hello and this set shared one write
-  CHECK(good.reached());
   CHECK(good.try_get("k", in(5s)) == "v");
+  CHECK(lost.count() == 1);
 }
 
 TEST_CASE("a server at its limit answers and closes before the hello comes: its answer, not the failed send, says why", "[channel]") {
@@ -277,7 +241,7 @@ TEST_CASE("a server at its limit answers and closes before the hello comes: its 
   so.max_connections = 1;
   ServerFixture f(so);
   LostLog lost;
-  StoreChannel holder(f.endpoint(), {}, lost.callback());
+  BlockingStoreChannel holder(f.endpoint(), {}, lost.callback());
   holder.set("k", "v", in(5s));  // the one connection the server allows
   auto made = StoreConnection::connect_once(f.endpoint(), {}, 5000ms);
   REQUIRE(made != nullptr);
@@ -292,12 +256,13 @@ TEST_CASE("a server at its limit answers and closes before the hello comes: its 
       return true;
     }
   }));
-  StoreChannel refused(std::move(made), f.endpoint(), {}, lost.callback());
-  CHECK_THAT(failure_of_a_set<StoreRejected>(refused), Catch::Contains("server at its connection limit"));
+  LoopThread loop;
+  LoopChannel refused(loop, std::move(made), f.endpoint(), {}, lost.callback());
+  CHECK_THAT(refused.failure_of_a_set<StoreRejected>(), Catch::Contains("server at its connection limit"));
   REQUIRE(eventually([&] { return lost.count() == 1; }));
-  CHECK_FALSE(refused.reached());
-  CHECK_THROWS_AS(std::rethrow_exception(refused.failure()), StoreRejected);
-  CHECK_THROWS_AS(refused.set("k", "v", in(1s)), StoreRejected);  // and a later request, at once
+  CHECK_FALSE(loop.run([&] { return refused.ch->reached(); }));
+  CHECK_THROWS_AS(std::rethrow_exception(loop.run([&] { return refused.ch->failure(); })), StoreRejected);
+  CHECK_THAT(refused.failure_of_a_set<StoreRejected>(), Catch::Contains("server at its connection limit"));  // at once
 }
 
 TEST_CASE("connect_once: a connection where a store listens, none where nobody does; a channel uses the one it is given", "[channel]") {
@@ -312,10 +277,15 @@ TEST_CASE("connect_once: a connection where a store listens, none where nobody d
   REQUIRE(made != nullptr);
   LostLog lost;
   std::promise<void> connected;
-  StoreChannel ch(std::move(made), {"127.0.0.1", 1}, {}, lost.callback(), [&] { connected.set_value(); });
+  LoopThread loop;
+  LoopChannel c(loop, std::move(made), {"127.0.0.1", 1}, {}, lost.callback(), [&] { connected.set_value(); });
   REQUIRE(connected.get_future().wait_for(10s) == std::future_status::ready);
-  ch.set("k", "v", in(5s));  // the handshake and a request over the given connection, not over port 1
-  CHECK(ch.try_get("k", in(5s)) == "v");
+  auto got = std::make_shared<std::promise<std::optional<std::string>>>();
+  loop.run([&] {  // the handshake and requests over the given connection, not over port 1
+    c.ch->set("k", "v", in(5s), [](std::exception_ptr) {});
+    c.ch->try_get("k", in(5s), [got](std::exception_ptr, std::optional<std::string> v) { got->set_value(v); });
+  });
+  CHECK(got->get_future().get() == "v");
   CHECK(f.server.stats().connections_accepted == 1);
   CHECK(lost.count() == 0);
 }
