@@ -8,6 +8,7 @@
 #include "store/reply_queue.h"
 #include "store/store.h"
 #include "store/store_keyspace.h"
+#include "store/store_operations.h"
 #include "store/store_protocol.h"
 
 namespace crun {
@@ -41,7 +42,9 @@ enum class TcpStoreDialect::Query {
 };
 
 // Reads one request's fields; throws Incomplete when the bytes are not all there yet and
-// ProtocolError when a declared length or count is over its limit (before those bytes arrive).
+// ProtocolError when a declared length would take the request past kMaxFrameSize, the bound of
+// one crun frame, or a count is over kMaxKeysPerRequest (before those bytes arrive). The limits
+// on keys and values are the operations' (store_operations.h), as for crun's protocol.
 class TcpStoreDialect::Cursor {
  public:
   explicit Cursor(std::string_view in) : in_(in) {}
@@ -50,14 +53,11 @@ class TcpStoreDialect::Cursor {
   std::uint32_t u32() { return load<std::uint32_t>(); }
   std::uint64_t u64() { return load<std::uint64_t>(); }
   std::int64_t i64() { return load<std::int64_t>(); }
-  std::string_view key() { return bytes(kMaxKeyLength, "key"); }
-  std::string_view value() { return bytes(kMaxValueSize, "value"); }
+  std::string_view key() { return bytes(); }
+  std::string_view value() { return bytes(); }
   std::uint64_t count() {
     std::uint64_t n = u64();
-    if (n > kMaxKeysPerRequest) {
-      throw wire::ProtocolError("torch TCPStore request with " + std::to_string(n) + " keys (limit " +
-                                std::to_string(kMaxKeysPerRequest) + ")");
-    }
+    if (n > kMaxKeysPerRequest) throw wire::ProtocolError("more than " + std::to_string(kMaxKeysPerRequest) + " keys in one request");
     return n;
   }
   std::vector<std::string> keys() {
@@ -68,11 +68,11 @@ class TcpStoreDialect::Cursor {
   }
 
  private:
-  std::string_view bytes(std::size_t limit, const char* what) {
+  std::string_view bytes() {
     std::uint64_t n = u64();
-    if (n > limit) {
-      throw wire::ProtocolError("torch TCPStore " + std::string(what) + " of " + std::to_string(n) +
-                                " bytes (limit " + std::to_string(limit) + ")");
+    if (pos_ > kMaxFrameSize || n > kMaxFrameSize - pos_) {
+      throw wire::ProtocolError("torch TCPStore request of more than " + std::to_string(kMaxFrameSize) +
+                                " bytes (the limit of one request)");
     }
     return take(static_cast<std::size_t>(n));
   }
@@ -166,48 +166,71 @@ std::size_t TcpStoreDialect::decode(std::string_view in) {
   return used;
 }
 
-// Every field is read before the KeySpace changes: a request cut short changes nothing.
+// A fresh writer for an operation's reply payload.
+wire::Writer TcpStoreDialect::payload() {
+  payload_.clear();
+  return wire::Writer(payload_);
+}
+
+// The outcome of one of crun's operations: a refusal ends the connection with the operation's
+// own message (torch's protocol has no error reply); else a reader over the payload, which the
+// caller answers in torch's encoding.
+wire::Reader TcpStoreDialect::applied(const char* op, wire::Status status) {
+  wire::Reader r(payload_);
+  if (status == wire::Status::kOk) return r;
+  throw wire::ProtocolError(std::string("torch TCPStore ") + op + " refused: " + std::string(r.str()));
+}
+
+// Every field is read before the operation runs: a request cut short changes nothing. Each runs
+// through crun's operations (store_operations.h), with their limits.
 void TcpStoreDialect::handle(Query q, Cursor& c) {
   switch (q) {
     case Query::kSet: {
       auto key = c.key();
       auto value = c.value();
-      keys_.set(key, value);
+      auto w = payload();
+      applied("set", store_ops::set(keys_, key, value, w));
       return;
     }
     case Query::kCompareSet: {
       auto key = c.key();
       auto expected = c.value();
       auto desired = c.value();
-      if (keys_.find(key) == nullptr && !expected.empty()) return put_bytes(out_.text(), expected);  // torch's answer
-      return put_bytes(out_.text(), keys_.compare_set(key, expected, desired));
+      const bool missing = keys_.find(key) == nullptr;
+      auto w = payload();
+      auto r = applied("compare_set", store_ops::compare_set(keys_, key, expected, desired, w));
+      // torch answers a missing key's non-empty expected value with that value (nothing stored).
+      return put_bytes(out_.text(), missing && !expected.empty() ? expected : r.str());
     }
     case Query::kGet: return put_value(c.key());
     case Query::kAdd: {
       auto key = c.key();
       std::int64_t delta = c.i64();
-      try {
-        return put_u64(out_.text(), static_cast<std::uint64_t>(keys_.add(key, delta)));
-      } catch (const std::invalid_argument& e) {
-        throw wire::ProtocolError(std::string("torch TCPStore add: ") + e.what());
-      }
+      auto w = payload();
+      return put_u64(out_.text(), static_cast<std::uint64_t>(applied("add", store_ops::add(keys_, key, delta, w)).i64()));
     }
     case Query::kCheck: {
       auto names = c.keys();
-      out_.text().push_back(static_cast<char>(keys_.has_all(names) ? kReady : kNotReady));
+      auto w = payload();
+      const bool all = applied("check", store_ops::check(keys_, names, w)).u8() != 0;
+      out_.text().push_back(static_cast<char>(all ? kReady : kNotReady));
       return;
     }
     case Query::kWait: return wait(c);
-    case Query::kNumKeys: return put_u64(out_.text(), keys_.size());
-    case Query::kDelete: return put_u64(out_.text(), keys_.remove(c.key()) ? 1 : 0);
+    case Query::kNumKeys: {
+      auto w = payload();
+      return put_u64(out_.text(), static_cast<std::uint64_t>(applied("num_keys", store_ops::num_keys(keys_, "", w)).i64()));
+    }
+    case Query::kDelete: {
+      auto key = c.key();
+      auto w = payload();
+      return put_u64(out_.text(), applied("delete", store_ops::remove(keys_, key, w)).u8());
+    }
     case Query::kAppend: {
       auto key = c.key();
       auto value = c.value();
-      try {
-        keys_.append(key, value, kMaxValueSize);
-      } catch (const std::length_error& e) {
-        throw wire::ProtocolError(std::string("torch TCPStore append: ") + e.what());
-      }
+      auto w = payload();
+      applied("append", store_ops::append(keys_, key, value, w));
       return;
     }
     case Query::kMultiGet: {
@@ -222,7 +245,8 @@ void TcpStoreDialect::handle(Query q, Cursor& c) {
         auto key = c.key();
         items.emplace_back(key, c.value());
       }
-      for (auto& [k, v] : items) keys_.set(k, v);
+      auto w = payload();
+      applied("multi_set", store_ops::multi_set(keys_, items, w));
       return;
     }
     case Query::kCancelWait:
@@ -234,10 +258,12 @@ void TcpStoreDialect::handle(Query q, Cursor& c) {
       out_.text().append(reinterpret_cast<const char*>(&nonce), 4);
       return;
     }
-    case Query::kList: {
-      auto names = keys_.list("", keys_.size());
-      put_u64(out_.text(), names.size());
-      for (auto& k : names) put_bytes(out_.text(), k);
+    case Query::kList: {  // every key, up to what one list_keys answers
+      auto w = payload();
+      auto r = applied("list", store_ops::list_keys(keys_, "", kMaxKeysPerRequest, w));
+      const std::uint32_t n = r.u32();
+      put_u64(out_.text(), n);
+      for (std::uint32_t i = 0; i < n; ++i) put_bytes(out_.text(), r.str());
       return;
     }
     case Query::kValidate: throw wire::ProtocolError("torch TCPStore VALIDATE after the first request");
@@ -250,18 +276,23 @@ void TcpStoreDialect::handle(Query q, Cursor& c) {
   throw wire::ProtocolError(std::string("unknown ") + version_name() + " TCPStore query code");
 }
 
-// A value as torch answers it (empty when missing): a large one referenced, not copied.
+// A value as torch answers it (empty when missing; crun's try_get): a large one referenced, not copied.
 void TcpStoreDialect::put_value(std::string_view key) {
-  std::shared_ptr<const SharedValue> large;
-  const std::string* v = keys_.find(key, large);
-  if (!large) return put_bytes(out_.text(), v ? std::string_view(*v) : std::string_view());
-  put_u64(out_.text(), v->size());
-  out_.append_shared(std::move(large));
+  store_ops::SharedValues shared;
+  auto w = payload();
+  auto r = applied("get", store_ops::try_get(keys_, key, w, &shared));
+  r.u8();  // found or not: the value is empty when not
+  if (shared.empty()) return put_bytes(out_.text(), r.str());
+  put_u64(out_.text(), r.u32());
+  out_.append_shared(std::move(shared.front().second));
 }
 
+// crun's blocking read with no server-side timeout: answered now, or parked until every key is set.
 void TcpStoreDialect::wait(Cursor& c) {
   auto names = c.keys();
-  if (keys_.has_all(names)) {
+  auto w = payload();
+  if (auto status = store_ops::read_now(keys_, wire::Op::kWait, names, wire::kForever, w)) {
+    applied("wait", *status);
     out_.text().push_back(static_cast<char>(kStopWaiting));
     return;
   }

@@ -4,7 +4,8 @@
 // Contract
 //   - StoreSession hands a connection over when its first byte is not crun's magic and is a
 //     TCPStore query code (is_torch_first_byte). From then on decode() takes the buffered bytes,
-//     runs every complete request against the KeySpace and appends torch's replies to `out`; it
+//     runs every complete request through crun's operations (store_operations.h: the same
+//     functions and limits as crun's protocol) and appends torch's replies to `out`; it
 //     returns how many bytes it used (a request cut short stays for the next call). After each
 //     request's answer it calls `answered`; false stops decoding there (the session ended).
 //     GET and MULTI_GET reference a large value's bytes in `out` (reply_queue.h), not copies.
@@ -17,11 +18,14 @@
 //     key exists (no server-side timeout: the client gives up, and 2.x cancels with CANCEL_WAIT);
 //     GET of a missing key answers an empty value; COMPARE_SET of a missing key with a non-empty
 //     expected value answers the expected value and stores nothing.
-//   - Violations throw wire::ProtocolError with a one-line reason (the session closes the
-//     connection): an unknown or unsupported query code (1.x's WATCH_KEY, 2.x's queues), a key
-//     over kMaxKeyLength, a value over kMaxValueSize, more than kMaxKeysPerRequest keys, ADD on a
-//     value that is not a decimal integer, more than `max_parked` waits parked, a bad magic.
-//     A declared length is checked before its bytes arrive: memory follows bytes received.
+//     LIST answers at most kMaxKeysPerRequest keys, as one list_keys does.
+//   - torch's protocol has no error reply: what crun's protocol refuses with an error status
+//     (a key over kMaxKeyLength, a value over kMaxValueSize, ADD on a value that is not a decimal
+//     integer, an APPEND past kMaxValueSize) throws wire::ProtocolError with the operation's own
+//     message, and the session closes the connection. So do an unknown or unsupported query code
+//     (1.x's WATCH_KEY, 2.x's queues), more than kMaxKeysPerRequest keys, a request longer than
+//     kMaxFrameSize (crun's bound on one frame, checked on each declared length before its bytes
+//     arrive: memory follows bytes received), more than `max_parked` waits parked, a bad magic.
 //   - A wait completed by another connection's write appends its answer to `out` and calls
 //     `queued_from_outside`; one completed by this connection's own request is answered after
 //     that request's reply. detach() (and the destructor) unparks every wait.
@@ -36,6 +40,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+
+#include "store/store_protocol.h"
 
 namespace crun {
 
@@ -71,6 +77,8 @@ class TcpStoreDialect {
   void cancel_waits();
   void ready(Parked& p);
   void put_value(std::string_view key);
+  wire::Writer payload();
+  wire::Reader applied(const char* op, wire::Status status);
   Query query_of(unsigned char code) const;
 
   KeySpace& keys_;
@@ -80,7 +88,8 @@ class TcpStoreDialect {
   std::function<bool()> answered_;
   Numbering numbering_ = Numbering::kUnknown;
   bool in_request_ = false;
-  std::string late_;  // answers to this connection's waits completed by its own request
+  std::string late_;     // answers to this connection's waits completed by its own request
+  std::string payload_;  // an operation's reply in crun's encoding, answered in torch's
   std::unordered_map<Parked*, std::shared_ptr<Parked>> parked_;
   bool detached_ = false;
 };

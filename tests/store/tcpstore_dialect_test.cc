@@ -199,9 +199,9 @@ TEST_CASE("bad TCPStore traffic ends the session with one line; the KeySpace is 
       {"1.x watch_key", code(7) + s("/k"), "watch_key is not supported"},
       {"2.x queue", kValidate + code(14) + s("q") + s("v"), "queues are not supported"},
       {"second VALIDATE", kValidate + kValidate, "VALIDATE after the first request"},
-      {"key over the limit", code(0) + u64(kMaxKeyLength + 1), "key of 4097 bytes"},
-      {"value over the limit", code(0) + s("/k") + u64(kMaxValueSize + 1), "value of"},
-      {"a 2^63 key count", code(5) + u64(1ull << 63), "keys (limit"},
+      {"key over the limit", code(0) + s(std::string(kMaxKeyLength + 1, 'k')) + s("v"), "key of 4097 bytes exceeds 4096"},
+      {"a request over crun's frame bound", code(0) + s("/k") + u64(kMaxFrameSize), "the limit of one request"},
+      {"a 2^63 key count", code(5) + u64(1ull << 63), "keys in one request"},
       {"add on text", code(0) + s("/t") + s("text") + code(3) + s("/t") + u64(1), "not a decimal integer"},
       {"neither protocol", "GET / HTTP/1.1\r\n\r\n", "neither a crun store client nor a torch TCPStore client"},
   };
@@ -225,6 +225,79 @@ TEST_CASE("a huge declared value is refused before its bytes arrive; memory foll
   t.send(std::string(1000, 'x'));
   CHECK(!t.session.ended());
   CHECK(t.session.buffer_capacity() < 4 * (t.session.buffered() + StoreSession::kReadChunk) + 1);
+}
+
+namespace {
+// What crun's protocol answers to one request on a fresh connection: its status and message.
+std::pair<wire::Status, std::string> crun_answer(KeySpace& keys, const std::string& request) {
+  TorchClient c(keys);  // a byte pipe; crun's hello picks crun's protocol
+  c.send(wire::encode_hello("") + request);
+  const std::string out = c.take();
+  REQUIRE(out.size() > 8 + 9);  // the hello's answer, a reply's length, status and id
+  wire::Reader r(std::string_view(out).substr(8 + 4));
+  const auto status = static_cast<wire::Status>(r.u8());
+  r.u32();
+  return {status, std::string(r.str())};
+}
+}  // namespace
+
+TEST_CASE("a limit violated through torch's protocol is refused as through crun's, with the same message", "[tcpstore]") {
+  KeySpace keys;
+  keys.set("/text", "abc");
+  const std::string long_key(kMaxKeyLength + 1, 'k');
+  const std::string big(kMaxValueSize + 1, 'v');
+  using test::frame;
+  struct Case {
+    const char* what;
+    std::string crun;
+    std::string torch;
+    wire::Status status;
+  };
+  const Case cases[] = {
+      {"set: a key over kMaxKeyLength",
+       frame(wire::Op::kSet, 1, [&](wire::Writer& w) { w.str(long_key); w.str("v"); }),
+       code(kTorch1.set) + s(long_key) + s("v"), wire::Status::kKeyTooLong},
+      {"set: a value over kMaxValueSize",
+       frame(wire::Op::kSet, 1, [&](wire::Writer& w) { w.str("/k"); w.str(big); }),
+       kValidate + code(kTorch2.set) + s("/k") + s(big), wire::Status::kValueTooLarge},
+      {"wait: a key over kMaxKeyLength",
+       frame(wire::Op::kWait, 1, [&](wire::Writer& w) { w.u32(0); w.u32(1); w.str(long_key); }),
+       code(kTorch1.wait) + u64(1) + s(long_key), wire::Status::kKeyTooLong},
+      {"add: a key over kMaxKeyLength",
+       frame(wire::Op::kAdd, 1, [&](wire::Writer& w) { w.str(long_key); w.i64(1); }),
+       code(kTorch1.add) + s(long_key) + u64(1), wire::Status::kKeyTooLong},
+      {"add: a value that is not an integer",
+       frame(wire::Op::kAdd, 1, [&](wire::Writer& w) { w.str("/text"); w.i64(1); }),
+       code(kTorch1.add) + s("/text") + u64(1), wire::Status::kNotInteger},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    const auto [status, message] = crun_answer(keys, c.crun);
+    CHECK(status == c.status);
+    REQUIRE(!message.empty());
+    TorchClient t(keys);
+    t.send(c.torch);
+    REQUIRE(t.session.ended());
+    CHECK_THAT(t.session.end_reason(), Catch::Contains(message));
+    CHECK(t.session.fault());
+  }
+  CHECK(keys.size() == 1);  // nothing was stored
+}
+
+TEST_CASE("torch's LIST answers at most the keys one crun list_keys does", "[tcpstore]") {
+  KeySpace keys;
+  for (std::size_t i = 0; i <= kMaxKeysPerRequest; ++i) keys.set("/k" + std::to_string(i), "");
+  TorchClient t(keys);
+  t.send(kValidate + code(17));
+  const std::string listed = t.take();
+  REQUIRE(listed.size() >= 8);
+  CHECK(i64_of(listed.substr(0, 8)) == static_cast<std::int64_t>(kMaxKeysPerRequest));
+  TorchClient c(keys);
+  c.send(wire::encode_hello("") + test::frame(wire::Op::kListKeys, 1, [](wire::Writer& w) { w.str(""); w.u32(~0u); }));
+  const std::string out = c.take();
+  REQUIRE(out.size() >= 8 + 13);
+  wire::Reader r(std::string_view(out).substr(8 + 9));
+  CHECK(r.u32() == kMaxKeysPerRequest);
 }
 
 TEST_CASE("waits parked per connection are bounded", "[tcpstore]") {
