@@ -23,7 +23,7 @@
 //   - send()/receive() honour a deadline (StoreTimeout) and raise StoreConnectionError on a lost
 //     connection. receive() returns one reply frame; its payload stays valid until the next call.
 //   - interrupt() may be called from another thread to make a blocked receive() fail promptly
-//     ("connection interrupted"; receive_or_stop() returns kInterrupted instead).
+//     ("connection interrupted").
 //   - Its reply buffer grows with the bytes received (one page, doubling), never ahead of them,
 //     whatever length a frame declares.
 //
