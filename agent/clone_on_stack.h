@@ -1,9 +1,11 @@
 // clone3 with a child that runs a function on a stack the caller provides.
 //
 // Contract
-//   - CRUN_CLONE_ON_STACK is defined where clone_on_stack() exists: x86-64, and not in a sanitizer
-//     build (the sanitizer runtimes would meet code running on a stack they do not know). Elsewhere
-//     the callers keep their fallbacks (vfork, fork + exec).
+//   - CRUN_CLONE_ON_STACK is defined where clone_on_stack() exists: x86-64. Elsewhere the callers
+//     keep their fallbacks (vfork, fork + exec). CRUN_SANITIZER_BUILD is defined in a sanitizer
+//     build: the runtimes know nothing of a second flow of execution in the process's memory, so
+//     there a caller leaves CLONE_VM out (the child gets a copy of the memory, as after fork, and
+//     runs the same code).
 //   - clone_on_stack(args, size, fn, arg) makes clone3(args, size); the child starts on
 //     args->stack (args->stack_size bytes), runs fn(arg) and exits with its result. The parent
 //     gets the child's pid, or -errno. glibc has no wrapper that runs a function on the child's
@@ -28,7 +30,7 @@
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define CRUN_SANITIZER_BUILD 1
 #endif
-#if defined(__x86_64__) && !defined(CRUN_SANITIZER_BUILD)
+#if defined(__x86_64__)
 #define CRUN_CLONE_ON_STACK 1
 #endif
 

@@ -195,7 +195,10 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
     alignas(16) char stack[64 * 1024];  // the child's, while this frame waits for its exec
     ChildArgs a{path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, &cpu_mask};
     clone_args ca{};
-    ca.flags = CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_CLEAR_SIGHAND;
+    ca.flags = CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_CLEAR_SIGHAND;
+#ifndef CRUN_SANITIZER_BUILD
+    ca.flags |= CLONE_VM;  // no page-table copy (clone_on_stack.h: not under a sanitizer)
+#endif
     ca.exit_signal = SIGCHLD;
     ca.stack = reinterpret_cast<std::uint64_t>(stack);
     ca.stack_size = sizeof stack;

@@ -1,8 +1,9 @@
 // spawn_worker: vfork + exec of one worker process, the way the agent needs it.
 //
 // Contract
-//   - With a job cgroup, on x86-64 (not in sanitizer builds), the child is made by clone3 with
-//     CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_CLEAR_SIGHAND on a stack of its own: born
+//   - With a job cgroup, on x86-64, the child is made by clone3 with CLONE_VM | CLONE_VFORK |
+//     CLONE_INTO_CGROUP | CLONE_CLEAR_SIGHAND (in a sanitizer build without CLONE_VM, the same
+//     path on a copy of the agent's memory) on a stack of its own: born
 //     in the cgroup, the agent's signal handlers already back to their defaults (a vforked child
 //     resets each one it finds itself: none of the agent's may run between fork and exec). A
 //     write to cgroup.procs instead (vfork, then the child moves itself) takes the kernel's
