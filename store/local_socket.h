@@ -1,6 +1,6 @@
 // Local transport: a store on a loopback or wildcard address is also reachable, from its own
 // network namespace, through an abstract Unix-domain socket named after its TCP endpoint. Same
-// protocol, same handshake and token; no TCP stack in between (measured: docs/benchmarks.md).
+// protocol, same handshake and token; no TCP stack in between.
 //
 // Contract
 //   - local_socket_name(host, port): the abstract name, "crun-store/<host>:<port>" ("[v6]:port"),

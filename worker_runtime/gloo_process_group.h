@@ -67,7 +67,8 @@ struct GlooOptions {
   // The mesh collectives move at most this / (size - 1) bytes per peer per round (its receive
   // slots, kept for the group's life, stay about this big). Every rank must use the same value.
   // Small enough that a round's received slot is still in cache when it is reduced: 64 MiB,
-  // 2 ranks pinned, 2.3 GB/s with 0.5-2 MiB against 1.9 with 8 MiB (docs/benchmarks.md).
+  // 2 ranks pinned, 2.3 GB/s with 0.5-2 MiB against 1.9 with 8 MiB (bench/runtime/run_bench.py --pin
+  // with this value varied).
   std::size_t mesh_scratch_bytes = 2u << 20;
 };
 
