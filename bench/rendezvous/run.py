@@ -3,6 +3,9 @@
 
     /usr/bin/python3 bench/rendezvous/run.py [--build build] [--runs 5] [--big-runs 3]
         [--torch-runs 5] [--crun-scale 64,256,1024] [--torch-scale 8,16,32] [--skip-netns]
+    /usr/bin/python3 bench/rendezvous/run.py --crun-scale 8,32,128 --scale-also LABEL=CRUN ...
+        [--scale-env LABEL=NAME=VALUE ...]   (crun builds side by side: the round's figures only,
+        interleaved run by run, the order rotated each run)
     /usr/bin/python3 bench/rendezvous/run.py --shared-endpoint 1024 [--runs 5]   (issue 16's figure)
         [--shared-also LABEL=CRUN ...]   (another crun build in the same interleaving)
         [--shared-env LABEL=NAME=VALUE ...]   (this build's crun with NAME=VALUE, the same)
@@ -115,17 +118,18 @@ def kill_sessions(pidfile):
                 pass
 
 
-def scale_once(launcher, n, worker, timeout, tag):
+def scale_once(launcher, n, worker, timeout, tag, crun=None, extra_env=None):
     """N agents on loopback, started by rdzv_spawn; returns ms to the last worker's start stamp,
-    ms to all agents exited, ms to all agents launched, ms to the first worker's start stamp."""
+    ms to all agents exited, ms to all agents launched, ms to the first worker's start stamp.
+    `crun`: another crun build; `extra_env`: more environment variables for the agents."""
     d = tempfile.mkdtemp(prefix="rdzvbench-")
     stamp = os.path.join(d, "stamps")
     logp = os.path.join(d, "log")
     pidp = os.path.join(d, "pids")
     port = free_port()
-    env = dict(os.environ, RDZV_STAMP=stamp)
+    env = dict(os.environ, RDZV_STAMP=stamp, **(extra_env or {}))
     if launcher == "crun":
-        cmd = [CRUN, "--nnodes", str(n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+        cmd = [crun or CRUN, "--nnodes", str(n), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", tag,
                "--rdzv-conf", "is_host={IS_HOST}", "--no-python", worker]
     else:
@@ -242,6 +246,32 @@ def shared_endpoint_bench(n, runs, others=(), work_io_thread=False):
         print(f"{names.get(k, 'the same, ' + k):52} {wall:8.0f} ms {wall / f[0]:6.2f}x {cpu:7.2f} ms {cpu / f[1]:6.2f}x{note}")
     if cpuid_before:
         print(f"this machine, before: {cpuid_before}; after: {cpuid_cost()}")
+
+
+def scale_variants_bench(sizes, runs, worker, variants):
+    """The round at each size for every (label, crun, env) of `variants`, interleaved: one run of
+    each per turn, the order rotated each turn; medians and each beside the first."""
+    for n in sizes:
+        vals = {label: [] for label, _, _ in variants}
+        for r in range(runs):
+            k = r % len(variants)
+            for label, crun, env in variants[k:] + variants[:k]:
+                try:
+                    s, e, _, _ = scale_once("crun", n, worker, 120, f"v{n}r{r}{label}", crun, env)
+                    vals[label].append((s, e))
+                except RuntimeError as ex:
+                    print(f"  {label} {n} agents run {r}: ERROR {ex}", flush=True)
+            print(f"  {n} agents run {r}: " + ", ".join(f"{k} {v[-1][0]:.1f} ms" for k, v in vals.items() if v)
+                  + f" (load {loadavg()})", flush=True)
+        base = statistics.median(x[0] for x in vals[variants[0][0]])
+        print(f"{n} agents, median of {runs}: workers started / agents exited")
+        for label, v in vals.items():
+            if not v:
+                print(f"  {label:<24} FAILED")
+                continue
+            st, ex = statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)
+            print(f"  {label:<24} {st:8.1f} ms {ex:8.1f} ms  {st / base:5.2f}x {variants[0][0]}"
+                  f" (started {min(x[0] for x in v):.1f} .. {max(x[0] for x in v):.1f} ms, n={len(v)})", flush=True)
 
 
 CPU = [0.0]  # CPU seconds (user + sys) of the last scale run's processes, agents and workers
@@ -404,6 +434,10 @@ def main():
                     help="with --shared-endpoint: this build's crun with NAME=VALUE in its environment, interleaved")
     ap.add_argument("--shared-work-io-thread", action="store_true",
                     help="with --shared-endpoint: also the same-work floor with its socket on a second thread")
+    ap.add_argument("--scale-also", action="append", default=[], metavar="LABEL=CRUN",
+                    help="only the round at --crun-scale's sizes: this build's crun and another build, interleaved")
+    ap.add_argument("--scale-env", action="append", default=[], metavar="LABEL=NAME=VALUE",
+                    help="the same with NAME=VALUE in the agents' environment (of --scale-also's LABEL, or this build's)")
     ap.add_argument("--torch-monitor-interval", default="0.1",
                     help="extra torchrun row with this --monitor_interval in the restart benchmark ('' for none)")
     a = ap.parse_args()
@@ -427,6 +461,28 @@ def main():
         print(f"# {a.shared_endpoint} agents on one endpoint vs the process floor, {os.cpu_count()} cores, "
               f"load average {loadavg()}, median of {a.runs}", flush=True)
         shared_endpoint_bench(a.shared_endpoint, a.runs, others, a.shared_work_io_thread)
+        return
+    if a.scale_also or a.scale_env:
+        variants = [("crun", CRUN, None)]
+        for v in a.scale_also:
+            label, _, crun = v.partition("=")
+            if not label or not crun:
+                ap.error(f"--scale-also {v!r}: expected LABEL=CRUN")
+            variants.append((label, crun, None))
+        for v in a.scale_env:
+            label, _, var = v.partition("=")
+            name, eq, value = var.partition("=")
+            if not label or not name or not eq:
+                ap.error(f"--scale-env {v!r}: expected LABEL=NAME=VALUE")
+            known = [i for i, x in enumerate(variants) if x[0] == label]
+            if known:
+                i = known[0]
+                variants[i] = (label, variants[i][1], dict(variants[i][2] or {}, **{name: value}))
+            else:
+                variants.append((label, CRUN, {name: value}))
+        print(f"# the c10d round, crun builds side by side, {os.cpu_count()} cores, load average {loadavg()}",
+              flush=True)
+        scale_variants_bench([int(x) for x in a.crun_scale.split(",") if x], a.runs, worker, variants)
         return
     print(f"# crun vs torchrun (torch 1.13) c10d rendezvous, {os.cpu_count()} cores, "
           f"load average {loadavg()}, RLIMIT_NOFILE {hard}", flush=True)

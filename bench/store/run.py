@@ -1,6 +1,8 @@
 """Store throughput, crun vs torch's TCPStore, side by side in one run (median of --repeat runs).
 
   /usr/bin/python3 bench/store/run.py --build build [--repeat 5] [--transport tcp|local]
+  /usr/bin/python3 bench/store/run.py --build build --repeat 15 --cases get:1,get:16 \
+      --also LABEL=CRUN [--also-env LABEL=NAME=VALUE ...]   (servers side by side, interleaved)
 
 First it prints this machine's ceiling for the same traffic: a bare epoll echo server (one
 thread, like the store's event loop) with 1 and 16 blocking clients and no protocol at all; each
@@ -15,6 +17,14 @@ on the store's host use its local socket, store/local_socket.h; the echo ceiling
 Unix-domain socket too, and the torch column stays on TCP).
 torch: a TCPStore server in its own Python process, clients from Python threads (the anchor's
 client is Python: that is how PyTorch users drive it).
+
+--also / --also-env: instead, compare store servers. Each LABEL=CRUN is another crun build's
+`crun store-server`, each LABEL=NAME=VALUE this build's with NAME=VALUE in its environment; all
+serve at once, the same store_bench (this build's) drives each in turn, one run of every server
+and of the echo ceiling per round, the order rotated each round; medians of --repeat rounds,
+each beside the echo ceiling and this build's server (the median of the rounds' ratios), and
+the CPU time the server's loop spent a request (/proc/PID/schedstat: the store server runs its
+loop on its main thread). Blocking cases only (--cases).
 """
 import argparse
 import os
@@ -51,17 +61,99 @@ def crun_cmd(bench_bin, endpoint, op, clients, ops, depth, transport):
             "--pipeline", str(depth), "--transport", transport]
 
 
+def server_cpu_ns(srv):
+    """CPU time of a `crun store-server`'s loop (its main thread), ns (0 for none)."""
+    if srv is None:
+        return 0
+    with open(f"/proc/{srv.pid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def compare_servers(a, servers, bench_bin, echo_bin):
+    """--also: every server of `servers` ((label, crun, env)) against the same clients, interleaved."""
+    cases = []
+    for c in a.cases.split(","):
+        op, _, clients = c.partition(":")
+        if op not in ("set", "get", "add") or not clients.isdigit():
+            sys.exit(f"run.py: --cases {c!r}: expected OP:CLIENTS with OP set, get or add")
+        cases.append((op, int(clients)))
+    running = [(label, *start_server(crun, env)) for label, crun, env in servers]
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}; {os.cpu_count()} CPUs; over {a.transport};"
+          f" median of {a.repeat} interleaved rounds")
+    labels = ["echo"] + [label for label, _, _ in running]
+    try:
+        for op, clients in cases:
+            ops = blocking_ops(a.ops, clients)
+            runs = {label: [] for label in labels}
+            cpu = {label: [] for label in labels}
+            for r in range(a.repeat):
+                order = labels[r % len(labels):] + labels[:r % len(labels)]
+                for label in order:
+                    if label == "echo":
+                        cmd = echo_cmd(echo_bin, clients, ops, a.transport)
+                    else:
+                        ep = next(e for l, _, e in running if l == label)
+                        cmd = crun_cmd(bench_bin, ep, op, clients, ops, 0, a.transport)
+                    srv = next(s for l, s, _ in running if l == label) if label != "echo" else None
+                    cpu0 = server_cpu_ns(srv)
+                    runs[label].append(ops_per_s(cmd))
+                    if srv:
+                        cpu[label].append((server_cpu_ns(srv) - cpu0) / 1e3 / (ops * clients))
+            med = {label: statistics.median(v) for label, v in runs.items()}
+            first = running[0][0]
+            print(f"{op} at {clients} client(s), load {os.getloadavg()[0]:.2f}: ops/s (min .. max), us a request,"
+                  f" x {first} (median of each round's ratio), server CPU a request")
+            for label in labels:
+                v = runs[label]
+                spread = f"{min(v):>9.0f} .. {max(v):<9.0f}"
+                rel = ""
+                if label != "echo":
+                    paired = statistics.median(x / y for x, y in zip(v, runs[first]))
+                    rel = (f" {med[label] / med['echo']:4.2f}x echo, {paired:5.2f}x {first},"
+                           f" server CPU {statistics.median(cpu[label]):5.2f} us")
+                print(f"  {label:<24} {med[label]:>9.0f} ({spread}) {1e6 * clients / med[label]:7.1f} us{rel}",
+                      flush=True)
+    finally:
+        for _, srv, _ in running:
+            srv.terminate()
+            srv.wait(timeout=10)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--ops", type=int, default=20000)
     ap.add_argument("--transport", choices=("tcp", "local"), default="tcp")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=CRUN",
+                    help="another crun build's store server, compared with this build's, interleaved")
+    ap.add_argument("--also-env", action="append", default=[], metavar="LABEL=NAME=VALUE",
+                    help="this build's store server with NAME=VALUE in its environment, the same (or, for the LABEL of an --also, that build's)")
+    ap.add_argument("--cases", default="get:1,get:16", help="with --also: OP:CLIENTS,... (blocking clients)")
     a = ap.parse_args()
     transport = ["--transport", a.transport]
     crun_bin = os.path.join(a.build, "launcher", "crun")
     bench_bin = os.path.join(a.build, "bench", "store", "store_bench")
     echo_bin = os.path.join(a.build, "bench", "store", "echo_ceiling")
+    if a.also or a.also_env:
+        servers = [("crun", crun_bin, None)]
+        for v in a.also:
+            label, _, crun = v.partition("=")
+            if not label or not crun:
+                ap.error(f"--also {v!r}: expected LABEL=CRUN")
+            servers.append((label, crun, None))
+        for v in a.also_env:
+            label, _, var = v.partition("=")
+            name, eq, value = var.partition("=")
+            if not label or not name or not eq:
+                ap.error(f"--also-env {v!r}: expected LABEL=NAME=VALUE")
+            known = [i for i, s in enumerate(servers) if s[0] == label]
+            if known:  # an --also of that label: its build, with the variable
+                i = known[0]
+                servers[i] = (label, servers[i][1], dict(servers[i][2] or {}, **{name: value}))
+            else:
+                servers.append((label, crun_bin, {name: value}))
+        return compare_servers(a, servers, bench_bin, echo_bin)
 
     crun_srv, crun_ep = start_server(crun_bin)
     torch_srv = subprocess.Popen([PY, os.path.join(HERE, "tcpstore_bench.py"), "serve"],
