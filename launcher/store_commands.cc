@@ -65,7 +65,7 @@ int run_store_server_command(int argc, char** argv, const EnvSnapshot& env) {
     std::fflush(stdout);
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code&, int) { server.stop(); });
-    run_with_adaptive_polling(io, std::chrono::microseconds(200));
+    io.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "crun store-server: %s\n", e.what());
     return 1;

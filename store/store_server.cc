@@ -1,12 +1,9 @@
 #include "store/store_server.h"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
-#include <sys/sysinfo.h>
 
 #include <array>
 #include <boost/asio.hpp>
@@ -23,10 +20,8 @@
 #include "base/quiet_thread.h"
 #include "store/local_socket.h"
 #include "store/log_throttle.h"
-#include "store/readiness_set.h"
 #include "store/reply_budget.h"
 #include "store/reply_queue.h"
-#include "store/spin_policy.h"
 #include "store/store.h"
 #include "store/store_keyspace.h"
 #include "store/store_protocol.h"
@@ -86,7 +81,6 @@ struct StoreServer::Impl {
       : io(io_ref),
         opt(std::move(o)),
         acceptor(io),
-        readiness(io),
         limits{opt.token, opt.max_pending_per_connection, opt.max_outbound_bytes},
         replies(opt.max_queued_reply_bytes) {}
 
@@ -105,7 +99,6 @@ struct StoreServer::Impl {
   StoreServerOptions opt;
   tcp::acceptor acceptor;
   asio::posix::stream_descriptor local_listener{io};  // not open: no local socket (store/local_socket.h)
-  ReadinessSet readiness;  // every connection's socket (before `connections`: it outlives them)
   SessionLimits limits;
   ReplyBudget replies;  // before `connections`: their queues are counted in it
   KeySpace keys;
@@ -125,33 +118,38 @@ struct StoreServer::Impl {
   std::optional<bool> options_inherited;  // learnt from the first TCP connection accepted
 };
 
-// One client connection's I/O: reads into its StoreSession when the server's ReadinessSet reports
-// input, writes what the session queues, and keeps the handshake/frame and parked-request timers.
-// Owns its socket. Lives on the server thread.
-class Connection final : public std::enable_shared_from_this<Connection>, private ReadinessSet::Watcher {
+// One client connection's I/O on the server's io_context: waits for input (async_wait, then
+// its own recv()s into its StoreSession), writes what the session queues, and keeps the
+// handshake/frame and parked-request timers. Owns its socket. Lives on the server thread.
+class Connection final : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(StoreServer::Impl& server, int fd, std::string peer, bool local)
+  Connection(StoreServer::Impl& server, std::string peer, bool local)
       : server_(server),
         local_(local),
-        fd_(fd),
+        socket_(server.io),
         io_timer_(server.io),
         deadline_timer_(server.io),
         peer_(std::move(peer)),
         session_(server.keys, server.limits, ++server.next_serial, [this] { on_output(); }, &server.replies),
         out_(&server.replies) {}
-  ~Connection() {
-    if (fd_ >= 0) ::close(fd_);
-  }
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  void start() {
+  // Takes `fd` (accepted non-blocking) into the io_context and starts waiting for the handshake;
+  // a socket the io_context cannot watch is closed at once.
+  void start(int fd) {
+    boost::system::error_code ec;
+    socket_.assign(fd, ec);
+    if (ec) {
+      ::close(fd);
+      return close("cannot watch the connection: " + ec.message(), true);
+    }
     if (!local_) {  // a local socket has no TCP options
-      if (!server_.options_inherited) server_.options_inherited = has_connection_options(fd_);
-      if (!*server_.options_inherited) set_connection_options(fd_);
+      if (!server_.options_inherited) server_.options_inherited = has_connection_options(fd);
+      if (!*server_.options_inherited) set_connection_options(fd);
     }
     arm_io_timer(server_.opt.handshake_timeout, "handshake not completed");
-    if (!server_.readiness.add(fd_, this)) close(std::string("cannot watch the connection: ") + std::strerror(errno), true);
+    wait_for_input();
   }
 
   // Closes the socket and takes the session's parked requests, watches and ephemeral keys out of
@@ -167,11 +165,10 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
     } else if (server_.opt.log_closes) {
       server_.log("closed", "connection from " + peer_ + " closed: " + reason);
     }
-    server_.readiness.remove(fd_, this);
     out_.clear();  // its replies in flight go back now, not when the last handler lets go
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    fd_ = -1;
+    ::shutdown(socket_.native_handle(), SHUT_RDWR);
+    boost::system::error_code ec;
+    socket_.close(ec);  // its waits end with operation_aborted
     io_timer_.cancel();
     deadline_timer_.cancel();
     session_.detach();
@@ -182,71 +179,41 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   std::size_t input_buffer_bytes() const { return session_.buffer_capacity(); }
 
  private:
-  // The socket has news (edge-triggered): room for a write in flight, then input. Each wake's
-  // first bytes land in landing_ (an idle connection holds no buffer of the session's), the rest
-  // are read on by drain() until a read comes back short, so the next input is a new edge.
-  void on_ready(std::uint32_t events) override {
-    const auto self = shared_from_this();
-    if (writing_ && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) != 0) write_rest();
-    if (closed_ || close_posted_ || draining_on_ || session_.ended()) return;
-    if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)) == 0) return;
-    ssize_t n;
-    do {
-      n = ::recv(fd_, landing_.data(), landing_.size(), 0);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // read already, with an earlier wake's
-    drain(n, n < 0 ? errno : 0);
+  int fd() { return socket_.native_handle(); }
+
+  // The reactor wakes this connection when its socket has input (or an error, or the peer's end).
+  // A wait, not async_read_some: a read needs its buffer while it waits, and an idle connection
+  // holds none (store_session.h). Either costs one system call a request beside the recv() and
+  // the send() (Boost 1.81: a wait re-arms the socket with epoll_ctl(); a read first tries a
+  // recv(), which for a request/reply client mostly finds nothing yet).
+  void wait_for_input() {
+    socket_.async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->closed_ || self->close_posted_ || self->session_.ended()) return;
+      self->read_input();
+    });
   }
 
-  // Hands the session what landed (`landed` bytes; 0: the peer closed; -1: the read failed with
-  // `error`), then reads on into the session's own room while the socket has more, up to
-  // kMaxReadPerWake; a continuation (landed < -1) starts with that direct read. The session sees
-  // the same reads it would from recv()s of its own: a full landing is completed from the socket
-  // within the room it offered.
-  void drain(ssize_t landed, int error) {
+  // Reads what the socket holds into the session, straight into the room it offers, until a
+  // read comes back short (the socket is empty, so the reactor reports the next input), the
+  // session ends, or kMaxReadPerWake was read (the rest is read after the other handlers had a
+  // turn). What the batch's requests queue for other connections is written once it is decoded.
+  void read_input() {
     const auto now = std::chrono::steady_clock::now();
     const std::size_t before = session_.buffered();
     std::size_t total = 0;
-    bool more = false;
-    bool gone = landed == 0 || landed == -1;  // the peer closed (error 0) or the read failed
-    bool read_on = landed < -1;
+    bool more = false, gone = false;
+    int error = 0;
     in_batch_ = true;
     server_.decoding_batch = true;
-    if (landed > 0) {
-      std::size_t got = static_cast<std::size_t>(landed);
+    while (!session_.ended()) {
       const std::span<char> space = session_.input_space();
-      if (got > space.size()) {  // it offered less (the handshake): in the steps it offers
-        if (!hand_over(landing_.data(), got, now) && !session_.ended()) {
-          in_batch_ = false;
-          flush_others();
-          close("more than a handshake before the handshake ended", true);
-          return;
-        }
-        read_on = got == landing_.size();
-      } else {
-        std::memcpy(space.data(), landing_.data(), got);
-        if (got == landing_.size() && got < space.size()) {
-          const ssize_t r = ::recv(fd_, space.data() + got, space.size() - got, 0);
-          if (r > 0) {
-            got += static_cast<std::size_t>(r);
-          } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            gone = true;
-            error = r < 0 ? errno : 0;
-          }
-        }
-        session_.received(got, now);
-        read_on = got == space.size();
-      }
-      total = got;
-      server_.stats.bytes_received += got;
-      if (session_.ended()) gone = false;  // its own end comes first, as it would have
-    }
-    while (read_on && !gone && !session_.ended()) {
-      const std::span<char> space = session_.input_space();
-      const ssize_t n = ::recv(fd_, space.data(), space.size(), 0);
+      const ssize_t n = ::recv(fd(), space.data(), space.size(), 0);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n <= 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        session_.received(0, now);  // nothing after all: an idle session gives its room back
+        break;
+      }
+      if (n <= 0) {  // the peer closed (0), or the connection failed
         gone = true;
         error = n < 0 ? errno : 0;
         break;
@@ -254,7 +221,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
       session_.received(static_cast<std::size_t>(n), now);
       server_.stats.bytes_received += static_cast<std::size_t>(n);
       total += static_cast<std::size_t>(n);
-      if (static_cast<std::size_t>(n) < space.size()) break;  // drained
+      if (static_cast<std::size_t>(n) < space.size()) break;  // the socket is empty
       if (total >= kMaxReadPerWake) {
         more = true;
         break;
@@ -262,43 +229,20 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
     }
     in_batch_ = false;
     flush_others();
+    if (session_.ended()) return end_session();  // its own end comes first, also when the peer left
     if (gone) {
       const bool partial = session_.buffered() != 0 || !session_.handshaken();
-      close(error == 0 ? (partial ? "peer closed mid-request" : "peer closed") : std::strerror(error),
-            error == 0 && partial && session_.handshaken());
-      return;
-    }
-    if (session_.ended()) {
-      end_session();
-      return;
+      return close(error == 0 ? (partial ? "peer closed mid-request" : "peer closed") : std::strerror(error),
+                   error == 0 && partial && session_.handshaken());
     }
     update_io_timer(session_.buffered() != before || total != 0);
     update_deadline_timer();
     flush();
     if (closed_ || close_posted_) return;
-    if (more) {  // read on after the others had a turn; no wake reads until then
-      draining_on_ = true;
-      asio::post(server_.io, [self = shared_from_this()] {
-        self->draining_on_ = false;
-        if (!self->closed_ && !self->close_posted_) self->drain(-2, 0);
-      });
-    }
-  }
-
-  // Copies landed bytes into the session, in the steps of room it offers. False when it ended or
-  // offered no room (a preamble longer than the largest): the rest is not read.
-  bool hand_over(const char* data, std::size_t n, std::chrono::steady_clock::time_point now) {
-    while (n > 0) {
-      if (session_.ended()) return false;
-      const std::span<char> space = session_.input_space();
-      if (space.empty()) return false;
-      const std::size_t k = std::min(n, space.size());
-      std::memcpy(space.data(), data, k);
-      session_.received(k, now);
-      data += k;
-      n -= k;
-    }
-    return true;
+    if (!more) return wait_for_input();
+    asio::post(server_.io, [self = shared_from_this()] {
+      if (!self->closed_ && !self->close_posted_ && !self->session_.ended()) self->read_input();
+    });
   }
 
   // The session ended itself: flush its last words if it has any (a refused handshake), close.
@@ -355,8 +299,8 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
 
   // Output queued by another connection's request, from inside a KeySpace callback: written once
   // that connection's batch is decoded (a blocked get's answer should not wait longer), or now
-  // when no batch is being decoded; any closing is left to a handler of our own (drain()'s, in
-  // a batch of this connection's). A session that ended (the reply bound evicted it, maybe from
+  // when no batch is being decoded; any closing is left to a handler of our own (read_input()'s,
+  // in a batch of this connection's). A session that ended (the reply bound evicted it, maybe from
   // inside this connection's batch) lets go of its bytes in flight at once.
   void on_output() {
     if (closed_) return;
@@ -397,10 +341,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   void drop_output() {
     out_.clear();
     out_sent_ = 0;
-    if (writing_) {
-      writing_ = false;
-      server_.readiness.want_output(fd_, this, false);
-    }
+    writing_ = false;  // a wait for room still pending finds nothing to write
     session_.set_in_flight(0, 0);
   }
 
@@ -408,16 +349,16 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   // gathering copied bytes and shared values.
   ssize_t send_from(std::size_t from) {
     constexpr int flags = MSG_NOSIGNAL | MSG_DONTWAIT;
-    if (!out_.has_shared()) return ::send(fd_, out_.text().data() + from, out_.size() - from, flags);
+    if (!out_.has_shared()) return ::send(fd(), out_.text().data() + from, out_.size() - from, flags);
     std::array<iovec, 64> iov;
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = out_.gather(from, iov.data(), iov.size());
-    return ::sendmsg(fd_, &msg, flags);
+    return ::sendmsg(fd(), &msg, flags);
   }
 
-  // Writes everything queued: inline while the socket takes it, asynchronously for the rest
-  // (order is kept: nothing new is written while an asynchronous write is in flight).
+  // Writes everything queued: inline while the socket takes it, the rest once it has room
+  // (order is kept: nothing new is written while a write waits for room).
   void flush() {
     if (closed_ || writing_ || close_posted_) return;
     session_.take_output(out_);
@@ -439,7 +380,17 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
     writing_ = true;
     out_sent_ = sent;
     session_.set_in_flight(out_.size() - sent, out_.text_size());
-    if (!server_.readiness.want_output(fd_, this, true)) post_close(std::string("write failed: ") + std::strerror(errno), false);
+    wait_for_room();
+  }
+
+  void wait_for_room() {
+    if (waiting_for_room_) return;  // one wait at a time, also across drop_output()
+    waiting_for_room_ = true;
+    socket_.async_wait(asio::posix::stream_descriptor::wait_write, [self = shared_from_this()](boost::system::error_code ec) {
+      self->waiting_for_room_ = false;
+      if (ec || self->closed_ || !self->writing_) return;
+      self->write_rest();
+    });
   }
 
   // The socket took part of out_ and has room again (or failed): the rest, then what the session
@@ -448,11 +399,10 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
     while (out_sent_ < out_.size()) {
       const ssize_t n = send_from(out_sent_);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;  // the next EPOLLOUT
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return wait_for_room();
       if (n < 0) return close(std::string("write failed: ") + std::strerror(errno), false);
       out_sent_ += static_cast<std::size_t>(n);
     }
-    server_.readiness.want_output(fd_, this, false);  // refused: a spare EPOLLOUT, ignored
     writing_ = false;
     out_.clear();
     out_sent_ = 0;
@@ -463,7 +413,7 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
 
   StoreServer::Impl& server_;
   const bool local_;  // the store's local socket, not TCP
-  int fd_;  // the connection's socket, -1 once closed
+  asio::posix::stream_descriptor socket_;  // closed once the connection is
   asio::steady_timer io_timer_;
   asio::steady_timer deadline_timer_;
   bool io_timer_armed_ = false;
@@ -473,59 +423,14 @@ class Connection final : public std::enable_shared_from_this<Connection>, privat
   StoreSession session_;
   ReplyQueue out_;  // bytes handed to the socket, in flight while writing_
   std::size_t out_sent_ = 0;  // of out_, while writing_
-  std::array<char, 512> landing_;  // each wake's first read (on_ready()); a request/reply frame fits
   bool closed_ = false;
   bool close_posted_ = false;
   bool in_batch_ = false;
   bool flush_pending_ = false;  // in server_.flush_after_batch
-  bool draining_on_ = false;    // drain(-2) posted: it reads on
   bool writing_ = false;
+  bool waiting_for_room_ = false;  // a wait_write is pending
   bool close_after_write_ = false;
 };
-
-namespace {
-
-// The machine's runnable tasks now, from /proc/loadavg ("0.5 0.4 0.3 RUNNABLE/TASKS LASTPID"),
-// open for the loop's life; a large count (so no spinning) when it cannot be read.
-class RunnableTasks {
- public:
-  RunnableTasks() : fd_(::open("/proc/loadavg", O_RDONLY | O_CLOEXEC)) {}
-  ~RunnableTasks() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RunnableTasks(const RunnableTasks&) = delete;
-  RunnableTasks& operator=(const RunnableTasks&) = delete;
-
-  int operator()() const {
-    char text[128];
-    const ssize_t n = fd_ < 0 ? -1 : ::pread(fd_, text, sizeof(text) - 1, 0);
-    if (n <= 0) return 1 << 30;
-    text[n] = '\0';
-    int runnable = 0;
-    return std::sscanf(text, "%*s %*s %*s %d/", &runnable) == 1 ? runnable : 1 << 30;
-  }
-
- private:
-  int fd_;
-};
-
-}  // namespace
-
-void run_with_adaptive_polling(asio::io_context& io, std::chrono::microseconds spin) {
-  using Clock = SpinPolicy::Clock;
-  SpinPolicy policy(::get_nprocs());
-  const RunnableTasks runnable;
-  for (;;) {
-    if (io.stopped()) return;
-    if (io.poll() > 0 && policy.may_spin(Clock::now(), runnable)) {
-      auto until = Clock::now() + spin;
-      while (Clock::now() < until && !io.stopped()) {
-        if (io.poll() > 0) until = Clock::now() + spin;
-      }
-    }
-    if (io.stopped() || io.run_one() == 0) return;
-  }
-}
 
 void StoreServer::Impl::open() {
   boost::system::error_code ec;
@@ -605,9 +510,9 @@ void StoreServer::Impl::on_acceptable(int listener, bool local) {
       refuse_full(fd);
       continue;
     }
-    auto conn = std::make_shared<Connection>(*this, fd, local ? "a local socket" : peer_name(peer, peer_len), local);
+    auto conn = std::make_shared<Connection>(*this, local ? "a local socket" : peer_name(peer, peer_len), local);
     connections.insert(conn);
-    conn->start();
+    conn->start(fd);
   }
 }
 
@@ -645,7 +550,6 @@ void StoreServer::Impl::close_all() {
   local_listener.close(ec);
   auto all = connections;  // close() erases from the set
   for (auto& c : all) c->close("server stopping", false);
-  readiness.close();
 }
 
 StoreServer::StoreServer(StoreServerOptions options) {
@@ -664,7 +568,7 @@ StoreServer::~StoreServer() { stop(); }
 
 void StoreServer::start() {
   if (!impl_->owned_io || impl_->thread.joinable()) return;
-  impl_->thread = quiet_thread([this] { run_with_adaptive_polling(*impl_->owned_io, std::chrono::microseconds(200)); });
+  impl_->thread = quiet_thread([this] { impl_->owned_io->run(); });
 }
 
 void StoreServer::stop() {

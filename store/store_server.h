@@ -1,4 +1,6 @@
-// StoreServer: crun's key-value store server (docs/store-protocol.md) on Boost.Asio.
+// StoreServer: crun's key-value store server (docs/store-protocol.md) on one Boost.Asio
+// io_context: its reactor watches the listeners and every connection's socket, and its thread
+// sleeps in that reactor whenever no handler is ready.
 //
 // Contract
 //   - Listens on host:port (port 0 = OS-assigned; port() tells the bound one), and on a loopback or
@@ -73,14 +75,6 @@ struct StoreServerStats {
   std::uint64_t input_buffer_bytes = 0;  // held now for incomplete preambles and frames
   std::uint64_t queued_reply_bytes = 0;  // replies not yet taken, as max_queued_reply_bytes counts them
 };
-
-// Runs `io` until it runs out of work or is stopped, polling (without blocking) for up to `spin`
-// after the last completed handler before it blocks in the kernel again. A request/reply client
-// sends its next request microseconds after a reply; catching it while still polling saves the
-// sleep and wake-up, which on small VMs costs more than the request itself. Idle costs nothing
-// beyond one `spin` window after the last event. It spins only while no other task wants the CPU
-// (store/spin_policy.h: a preemption pauses spinning).
-void run_with_adaptive_polling(boost::asio::io_context& io, std::chrono::microseconds spin);
 
 class StoreServer {
  public:
