@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "base/exit_codes.h"
+#include "base/log.h"
 #include "store/store_client.h"
 #include "store/store_server.h"
 
@@ -65,6 +66,7 @@ int run_store_server_command(int argc, char** argv, const EnvSnapshot& env) {
     std::fflush(stdout);
     boost::asio::signal_set signals(io, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code&, int) { server.stop(); });
+    const LogRedirect never_blocks(stderr_without_blocking());  // a stalled stderr never stalls the store
     io.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "crun store-server: %s\n", e.what());

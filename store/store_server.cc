@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "base/fd_io.h"
+#include "base/log.h"
 #include "base/open_files.h"
 #include "base/quiet_thread.h"
 #include "store/local_socket.h"
@@ -534,13 +535,12 @@ void StoreServer::Impl::refuse_full(int fd) {
 void StoreServer::Impl::log(std::string_view kind, const std::string& line) {
   const auto suppressed = throttle.admit(kind, std::chrono::steady_clock::now());
   if (!suppressed) return;
-  std::string text = "crun: store: " + line;
+  std::string text = "store: " + line;
   if (*suppressed != 0) text += " (" + std::to_string(*suppressed) + " similar lines suppressed)";
-  text += "\n";
   if (opt.log) {
-    opt.log(text);
+    opt.log("crun: " + text + "\n");
   } else {
-    write_without_blocking(2, text);
+    log_line(text);  // the loop's thread chose where: start()'s drops what stderr cannot take now
   }
 }
 
@@ -568,7 +568,10 @@ StoreServer::~StoreServer() { stop(); }
 
 void StoreServer::start() {
   if (!impl_->owned_io || impl_->thread.joinable()) return;
-  impl_->thread = quiet_thread([this] { impl_->owned_io->run(); });
+  impl_->thread = quiet_thread([this] {
+    const LogRedirect never_blocks(stderr_without_blocking());
+    impl_->owned_io->run();
+  });
 }
 
 void StoreServer::stop() {

@@ -18,8 +18,10 @@
 //     past the latter, the connection with the most bytes queued is dropped first, with one
 //     logged line (its peer, its bytes, the bound), until the sum fits. Replies of one large
 //     stored value share its bytes (store/reply_queue.h), which count once in that sum.
-//   - Logging never blocks the event loop: lines go to `log` (default: stderr, written only when
-//     it can take them now) and are rate-limited per kind, with a count of what was suppressed.
+//   - Logging never blocks the event loop: lines go to `log`, else to base/log.h's log_line on
+//     the loop's thread (start()'s thread writes them to stderr only when it can take them now;
+//     on a loop of the caller's, the caller's redirect decides), rate-limited per kind, with a
+//     count of what was suppressed.
 //   - Blocking operations (get/wait/multi_get) park on the server and are answered when the keys
 //     appear or their timeout passes; a vanished client's parked requests are dropped.
 //   - Every descriptor it opens is close-on-exec. At start it raises the process' soft open-files
