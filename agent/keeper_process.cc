@@ -124,8 +124,10 @@ void clean_up(const Job& job) {
   for (int scan = 0; scan < kMaxScans && now_ms() < deadline && !quiet; ++scan) quiet = kill_marked(job.marker) == 0;
   if (!quiet) log_line("processes marked " + job.marker + " were still being killed when the keeper gave up");
   if (!job.run_dir.empty()) {
-    const int err = remove_tree(job.run_dir.c_str());
-    if (err < 0) log_line("cannot remove the run directory " + job.run_dir + (err == -ELOOP ? " (nested too deep)" : ""));
+    if (!remove_tree(job.run_dir.c_str())) {
+      const bool too_deep = errno == ELOOP;
+      log_line("cannot remove the run directory " + job.run_dir + (too_deep ? " (nested too deep)" : ""));
+    }
   }
 }
 

@@ -12,31 +12,31 @@ namespace {
 bool is_dot(const char* name) { return name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')); }
 
 // Removes what directory `dir` holds (closes `dir`), `depth` levels at most. Returns 0, or the
-// first failure's -errno.
+// first failure's errno value.
 int empty_tree(int dir, int depth) {
   DIR* d = ::fdopendir(dir);
   if (d == nullptr) {
     const int e = errno;
     ::close(dir);
-    return -e;
+    return e;
   }
   int err = 0;
   while (const dirent* entry = ::readdir(d)) {
     if (is_dot(entry->d_name)) continue;
-    int r = entry->d_type == DT_DIR ? -EISDIR : (::unlinkat(dir, entry->d_name, 0) == 0 ? 0 : -errno);
-    if (r == -EISDIR) {
+    int r = entry->d_type == DT_DIR ? EISDIR : (::unlinkat(dir, entry->d_name, 0) == 0 ? 0 : errno);
+    if (r == EISDIR) {
       if (depth <= 0) {
-        r = -ELOOP;
+        r = ELOOP;
       } else {
         const int sub = ::openat(dir, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        r = sub < 0 ? -errno : empty_tree(sub, depth - 1);
+        r = sub < 0 ? errno : empty_tree(sub, depth - 1);
         if (sub >= 0) {
-          const int rm = ::unlinkat(dir, entry->d_name, AT_REMOVEDIR) == 0 ? 0 : -errno;
+          const int rm = ::unlinkat(dir, entry->d_name, AT_REMOVEDIR) == 0 ? 0 : errno;
           if (r == 0) r = rm;
         }
       }
     }
-    if (r < 0 && r != -ENOENT && err == 0) err = r;
+    if (r != 0 && r != ENOENT && err == 0) err = r;
   }
   ::closedir(d);
   return err;
@@ -44,13 +44,15 @@ int empty_tree(int dir, int depth) {
 
 }  // namespace
 
-int remove_tree(const char* path) {
+bool remove_tree(const char* path) {
   const int dir = ::open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (dir < 0) return errno == ENOENT ? 0 : -errno;
+  if (dir < 0) return errno == ENOENT;
   int err = empty_tree(dir, kMaxTreeDepth);
-  const int rm = ::rmdir(path) == 0 ? 0 : -errno;
-  if (err == 0 && rm != -ENOENT) err = rm;
-  return err;
+  const int rm = ::rmdir(path) == 0 ? 0 : errno;
+  if (err == 0 && rm != ENOENT) err = rm;
+  if (err == 0) return true;
+  errno = err;
+  return false;
 }
 
 }  // namespace crun

@@ -5,8 +5,9 @@
 //     directory (not a link to one). Descends at most kMaxTreeDepth levels below `path`.
 //   - The directory itself goes last, with one rmdir: no unlink is tried on a directory (each try
 //     takes the parent's inode lock, which many agents ending together on one host contend for).
-//   - Returns 0 when nothing of it is left (or it was not there), else the first failure's -errno
-//     (-ELOOP: nested deeper than kMaxTreeDepth); it removes what it can either way.
+//   - Returns true when nothing of it is left (or it was not there); else false with errno set to
+//     the first failure's (ELOOP: nested deeper than kMaxTreeDepth). It removes what it can
+//     either way.
 //   - The agent calls it on its run directory, and crun-keeper when the agent died.
 //
 // Threading
@@ -17,6 +18,6 @@ namespace crun {
 
 inline constexpr int kMaxTreeDepth = 8;
 
-int remove_tree(const char* path);
+bool remove_tree(const char* path);
 
 }  // namespace crun
