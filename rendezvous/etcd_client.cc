@@ -129,7 +129,17 @@ bool is_ip_literal(const std::string& host) {
   return ::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
-EtcdStatus status(EtcdStatus::Kind kind, std::string message, int code = 0) { return {kind, std::move(message), code}; }
+// etcd's gRPC status code in `error` (0: none, or not an EtcdError).
+int grpc_code(const std::exception_ptr& error) {
+  if (!error) return 0;
+  try {
+    std::rethrow_exception(error);
+  } catch (const EtcdError& e) {
+    return e.code();
+  } catch (...) {
+    return 0;
+  }
+}
 
 }  // namespace
 
@@ -177,7 +187,7 @@ struct EtcdChannel {
   explicit EtcdChannel(EtcdClient::Impl& c) : conn(c) {}
   EtcdConnection conn;
   std::deque<std::pair<std::string, std::string>> queue;  // target, body
-  std::deque<std::function<void(const EtcdStatus&, const json&)>> done;
+  std::deque<std::function<void(std::exception_ptr, const json&)>> done;
   bool running = false;
 };
 
@@ -188,7 +198,7 @@ struct EtcdWatch::State {
   bool deletes_only = false;
   std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events;
   std::function<void(std::int64_t)> on_created;
-  std::function<void(const EtcdStatus&)> on_failed;
+  std::function<void(std::exception_ptr)> on_failed;
   bool cancelled = false;
   EtcdConnection* conn = nullptr;
   int move_listener = -1;
@@ -230,9 +240,10 @@ struct EtcdClient::Impl : std::enable_shared_from_this<Impl> {
     return out;
   }
 
-  void submit(EtcdChannel& ch, std::string target, std::string body, std::function<void(const EtcdStatus&, const json&)> done);
+  void submit(EtcdChannel& ch, std::string target, std::string body, std::function<void(std::exception_ptr, const json&)> done);
   awaitable<void> drain(EtcdChannel& ch);
-  awaitable<std::pair<EtcdStatus, json>> call(EtcdChannel& ch, const std::string& target, const std::string& body);
+  // The reply, or throws EtcdError (also when the client closes meanwhile).
+  awaitable<json> call(EtcdChannel& ch, const std::string& target, const std::string& body);
   awaitable<void> run_watch(std::shared_ptr<EtcdWatch::State> w);
   awaitable<void> backoff(int failures);
 
@@ -318,8 +329,7 @@ awaitable<void> EtcdClient::Impl::backoff(int failures) {
   co_await t.async_wait(use_awaitable);
 }
 
-awaitable<std::pair<EtcdStatus, json>> EtcdClient::Impl::call(EtcdChannel& ch, const std::string& target,
-                                                              const std::string& body) {
+awaitable<json> EtcdClient::Impl::call(EtcdChannel& ch, const std::string& target, const std::string& body) {
   auto self = shared_from_this();
   const auto deadline = Clock::now() + opt.give_up_after;
   std::string last;
@@ -345,29 +355,24 @@ awaitable<std::pair<EtcdStatus, json>> EtcdClient::Impl::call(EtcdChannel& ch, c
       const auto& res = *reply;
       json j = json::parse(res.body(), nullptr, false);
       if (j.is_discarded() || !j.is_object()) {
-        co_return std::pair{status(EtcdStatus::Kind::kFailed, "etcd at " + opt.endpoints[at].str() +
-                                                                  " answered " + target + " with something that is not JSON "
-                                                                  "(HTTP " + std::to_string(res.result_int()) + ")"),
-                            json()};
+        throw EtcdError("etcd at " + opt.endpoints[at].str() + " answered " + target +
+                        " with something that is not JSON (HTTP " + std::to_string(res.result_int()) + ")");
       }
-      if (res.result() == http::status::ok && !j.contains("code")) co_return std::pair{EtcdStatus{}, std::move(j)};
+      if (res.result() == http::status::ok && !j.contains("code")) co_return j;
       const int code = j.value("code", 0);
       std::string message = text(j, "message");
       if (message.empty()) message = "HTTP " + std::to_string(res.result_int());
       if (code == 16 || code == 7 || res.result() == http::status::unauthorized) {
-        co_return std::pair{status(EtcdStatus::Kind::kRejected, "etcd at " + opt.endpoints[at].str() + " refused: " + message, code),
-                            json()};
+        throw EtcdRejected("etcd at " + opt.endpoints[at].str() + " refused: " + message, code);
       }
       if (code != 14 && code != 4 && code != 13 && res.result_int() < 500) {
-        co_return std::pair{status(EtcdStatus::Kind::kFailed, "etcd: " + message, code), std::move(j)};
+        throw EtcdError("etcd: " + message, code);
       }
       last = opt.endpoints[at].str() + ": " + message;  // unavailable, deadline, no leader: another member
     } catch (const boost::system::system_error& e) {
       if (closed) break;
       if (is_tls_failure(e.code())) {
-        co_return std::pair{status(EtcdStatus::Kind::kRejected,
-                                   "TLS with etcd at " + opt.endpoints[at].str() + " failed: " + e.code().message()),
-                            json()};
+        throw EtcdRejected("TLS with etcd at " + opt.endpoints[at].str() + " failed: " + e.code().message());
       }
       last = opt.endpoints[at].str() + ": " + (e.code() == beast::error::timeout ? "timed out" : e.code().message());
     }
@@ -375,17 +380,15 @@ awaitable<std::pair<EtcdStatus, json>> EtcdClient::Impl::call(EtcdChannel& ch, c
     move_on(at);
     ++failures;
     if (Clock::now() >= deadline) {
-      co_return std::pair{status(EtcdStatus::Kind::kUnreachable,
-                                 "etcd unreachable at " + endpoints_text() + " (last error: " + last + ")"),
-                          json()};
+      throw EtcdUnreachable("etcd unreachable at " + endpoints_text() + " (last error: " + last + ")");
     }
     co_await backoff(failures);
   }
-  co_return std::pair{status(EtcdStatus::Kind::kCancelled, "closed"), json()};
+  throw EtcdError("etcd client closed");
 }
 
 void EtcdClient::Impl::submit(EtcdChannel& ch, std::string target, std::string body,
-                              std::function<void(const EtcdStatus&, const json&)> done) {
+                              std::function<void(std::exception_ptr, const json&)> done) {
   if (closed) return;
   ch.queue.emplace_back(std::move(target), std::move(body));
   ch.done.push_back(std::move(done));
@@ -399,15 +402,22 @@ awaitable<void> EtcdClient::Impl::drain(EtcdChannel& ch) {
   while (!ch.queue.empty() && !closed) {
     auto [target, body] = std::move(ch.queue.front());
     ch.queue.pop_front();
-    auto [st, reply] = co_await call(ch, target, body);
+    std::exception_ptr error;
+    json reply;
+    try {
+      reply = co_await call(ch, target, body);
+    } catch (const EtcdError&) {
+      error = std::current_exception();
+    }
     auto done = std::move(ch.done.front());
     ch.done.pop_front();
     if (closed) break;
     try {
-      done(st, reply);
+      done(error, reply);
     } catch (const std::exception& e) {
       // A reply we cannot read (a malformed field): the request failed.
-      done(status(EtcdStatus::Kind::kFailed, std::string("etcd sent a malformed reply to ") + target + ": " + e.what()), json());
+      done(std::make_exception_ptr(EtcdError(std::string("etcd sent a malformed reply to ") + target + ": " + e.what())),
+           json());
     }
   }
   ch.running = false;
@@ -436,14 +446,15 @@ struct EtcdWatchStream {
     if (auto e = j.find("error"); e != j.end()) {
       const int code = e->is_object() ? e->value("grpc_code", e->value("code", 0)) : 0;
       const std::string message = e->is_object() ? e->value("message", std::string("error")) : e->dump();
-      failed = status(code == 16 || code == 7 ? EtcdStatus::Kind::kRejected : EtcdStatus::Kind::kFailed,
-                      "etcd ended the watch: " + message, code);
+      const std::string why = "etcd ended the watch: " + message;
+      failed = code == 16 || code == 7 ? std::make_exception_ptr(EtcdRejected(why, code))
+                                       : std::make_exception_ptr(EtcdError(why, code));
       return;
     }
     const json r = j.value("result", json::object());
     if (r.value("canceled", false)) {
-      failed = status(EtcdStatus::Kind::kFailed, "etcd cancelled the watch (history compacted up to revision " +
-                                                     std::to_string(i64(r, "compact_revision")) + ")");
+      failed = std::make_exception_ptr(EtcdError("etcd cancelled the watch (history compacted up to revision " +
+                                                 std::to_string(i64(r, "compact_revision")) + ")"));
       return;
     }
     if (r.value("created", false) && w.next_revision == 0) {  // a watch from now: resume after this revision
@@ -468,7 +479,7 @@ struct EtcdWatchStream {
 
   EtcdWatch::State& w;
   std::string pending;
-  std::optional<EtcdStatus> failed;
+  std::exception_ptr failed;  // an EtcdError: the watch ended
   bool delivered = false;
   std::function<std::size_t(std::uint64_t, boost::string_view, boost::system::error_code&)> on_body =
       [this](std::uint64_t, boost::string_view data, boost::system::error_code& ec) -> std::size_t {
@@ -489,7 +500,7 @@ awaitable<void> EtcdClient::Impl::run_watch(std::shared_ptr<EtcdWatch::State> w)
   int failures = 0;
   while (!w->cancelled && !closed) {
     std::size_t at = current;
-    std::optional<EtcdStatus> failed;
+    std::exception_ptr failed;
     try {
       co_await conn->connect();
       at = conn->endpoint;
@@ -506,7 +517,7 @@ awaitable<void> EtcdClient::Impl::run_watch(std::shared_ptr<EtcdWatch::State> w)
       else co_await http::async_read_header(*conn->plain, conn->buffer, stream->parser, use_awaitable);
       const auto code = stream->parser.get().result();
       if (code == http::status::unauthorized || code == http::status::forbidden) {
-        stream->failed = status(EtcdStatus::Kind::kRejected, "etcd at " + opt.endpoints[at].str() + " refused the watch");
+        stream->failed = std::make_exception_ptr(EtcdRejected("etcd at " + opt.endpoints[at].str() + " refused the watch"));
       } else if (code != http::status::ok) {
         throw boost::system::system_error(asio::error::connection_refused);
       }
@@ -521,18 +532,18 @@ awaitable<void> EtcdClient::Impl::run_watch(std::shared_ptr<EtcdWatch::State> w)
     } catch (const boost::system::system_error& e) {
       if (!w->cancelled && !closed) {
         if (is_tls_failure(e.code())) {
-          failed = status(EtcdStatus::Kind::kRejected,
-                          "TLS with etcd at " + opt.endpoints[at].str() + " failed: " + e.code().message());
+          failed = std::make_exception_ptr(
+              EtcdRejected("TLS with etcd at " + opt.endpoints[at].str() + " failed: " + e.code().message()));
         } else if (e.code() != asio::error::operation_aborted && e.code() != asio::error::bad_descriptor) {
           move_on(at);  // (a failover elsewhere closed this connection: follow it, without blaming this member)
         }
       }
     } catch (const std::exception& e) {
-      failed = status(EtcdStatus::Kind::kFailed, std::string("etcd's watch stream: ") + e.what());
+      failed = std::make_exception_ptr(EtcdError(std::string("etcd's watch stream: ") + e.what()));
     }
     if (w->cancelled || closed) break;
     if (failed) {
-      w->on_failed(*failed);
+      w->on_failed(failed);
       break;
     }
     conn->close();
@@ -572,13 +583,13 @@ void EtcdClient::range(std::string key, std::string range_end, Callback<EtcdRang
   json body = {{"key", b64(key)}};
   if (serializable) body["serializable"] = true;
   if (!range_end.empty()) body["range_end"] = b64(range_end);
-  impl_->submit(impl_->requests, "/v3/kv/range", body.dump(), [done = std::move(done)](const EtcdStatus& st, const json& j) {
+  impl_->submit(impl_->requests, "/v3/kv/range", body.dump(), [done = std::move(done)](std::exception_ptr error, const json& j) {
     EtcdRangeResult r;
-    if (st.ok()) {
+    if (!error) {
       r.revision = i64(j.value("header", json::object()), "revision");
       r.kvs = kvs_of(j);
     }
-    done(st, std::move(r));
+    done(error, std::move(r));
   });
 }
 
@@ -587,9 +598,9 @@ void EtcdClient::txn(EtcdTxn t, Callback<EtcdTxnResult> done) {
   for (const auto& c : t.compare) body["compare"].push_back(compare_json(c));
   for (const auto& op : t.success) body["success"].push_back(op_json(op));
   for (const auto& op : t.failure) body["failure"].push_back(op_json(op));
-  impl_->submit(impl_->requests, "/v3/kv/txn", body.dump(), [done = std::move(done)](const EtcdStatus& st, const json& j) {
+  impl_->submit(impl_->requests, "/v3/kv/txn", body.dump(), [done = std::move(done)](std::exception_ptr error, const json& j) {
     EtcdTxnResult r;
-    if (st.ok()) {
+    if (!error) {
       r.succeeded = j.value("succeeded", false);
       r.revision = i64(j.value("header", json::object()), "revision");
       if (auto it = j.find("responses"); it != j.end() && it->is_array()) {
@@ -602,54 +613,54 @@ void EtcdClient::txn(EtcdTxn t, Callback<EtcdTxnResult> done) {
         }
       }
     }
-    done(st, std::move(r));
+    done(error, std::move(r));
   });
 }
 
 void EtcdClient::grant(std::int64_t ttl_seconds, Callback<EtcdLease> done) {
   json body = {{"TTL", std::to_string(ttl_seconds)}};
-  impl_->submit(impl_->leases, "/v3/lease/grant", body.dump(), [done = std::move(done)](const EtcdStatus& st, const json& j) {
+  impl_->submit(impl_->leases, "/v3/lease/grant", body.dump(), [done = std::move(done)](std::exception_ptr error, const json& j) {
     EtcdLease l;
-    if (st.ok()) {
+    if (!error) {
       if (!text(j, "error").empty()) {
-        done(status(EtcdStatus::Kind::kFailed, "etcd refused a lease: " + text(j, "error")), l);
+        done(std::make_exception_ptr(EtcdError("etcd refused a lease: " + text(j, "error"))), l);
         return;
       }
       l.id = i64(j, "ID");
       l.ttl_seconds = i64(j, "TTL");
     }
-    done(st, l);
+    done(error, l);
   });
 }
 
 void EtcdClient::keep_alive(std::int64_t lease, Callback<EtcdLease> done) {
   json body = {{"ID", std::to_string(lease)}};
-  impl_->submit(impl_->leases, "/v3/lease/keepalive", body.dump(), [done = std::move(done)](const EtcdStatus& st, const json& j) {
+  impl_->submit(impl_->leases, "/v3/lease/keepalive", body.dump(), [done = std::move(done)](std::exception_ptr error, const json& j) {
     EtcdLease l;
-    if (st.ok()) {
+    if (!error) {
       const json& r = j.value("result", json::object());
       l.id = i64(r, "ID");
       l.ttl_seconds = i64(r, "TTL");
-    } else if (st.code == 5) {  // the lease is gone
-      done(EtcdStatus{}, l);
+    } else if (grpc_code(error) == 5) {  // the lease is gone
+      done(nullptr, l);
       return;
     }
-    done(st, l);
+    done(error, l);
   });
 }
 
 void EtcdClient::revoke(std::int64_t lease, Callback<bool> done) {
   json body = {{"ID", std::to_string(lease)}};
-  impl_->submit(impl_->leases, "/v3/lease/revoke", body.dump(), [done = std::move(done)](const EtcdStatus& st, const json&) {
-    if (st.code == 5) done(EtcdStatus{}, false);  // already gone
-    else done(st, st.ok());
+  impl_->submit(impl_->leases, "/v3/lease/revoke", body.dump(), [done = std::move(done)](std::exception_ptr error, const json&) {
+    if (grpc_code(error) == 5) done(nullptr, false);  // already gone
+    else done(error, !error);
   });
 }
 
 std::unique_ptr<EtcdWatch> EtcdClient::watch(std::string key, std::string range_end, std::int64_t start_revision,
                                              bool deletes_only,
                                              std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events,
-                                             std::function<void(const EtcdStatus&)> on_failed,
+                                             std::function<void(std::exception_ptr)> on_failed,
                                              std::function<void(std::int64_t)> on_created) {
   auto st = std::make_shared<EtcdWatch::State>();
   st->client = impl_;

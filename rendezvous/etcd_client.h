@@ -3,13 +3,14 @@
 //
 // Contract
 //   - Every request is asynchronous; its callback runs exactly once on the io_context given at
-//     construction, with an EtcdStatus (ok, or why not) and the result.
+//     construction, with the error (null: done; else an EtcdError, one line) and the result.
 //   - All of a client's connections (its request channel, its lease channel, its watches) use one
 //     current member. A connection error, a timeout or etcd's "unavailable" moves that member on
 //     to the next endpoint for every connection (a watch reconnects there and resumes after the
 //     last revision it delivered), and the request is retried there, until give_up_after has
-//     passed since it was made: then kUnreachable, naming every endpoint tried. A TLS handshake
-//     or certificate failure, or etcd refusing the credentials, is kRejected at once.
+//     passed since it was made: then EtcdUnreachable, naming every endpoint tried. A TLS
+//     handshake or certificate failure, or etcd refusing the credentials, is EtcdRejected at
+//     once. Any other error etcd answers with, or a reply that cannot be read, is an EtcdError.
 //   - Requests of one channel go out one at a time, in order (HTTP/1.1, one connection each):
 //     the lease channel's keep-alives never queue behind the request channel's transactions.
 //   - Keys and values are bytes (base64 on the wire). Responses are bounded (16 MiB a body, 16 MiB
@@ -23,8 +24,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,12 +55,24 @@ struct EtcdClientOptions {
   std::size_t first_endpoint = 0;                   // the member to start with (spreads clients)
 };
 
-struct EtcdStatus {
-  enum class Kind { kOk, kUnreachable, kRejected, kFailed, kCancelled };
-  Kind kind = Kind::kOk;
-  std::string message;  // one line; "" when ok
-  int code = 0;         // etcd's gRPC status code, when etcd answered with an error
-  bool ok() const { return kind == Kind::kOk; }
+// What a failed request or watch carries (as a std::exception_ptr). One line.
+class EtcdError : public std::runtime_error {
+ public:
+  explicit EtcdError(const std::string& what, int code = 0) : std::runtime_error(what), code_(code) {}
+  int code() const { return code_; }  // etcd's gRPC status code, when etcd answered with an error (else 0)
+
+ private:
+  int code_;
+};
+// No member answered before give_up_after.
+class EtcdUnreachable : public EtcdError {
+ public:
+  using EtcdError::EtcdError;
+};
+// TLS failed, or etcd refused this client's credentials or permissions: no retry will help.
+class EtcdRejected : public EtcdError {
+ public:
+  using EtcdError::EtcdError;
 };
 
 struct EtcdKeyValue {
@@ -139,7 +154,7 @@ class EtcdWatch;
 class EtcdClient {
  public:
   template <typename T>
-  using Callback = std::function<void(const EtcdStatus&, T)>;
+  using Callback = std::function<void(std::exception_ptr, T)>;  // the error (null: done), the result
 
   // Throws std::runtime_error naming the file when a TLS file cannot be loaded.
   EtcdClient(boost::asio::io_context& io, EtcdClientOptions options);
@@ -165,7 +180,7 @@ class EtcdClient {
   // and then watches should create the watch from now first, then read.)
   std::unique_ptr<EtcdWatch> watch(std::string key, std::string range_end, std::int64_t start_revision, bool deletes_only,
                                    std::function<void(std::int64_t, std::vector<EtcdEvent>)> on_events,
-                                   std::function<void(const EtcdStatus&)> on_failed,
+                                   std::function<void(std::exception_ptr)> on_failed,
                                    std::function<void(std::int64_t)> on_created = {});
 
   // The local address of the request channel's connection ("" when it is not connected): the

@@ -52,8 +52,21 @@ EtcdClientOptions client_options(const EtcdSettings& e) {
   return o;
 }
 
-int exit_code_for(const EtcdStatus& st) {
-  return st.kind == EtcdStatus::Kind::kRejected ? kExitRendezvousRejected : kExitStoreLost;
+// What an etcd error (an EtcdError; never null) means for this node: its one line, and the exit
+// code a round request is answered with.
+struct EtcdLoss {
+  std::string why;
+  int exit_code = kExitStoreLost;
+};
+
+EtcdLoss loss_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const EtcdRejected& e) {
+    return {e.what(), kExitRendezvousRejected};
+  } catch (const std::exception& e) {
+    return {e.what(), kExitStoreLost};
+  }
 }
 
 }  // namespace
@@ -81,11 +94,11 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     try {
       client = std::make_unique<EtcdClient>(io, client_options(config.multi.etcd));
     } catch (const std::exception& e) {
-      lose({EtcdStatus::Kind::kRejected, std::string("etcd: ") + e.what()});
+      lose(std::make_exception_ptr(EtcdRejected(std::string("etcd: ") + e.what())));
       return;
     }
-    client->grant(granted_ttl(config.multi.etcd).count(), [this](const EtcdStatus& st, EtcdLease l) {
-      if (!st.ok()) return lose(st);
+    client->grant(granted_ttl(config.multi.etcd).count(), [this](std::exception_ptr error, EtcdLease l) {
+      if (error) return lose(error);
       lease = l.id;
       keep_alive_later();
       write_status();  // one handed over before the lease was granted
@@ -98,14 +111,14 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
             for (auto& e : events) round_events.push_back(std::move(e));
             apply_events();
           },
-          [this](const EtcdStatus& st) { lose(st); }, [this](std::int64_t) { watches_created(); });
+          [this](std::exception_ptr error) { lose(error); }, [this](std::int64_t) { watches_created(); });
       watch = client->watch(
           keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()), 0, true,
           [this](std::int64_t, std::vector<EtcdEvent> events) {
             for (auto& e : events) gone_events.push_back(std::move(e));
             apply_events();
           },
-          [this](const EtcdStatus& st) { lose(st); }, [this](std::int64_t) { watches_created(); });
+          [this](std::exception_ptr error) { lose(error); }, [this](std::int64_t) { watches_created(); });
     });
   }
 
@@ -127,8 +140,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     t.compare.push_back(none);
     t.success = {EtcdOp::put(keys.alive(self.node_id), self.hostname, lease), EtcdOp::put(keys.round(), created), alive};
     t.failure = {EtcdOp::put(keys.alive(self.node_id), self.hostname, lease), EtcdOp::range(keys.round()), alive};
-    client->txn(std::move(t), [this, created](const EtcdStatus& st, EtcdTxnResult r) {
-      if (!st.ok()) return lose(st);
+    client->txn(std::move(t), [this, created](std::exception_ptr error, EtcdTxnResult r) {
+      if (error) return lose(error);
       if (self.addr.empty()) self.addr = client->local_address();
       {
         std::lock_guard lock(mu);
@@ -165,8 +178,9 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
 
   void answer_start_error() {
     RoundResult r;
-    r.error = start_error->message;
-    r.exit_code = exit_code_for(*start_error);
+    const EtcdLoss loss = loss_of(start_error);
+    r.error = loss.why;
+    r.exit_code = loss.exit_code;
     wants_round = false;
     post([r](Impl& s) { s.listener.on_round(r); });
   }
@@ -192,12 +206,12 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     keep_alive_timer.expires_after(keep_alive_interval(config.multi.etcd));
     keep_alive_timer.async_wait([this](boost::system::error_code ec) {
       if (ec || gone) return;
-      client->keep_alive(lease, [this](const EtcdStatus& st, EtcdLease l) {
-        if (!st.ok()) return lose(st);
+      client->keep_alive(lease, [this](std::exception_ptr error, EtcdLease l) {
+        if (error) return lose(error);
         if (l.ttl_seconds <= 0) {
-          return lose({EtcdStatus::Kind::kFailed,
-                       "this node's etcd lease expired, so etcd dropped its keys (cut off from etcd for longer than "
-                       "its lease_ttl?)"});
+          return lose(std::make_exception_ptr(
+              EtcdError("this node's etcd lease expired, so etcd dropped its keys (cut off from etcd for longer than "
+                        "its lease_ttl?)")));
         }
         keep_alive_later();
         if (gather_status) read_job_status();
@@ -211,7 +225,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     EtcdTxn t;
     t.success = {EtcdOp::put(keys.status(self.node_id), *status_json, lease)};
     status_json.reset();
-    client->txn(std::move(t), [this](const EtcdStatus&, EtcdTxnResult) {
+    client->txn(std::move(t), [this](std::exception_ptr, EtcdTxnResult) {
       if (gather_status) read_job_status();
     });
   }
@@ -219,8 +233,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   void read_job_status() {
     if (gone) return;
     const std::string prefix = keys.status_prefix();
-    client->range(prefix, etcd_prefix_end(prefix), [this](const EtcdStatus& st, EtcdRangeResult r) {
-      if (!st.ok()) return;  // best effort: the next tick reads again
+    client->range(prefix, etcd_prefix_end(prefix), [this](std::exception_ptr error, EtcdRangeResult r) {
+      if (error) return;  // best effort: the next tick reads again
       std::vector<std::string> records;
       for (auto& kv : r.kvs) records.push_back(std::move(kv.value));
       std::lock_guard lock(mu);
@@ -230,14 +244,14 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
 
   // etcd is gone for this node. Before the first read of the run's keys, the answer to the
   // round request says so (with its exit code); after it, the listener's on_store_lost.
-  void lose(const EtcdStatus& st) {
+  void lose(std::exception_ptr error) {
     if (gone) return;
     gone = true;
     if (!loaded) {
-      start_error = st;
+      start_error = error;
       if (wants_round) answer_start_error();
     } else {
-      post([why = st.message](Impl& s) { s.listener.on_store_lost(why); });
+      post([why = loss_of(error).why](Impl& s) { s.listener.on_store_lost(why); });
     }
     watch.reset();
     round_watch.reset();
@@ -270,8 +284,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     EtcdOp count = EtcdOp::range(p.count_prefix, etcd_prefix_end(p.count_prefix));
     count.count_only = true;
     t.success.push_back(count);
-    client->txn(std::move(t), [this, round = p.round, join](const EtcdStatus& st, EtcdTxnResult r) {
-      if (!st.ok()) return lose(st);
+    client->txn(std::move(t), [this, round = p.round, join](std::exception_ptr error, EtcdTxnResult r) {
+      if (error) return lose(error);
       if (gone) return;
       const std::int64_t n = r.counts.empty() ? 0 : r.counts.front();
       if (join) core->on_join_count(round, n, Clock::now());
@@ -282,8 +296,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
 
   void read_joins(int round) {
     const std::string prefix = keys.join_prefix(round);
-    client->range(prefix, etcd_prefix_end(prefix), [this, round](const EtcdStatus& st, EtcdRangeResult r) {
-      if (!st.ok()) return lose(st);
+    client->range(prefix, etcd_prefix_end(prefix), [this, round](std::exception_ptr error, EtcdRangeResult r) {
+      if (error) return lose(error);
       if (gone) return;
       std::vector<EtcdJoinRecord> joins;
       for (const auto& kv : r.kvs) {
@@ -303,8 +317,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     // The closed record outlives the agents by close_timeout, so that late ones read it, then goes.
     const auto ttl = std::max<std::int64_t>(
         2, std::chrono::duration_cast<std::chrono::seconds>(config.multi.rendezvous.close_timeout).count());
-    client->grant(ttl, [this, w = std::move(w)](const EtcdStatus& st, EtcdLease l) mutable {
-      if (!st.ok()) return lose(st);
+    client->grant(ttl, [this, w = std::move(w)](std::exception_ptr error, EtcdLease l) mutable {
+      if (error) return lose(error);
       swap(std::move(w), l.id);
     });
   }
@@ -319,8 +333,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     std::string value = w.next.to_json();
     t.success.push_back(EtcdOp::put(keys.round(), value, with_lease));
     t.failure.push_back(EtcdOp::range(keys.round()));
-    client->txn(std::move(t), [this, value](const EtcdStatus& st, EtcdTxnResult r) {
-      if (!st.ok()) return lose(st);
+    client->txn(std::move(t), [this, value](std::exception_ptr error, EtcdTxnResult r) {
+      if (error) return lose(error);
       if (gone) return;
       // The record's value now, without waiting for the watch to bring it.
       if (r.succeeded) core->on_round(value, r.revision);
@@ -343,7 +357,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       bound->async_wait([this](boost::system::error_code ec) {
         if (!ec) io.stop();
       });
-      client->revoke(lease, [this](const EtcdStatus&, bool) { io.stop(); });
+      client->revoke(lease, [this](std::exception_ptr, bool) { io.stop(); });
     } else {
       io.stop();
     }
@@ -373,7 +387,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   asio::steady_timer decide_timer{io};
   asio::steady_timer stop_timer{io};
   std::int64_t lease = 0;
-  std::optional<EtcdStatus> start_error;
+  std::exception_ptr start_error;  // an EtcdError: etcd lost before the first read of the run's keys
   int created_watches = 0;
   bool loaded = false;                    // the core has read the run's state
   std::vector<EtcdEvent> round_events;    // the watches' events not applied yet

@@ -7,7 +7,7 @@
 
 #include <boost/asio.hpp>
 #include <catch2/catch.hpp>
-#include <optional>
+#include <exception>
 
 #include "rendezvous/etcd_client.h"
 #include "tests/support/etcd_cluster.h"
@@ -40,17 +40,47 @@ struct DeadPort : LoopbackSocket {
   DeadPort() : LoopbackSocket(Mode::kBound) {}
 };
 
+// An error's one line ("" for none).
+std::string what_of(const std::exception_ptr& error) {
+  if (!error) return "";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// How a request ended: done, or which EtcdError.
+enum class Outcome { kDone, kUnreachable, kRejected, kOther };
+
+Outcome outcome_of(const std::exception_ptr& error) {
+  if (!error) return Outcome::kDone;
+  try {
+    std::rethrow_exception(error);
+  } catch (const EtcdUnreachable&) {
+    return Outcome::kUnreachable;
+  } catch (const EtcdRejected&) {
+    return Outcome::kRejected;
+  } catch (...) {
+    return Outcome::kOther;
+  }
+}
+
 template <typename T>
 struct Reply {
-  std::optional<EtcdStatus> status;
+  bool answered = false;
+  std::exception_ptr error;
   T value{};
   EtcdClient::Callback<T> callback() {
-    return [this](const EtcdStatus& s, T v) {
-      status = s;
+    return [this](std::exception_ptr e, T v) {
+      answered = true;
+      error = std::move(e);
       value = std::move(v);
     };
   }
-  bool done() const { return status.has_value(); }
+  bool done() const { return answered; }
+  bool ok() const { return answered && !error; }
+  std::string what() const { return what_of(error); }
 };
 
 }  // namespace
@@ -78,12 +108,12 @@ TEST_CASE("compare-and-swap, counts and binary keys against a real etcd", "[etcd
   Reply<EtcdTxnResult> first, second;
   client.txn(create(value), first.callback());
   run_until(io, [&] { return first.done(); });
-  REQUIRE(first.status->ok());
+  REQUIRE(first.ok());
   CHECK(first.value.succeeded);
 
   client.txn(create("other"), second.callback());
   run_until(io, [&] { return second.done(); });
-  REQUIRE(second.status->ok());
+  REQUIRE(second.ok());
   CHECK_FALSE(second.value.succeeded);  // it exists: the failure branch read it
   REQUIRE(second.value.kvs.size() == 1);
   CHECK(second.value.kvs[0].key == key);
@@ -100,7 +130,7 @@ TEST_CASE("compare-and-swap, counts and binary keys against a real etcd", "[etcd
   Reply<EtcdTxnResult> counted;
   client.txn(std::move(t), counted.callback());
   run_until(io, [&] { return counted.done(); });
-  REQUIRE(counted.status->ok());
+  REQUIRE(counted.ok());
   REQUIRE(counted.value.counts.size() == 1);
   CHECK(counted.value.counts[0] == 2);
   CHECK(counted.value.kvs.empty());
@@ -117,7 +147,7 @@ TEST_CASE("a lease's keys go when it is revoked; a watch sees them go, a deletes
   Reply<EtcdLease> lease;
   client.grant(5, lease.callback());
   run_until(io, [&] { return lease.done(); });
-  REQUIRE(lease.status->ok());
+  REQUIRE(lease.ok());
   REQUIRE(lease.value.id != 0);
   CHECK(lease.value.ttl_seconds == 5);
 
@@ -127,10 +157,10 @@ TEST_CASE("a lease's keys go when it is revoked; a watch sees them go, a deletes
   std::vector<EtcdEvent> all, deletes;
   auto w1 = client.watch("/w/", etcd_prefix_end("/w/"), start.value.revision + 1, false,
                          [&](std::int64_t, std::vector<EtcdEvent> e) { all.insert(all.end(), e.begin(), e.end()); },
-                         [](const EtcdStatus& s) { FAIL(s.message); });
+                         [](std::exception_ptr e) { FAIL(what_of(e)); });
   auto w2 = client.watch("/w/", etcd_prefix_end("/w/"), start.value.revision + 1, true,
                          [&](std::int64_t, std::vector<EtcdEvent> e) { deletes.insert(deletes.end(), e.begin(), e.end()); },
-                         [](const EtcdStatus& s) { FAIL(s.message); });
+                         [](std::exception_ptr e) { FAIL(what_of(e)); });
   EtcdTxn put;
   put.success.push_back(EtcdOp::put("/w/alive", "x", lease.value.id));
   Reply<EtcdTxnResult> put_reply;
@@ -143,7 +173,7 @@ TEST_CASE("a lease's keys go when it is revoked; a watch sees them go, a deletes
   Reply<EtcdLease> renewed;
   client.keep_alive(lease.value.id, renewed.callback());
   run_until(io, [&] { return renewed.done(); });
-  REQUIRE(renewed.status->ok());
+  REQUIRE(renewed.ok());
   CHECK(renewed.value.ttl_seconds > 0);
 
   Reply<bool> revoked;
@@ -157,7 +187,7 @@ TEST_CASE("a lease's keys go when it is revoked; a watch sees them go, a deletes
   Reply<EtcdLease> after;
   client.keep_alive(lease.value.id, after.callback());
   run_until(io, [&] { return after.done(); });
-  REQUIRE(after.status->ok());
+  REQUIRE(after.ok());
   CHECK(after.value.ttl_seconds == 0);  // the lease is gone
 }
 
@@ -173,7 +203,7 @@ TEST_CASE("a dead member first: the client moves on to the next; none alive: unr
     Reply<EtcdRangeResult> r;
     client.range("/x", "", r.callback());
     run_until(io, [&] { return r.done(); });
-    CHECK(r.status->ok());
+    CHECK(r.ok());
     CHECK(r.value.revision > 0);
   }
   {
@@ -186,8 +216,8 @@ TEST_CASE("a dead member first: the client moves on to the next; none alive: unr
     const auto t0 = std::chrono::steady_clock::now();
     client.range("/x", "", r.callback());
     run_until(io, [&] { return r.done(); });
-    CHECK(r.status->kind == EtcdStatus::Kind::kUnreachable);
-    CHECK_THAT(r.status->message, Catch::Contains("127.0.0.1:" + std::to_string(dead.port)) &&
+    CHECK(outcome_of(r.error) == Outcome::kUnreachable);
+    CHECK_THAT(r.what(), Catch::Contains("127.0.0.1:" + std::to_string(dead.port)) &&
                                       Catch::Contains("127.0.0.1:" + std::to_string(dead2.port)));
     CHECK(std::chrono::steady_clock::now() - t0 < 10s);
   }
@@ -199,11 +229,11 @@ TEST_CASE("TLS: a client without a certificate, or trusting another CA, is rejec
   const auto& files = etcd.tls();
   struct Case {
     std::string ca, cert, key;
-    EtcdStatus::Kind expect;
+    Outcome expect;
   };
-  for (const Case& c : {Case{files.ca, files.cert, files.key, EtcdStatus::Kind::kOk},
-                        Case{files.other_ca, files.cert, files.key, EtcdStatus::Kind::kRejected},
-                        Case{files.ca, "", "", EtcdStatus::Kind::kRejected}}) {
+  for (const Case& c : {Case{files.ca, files.cert, files.key, Outcome::kDone},
+                        Case{files.other_ca, files.cert, files.key, Outcome::kRejected},
+                        Case{files.ca, "", "", Outcome::kRejected}}) {
     EtcdClientOptions o;
     o.endpoints = {endpoint_of(etcd.endpoint(0))};
     o.tls = true;
@@ -214,8 +244,8 @@ TEST_CASE("TLS: a client without a certificate, or trusting another CA, is rejec
     Reply<EtcdRangeResult> r;
     client.range("/x", "", r.callback());
     run_until(io, [&] { return r.done(); });
-    INFO(r.status->message);
-    CHECK(r.status->kind == c.expect);
+    INFO(r.what());
+    CHECK(outcome_of(r.error) == c.expect);
   }
   EtcdClientOptions missing;
   missing.endpoints = {endpoint_of(etcd.endpoint(0))};
