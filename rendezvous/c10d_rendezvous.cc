@@ -77,16 +77,25 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       // The reference configuration, this node's, named in a mismatch before its own join: its
       // address is the endpoint's local one, which its participant will find, unless set.
       // Its node id is this agent's: the coordinator tells the hosting agent's own node apart.
-      NodeRecord reference = own_record;
-      if (reference.addr.empty()) reference.addr = local;
-      coordinator = std::make_unique<RendezvousCoordinator>(
-          StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()}, options, config.multi.rendezvous,
-          [](const std::string& line) { log_line(line); }, std::move(reference),
-          [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); },
-          // The round's progress is the store host's to print: at 1,024 agents every joiner
-          // printing every line made 5,401 lines; a joiner prints its rank (agent.cc).
-          [this](const std::string& line) { post([line](Impl& self) { self.listener.on_progress(line); }); });
+      coordinator_reference = own_record;
+      if (coordinator_reference->addr.empty()) coordinator_reference->addr = local;
+      coordinator_store = StoreEndpoint{local.empty() ? "127.0.0.1" : local, server->port()};
     }
+  }
+
+  // The hosting agent's coordinator, once this Impl is owned by its shared_ptr: the coordinator's
+  // thread posts to the loop through weak_from_this(), which is set only after the constructor
+  // (started in it, the thread raced that assignment and could drop its first lines).
+  void start_coordinator() {
+    if (!coordinator_reference) return;
+    coordinator = std::make_unique<RendezvousCoordinator>(
+        coordinator_store, options, config.multi.rendezvous, [](const std::string& line) { log_line(line); },
+        std::move(*coordinator_reference),
+        [this](const std::string& why) { post([why](Impl& self) { self.listener.on_store_lost(why); }); },
+        // The round's progress is the store host's to print: at 1,024 agents every joiner
+        // printing every line made 5,401 lines; a joiner prints its rank (agent.cc).
+        [this](const std::string& line) { post([line](Impl& self) { self.listener.on_progress(line); }); });
+    coordinator_reference.reset();
   }
 
   // After a lost bind: the winner's connection for the participant (`adopted`), trying while
@@ -219,6 +228,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
   std::shared_ptr<ConnectCancel> cancel = std::make_shared<ConnectCancel>();
   StoreClientOptions options;
   std::unique_ptr<StoreServer> server;
+  std::optional<NodeRecord> coordinator_reference;  // set by the constructor when this agent hosts
+  StoreEndpoint coordinator_store;
   std::unique_ptr<RendezvousCoordinator> coordinator;
   std::mutex mu;  // the loop's members read by other threads: node_id(), node_address(), job_status()
   std::unique_ptr<StoreConnection> adopted;  // made when this host's store was found listening; the participant's
@@ -230,7 +241,9 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
 
 C10dRendezvous::C10dRendezvous(RendezvousNodeConfig config, PostToLoop post, RendezvousListener listener,
                                boost::asio::io_context& loop)
-    : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener), loop)) {}
+    : impl_(std::make_shared<Impl>(std::move(config), std::move(post), std::move(listener), loop)) {
+  impl_->start_coordinator();
+}
 
 C10dRendezvous::~C10dRendezvous() { shutdown(std::chrono::milliseconds(0)); }
 
