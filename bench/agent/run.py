@@ -41,10 +41,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TIMEOUT_S = 120  # the longest one job of these benchmarks may take (torchrun's included)
 
 
+def run_bounded(cmd, env=None):
+    """Runs `cmd` to its end, killed past TIMEOUT_S. Not subprocess.run(timeout=): Python 3.11
+    waits for a child with a timeout by polling, sleeping 0.5, 1, 2, 4 ms... between polls, which
+    rounds a few-millisecond job's time up to the next poll; here a watchdog thread kills it and
+    the wait is a plain blocking waitpid()."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    watchdog = threading.Timer(TIMEOUT_S, p.kill)
+    watchdog.start()
+    try:
+        rc = p.wait()
+    finally:
+        watchdog.cancel()
+    if rc != 0:
+        raise subprocess.CalledProcessError(rc, cmd)
+
+
 def wall(cmd, env=None):
     t0 = time.perf_counter()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True,
-                   timeout=TIMEOUT_S)
+    run_bounded(cmd, env)
     return time.perf_counter() - t0
 
 
@@ -70,9 +85,7 @@ def recovery(cmd, worker, env=None):
     with tempfile.TemporaryDirectory() as tmp:
         stamp = os.path.join(tmp, "stamps")
         env = dict(env or os.environ, BENCH_STAMP=stamp, BENCH_FAIL_ONCE="1")
-        subprocess.run(cmd + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1", "--no_python", worker],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True,
-                       timeout=TIMEOUT_S)
+        run_bounded(cmd + ["--standalone", "--nproc_per_node", "2", "--max_restarts", "1", "--no_python", worker], env)
         fail = start = None
         for line in open(stamp):
             kind, restart, rank, ns = line.split()
