@@ -132,13 +132,13 @@ JobCgroup::~JobCgroup() {
   if (!keeper_removes_) ::rmdir(dir_.c_str());  // never removes a populated one
 }
 
-int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
+bool kill_and_remove_cgroup(const char* dir, int timeout_ms) {
   // An empty cgroup (every normal end) goes at once: rmdir refuses a populated one (EBUSY).
-  if (::rmdir(dir) == 0) return 0;
-  if (errno != EBUSY) return errno;
+  if (::rmdir(dir) == 0) return true;
+  if (errno != EBUSY) return false;
   const std::string path = dir;
   const int events = ::open((path + "/cgroup.events").c_str(), O_RDONLY | O_CLOEXEC);
-  if (events < 0) return errno;
+  if (events < 0) return false;
   const long deadline = now_ms() + timeout_ms;
   bool killed = false;
   bool empty = false;
@@ -169,9 +169,12 @@ int kill_and_remove_cgroup(const char* dir, int timeout_ms) {
     ::poll(&p, 1, static_cast<int>(left));
   }
   ::close(events);
-  if (err != 0) return err;
-  if (!empty) return EBUSY;
-  return ::rmdir(dir) == 0 ? 0 : errno;
+  if (err == 0 && !empty) err = EBUSY;
+  if (err != 0) {
+    errno = err;
+    return false;
+  }
+  return ::rmdir(dir) == 0;
 }
 
 }  // namespace crun

@@ -52,7 +52,8 @@ class JobCgroup {
   bool keeper_removes_ = false;
 };
 
-// 0 when `dir` is gone, else the errno of what failed (EBUSY: still populated after the timeout).
-int kill_and_remove_cgroup(const char* dir, int timeout_ms);
+// True when `dir` is gone; else false, errno saying what failed (EBUSY: still populated after the
+// timeout).
+bool kill_and_remove_cgroup(const char* dir, int timeout_ms);
 
 }  // namespace crun

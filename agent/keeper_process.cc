@@ -113,8 +113,9 @@ int kill_marked(const std::string& marker) {
 // The agent is gone: kill every process of the job, then leave.
 void clean_up(const Job& job) {
   if (!job.cgroup_dir.empty()) {
-    const int err = kill_and_remove_cgroup(job.cgroup_dir.c_str(), kCleanupMs);
-    if (err != 0) log_line("cannot empty and remove " + job.cgroup_dir + (err == EBUSY ? " (still populated)" : ""));
+    if (!kill_and_remove_cgroup(job.cgroup_dir.c_str(), kCleanupMs)) {
+      log_line("cannot empty and remove " + job.cgroup_dir + (errno == EBUSY ? " (still populated)" : ""));
+    }
   }
   if (job.finished) return;  // the agent killed and reaped its workers' trees itself
   // Also with the cgroup: a process root moved out of it still has its group or the marker.

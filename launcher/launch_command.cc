@@ -25,7 +25,8 @@ int run_launch(const std::vector<std::string>& argv, const EnvSnapshot& env, con
   }
   if (options.slurm_tasks) {
     const auto& program = options.agent.worker_program;
-    const int err = exec_slurm_task(program, options.agent.worker_argv, options.task_env);
+    exec_slurm_task(program, options.agent.worker_argv, options.task_env);
+    const int err = errno;
     std::fprintf(stderr, "crun: error: cannot run %s: %s\n",
                  (program.empty() ? options.agent.worker_argv.front() : program).c_str(), std::strerror(err));
     return kExitAgentError;

@@ -106,13 +106,12 @@ EnvironmentList slurm_task_environment(const EnvSnapshot& env, const HostFacts& 
   return worker_variables(env.entries(), place, who);
 }
 
-int exec_slurm_task(const std::string& program, const std::vector<std::string>& argv, const EnvironmentList& env) {
+void exec_slurm_task(const std::string& program, const std::vector<std::string>& argv, const EnvironmentList& env) {
   for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   ::execv(program.empty() ? args[0] : program.c_str(), args.data());
-  return errno;
 }
 
 }  // namespace crun

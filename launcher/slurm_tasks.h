@@ -14,7 +14,7 @@
 //   (flag or PET_*), win. A missing or malformed variable throws std::invalid_argument naming it.
 //
 //   exec_slurm_task() sets that environment and execs `program` with argv; it returns only on
-//   failure (errno).
+//   failure, errno set.
 //
 // Threading
 //   slurm_task_environment: pure function of its arguments. exec_slurm_task changes the process
@@ -34,6 +34,6 @@ EnvironmentList slurm_task_environment(const EnvSnapshot& env, const HostFacts& 
                                        const std::optional<std::string>& master_addr,
                                        const std::optional<int>& master_port, const std::string& role);
 
-int exec_slurm_task(const std::string& program, const std::vector<std::string>& argv, const EnvironmentList& env);
+void exec_slurm_task(const std::string& program, const std::vector<std::string>& argv, const EnvironmentList& env);
 
 }  // namespace crun

@@ -5,20 +5,9 @@
 #include <vector>
 
 #include "agent/worker_env.h"
+#include "tests/support/env_map.h"
 
 using namespace crun;
-
-namespace {
-std::map<std::string, std::string> as_map(const std::vector<std::string>& env) {
-  std::map<std::string, std::string> m;
-  for (const auto& kv : env) {
-    const auto eq = kv.find('=');
-    REQUIRE(m.count(kv.substr(0, eq)) == 0);  // no duplicate keys
-    m[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return m;
-}
-}  // namespace
 
 TEST_CASE("worker environment: torchrun's contract", "[worker_env]") {
   RoundInfo round;
@@ -33,7 +22,7 @@ TEST_CASE("worker environment: torchrun's contract", "[worker_env]") {
   who.role = "trainer";
   who.run_id = "job";
   who.error_file = "/tmp/e.json";
-  auto env = as_map(worker_environment({"PATH=/bin", "RANK=99", "OMP_NUM_THREADS=8"}, round, who));
+  auto env = crun::test::env_map(worker_environment({"PATH=/bin", "RANK=99", "OMP_NUM_THREADS=8"}, round, who));
   REQUIRE(env["PATH"] == "/bin");
   REQUIRE(env["RANK"] == "3");
   REQUIRE(env["LOCAL_RANK"] == "3");
@@ -51,7 +40,7 @@ TEST_CASE("worker environment: torchrun's contract", "[worker_env]") {
   REQUIRE(env["TORCHELASTIC_RUN_ID"] == "job");
   REQUIRE(env["TORCHELASTIC_USE_AGENT_STORE"] == "False");
   round.agent_store = true;  // MASTER_ADDR:MASTER_PORT is the agents' store
-  CHECK(as_map(worker_environment({}, round, who))["TORCHELASTIC_USE_AGENT_STORE"] == "True");
+  CHECK(crun::test::env_map(worker_environment({}, round, who))["TORCHELASTIC_USE_AGENT_STORE"] == "True");
   REQUIRE(env["TORCHELASTIC_ERROR_FILE"] == "/tmp/e.json");
   REQUIRE(env["OMP_NUM_THREADS"] == "8");  // kept: the user set it
   REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1");
@@ -64,17 +53,17 @@ TEST_CASE("worker environment: OMP_NUM_THREADS and NCCL error handling as torchr
   WorkerIdentity who;
   SECTION("several workers per node: OMP_NUM_THREADS=1") {
     who.local_world_size = 2;
-    auto env = as_map(worker_environment({"PATH=/bin"}, round, who));
+    auto env = crun::test::env_map(worker_environment({"PATH=/bin"}, round, who));
     REQUIRE(env["OMP_NUM_THREADS"] == "1");
   }
   SECTION("one worker per node: OMP_NUM_THREADS stays unset (torch uses every core)") {
     who.local_world_size = 1;
-    auto env = as_map(worker_environment({"PATH=/bin"}, round, who));
+    auto env = crun::test::env_map(worker_environment({"PATH=/bin"}, round, who));
     REQUIRE(env.count("OMP_NUM_THREADS") == 0);
   }
   SECTION("the user's NCCL settings are kept, under either name") {
     who.local_world_size = 2;
-    auto env = as_map(worker_environment({"NCCL_ASYNC_ERROR_HANDLING=0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=2"}, round, who));
+    auto env = crun::test::env_map(worker_environment({"NCCL_ASYNC_ERROR_HANDLING=0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=2"}, round, who));
     REQUIRE(env["NCCL_ASYNC_ERROR_HANDLING"] == "0");
     REQUIRE(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2");
   }
@@ -83,12 +72,12 @@ TEST_CASE("worker environment: OMP_NUM_THREADS and NCCL error handling as torchr
 TEST_CASE("worker environment: the watchdogs' files only when the agent serves them", "[worker_env]") {
   RoundInfo round;
   WorkerIdentity who;
-  auto off = as_map(worker_environment({"PATH=/bin", "TORCHELASTIC_TIMER_FILE=/user/set"}, round, who));
+  auto off = crun::test::env_map(worker_environment({"PATH=/bin", "TORCHELASTIC_TIMER_FILE=/user/set"}, round, who));
   CHECK(off.count("CRUN_HEARTBEAT_FILE") == 0);
   CHECK(off["TORCHELASTIC_TIMER_FILE"] == "/user/set");  // torch's agent passes the variable on as well
   who.timer_file = "/run/crun/file_timer";
   who.heartbeat_file = "/run/crun/attempt_0/0/heartbeat";
-  auto on = as_map(worker_environment({"PATH=/bin", "TORCHELASTIC_TIMER_FILE=/user/set"}, round, who));
+  auto on = crun::test::env_map(worker_environment({"PATH=/bin", "TORCHELASTIC_TIMER_FILE=/user/set"}, round, who));
   CHECK(on["TORCHELASTIC_TIMER_FILE"] == "/run/crun/file_timer");
   CHECK(on["CRUN_HEARTBEAT_FILE"] == "/run/crun/attempt_0/0/heartbeat");
 }
@@ -99,11 +88,11 @@ TEST_CASE("worker environment: --virtual-local-rank gives LOCAL_RANK 0 and the w
   WorkerIdentity who;
   who.local_rank = 1;
   who.local_world_size = 2;
-  auto env = as_map(worker_environment({"CUDA_VISIBLE_DEVICES=4,6"}, round, who));
+  auto env = crun::test::env_map(worker_environment({"CUDA_VISIBLE_DEVICES=4,6"}, round, who));
   REQUIRE(env["LOCAL_RANK"] == "1");
   REQUIRE(env["CUDA_VISIBLE_DEVICES"] == "4,6");
   who.visible_device = "6";
-  env = as_map(worker_environment({"CUDA_VISIBLE_DEVICES=4,6"}, round, who));
+  env = crun::test::env_map(worker_environment({"CUDA_VISIBLE_DEVICES=4,6"}, round, who));
   REQUIRE(env["LOCAL_RANK"] == "0");
   REQUIRE(env["RANK"] == "1");
   REQUIRE(env["CUDA_VISIBLE_DEVICES"] == "6");

@@ -11,20 +11,11 @@
 
 #include "agent/run_directory.h"
 #include "agent/worker_launch.h"
+#include "tests/support/env_map.h"
 
 using namespace crun;
 
 namespace {
-
-std::map<std::string, std::string> as_map(const std::vector<std::string>& env) {
-  std::map<std::string, std::string> m;
-  for (const auto& kv : env) {
-    const auto eq = kv.find('=');
-    REQUIRE(m.count(kv.substr(0, eq)) == 0);
-    m[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return m;
-}
 
 std::filesystem::path fresh_base() {
   std::string t = "/tmp/crun-launch-test-XXXXXX";
@@ -75,7 +66,7 @@ TEST_CASE("a worker's launch: argv with its local rank, its environment, its fil
   CHECK(p.error_file == (f.dir.path() / "attempt_1" / "2" / "error.json").string());
   CHECK(p.heartbeat_file.empty());
   CHECK(p.cpus.empty());
-  auto env = as_map(p.env);
+  auto env = crun::test::env_map(p.env);
   CHECK(env["PATH"] == "/bin");          // the agent's environment passes through
   CHECK(env["LOCAL_RANK"] == "2");       // torchrun's contract replaces its own names
   CHECK(env["RANK"] == "8");             // rank offset 6 + local rank 2
@@ -104,7 +95,7 @@ TEST_CASE("a worker's launch: watchdog files, its device and its CPUs", "[worker
   const auto p = plan_worker_launch(c, f.dir, s, 1);
   CHECK(p.heartbeat_file == (f.dir.path() / "attempt_1" / "1" / "heartbeat").string());
   CHECK(p.cpus == std::vector<int>{2, 3});
-  auto env = as_map(p.env);
+  auto env = crun::test::env_map(p.env);
   CHECK(env["CRUN_HEARTBEAT_FILE"] == p.heartbeat_file);
   CHECK(env["TORCHELASTIC_TIMER_FILE"] == "/run/timer.fifo");
   CHECK(env["CUDA_VISIBLE_DEVICES"] == "1");
