@@ -25,6 +25,8 @@
 #include "agent/root_cause_report.h"
 #include "agent/run_directory.h"
 #include "agent/signal_names.h"
+#include "agent/standby_plan.h"
+#include "agent/standby_pool.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -124,6 +126,7 @@ struct Agent::Impl {
   int latest_stop_round = -1;                  // the newest round the coordinator ended
   std::unique_ptr<WorkerContainment> containment;  // outlives every group
   std::unique_ptr<WorkerGroup> group;
+  std::unique_ptr<StandbyPool> standbys;  // --standby-workers: spare interpreters for the next start
   RunDirectory run_dir;
   GroupStart next_start;  // what every start of the group shares (environment, agent id, watchdogs)
   RoundInfo current_round;
@@ -146,6 +149,7 @@ struct Agent::Impl {
   void wait_signal();
   void perform(const AgentActions& actions);
   void start_group(int restart_count);
+  void start_standbys(int restart_count);
   WorkerLaunch make_launch(const WorkerLaunchPlan& plan, const std::shared_ptr<DuplicateSink>& duplicate_stdout,
                            const std::shared_ptr<DuplicateSink>& duplicate_stderr);
   std::shared_ptr<DuplicateSink> duplicate_sink(const std::vector<std::string>& filters, int restart_count, const char* file);
@@ -189,6 +193,7 @@ int Agent::Impl::run() {
     // Before any worker starts: the keeper. If this agent dies, it removes the temporary run dir.
     containment = std::make_unique<WorkerContainment>(io, run_dir.temporary() ? run_dir.path().string() : std::string(),
                                                       config.job_cgroup);
+    if (config.standby_workers) standbys = std::make_unique<StandbyPool>(io, config.nproc_per_node, containment.get(), &console_err);
     for (int s : config.handled_signals) signals.add(s);
     if (config.file_timer) start_file_timer();
     if (config.health_check_port) {
@@ -225,6 +230,7 @@ int Agent::Impl::run() {
   }
   endpoint.reset();  // nothing answers once the loop has stopped: refuse rather than hang
   group.reset();  // SIGKILLs what is left of the workers' trees
+  standbys.reset();  // and the standbys
   file_timer.reset();  // removes its FIFO
   containment->release();  // the keeper removes the job's cgroup and exits meanwhile
   // The host keeps the store up until the others have left; after a preemption notice the others
@@ -322,9 +328,17 @@ void Agent::Impl::start_group(int restart_count) {
     const auto duplicate_stdout = duplicate_sink(config.duplicate_stdout_filters, restart_count, "filtered_stdout.log");
     const auto duplicate_stderr = duplicate_sink(config.duplicate_stderr_filters, restart_count, "filtered_stderr.log");
     std::vector<WorkerLaunch> launches;
+    std::vector<WorkerLaunchPlan> plans;
     launches.reserve(static_cast<std::size_t>(config.nproc_per_node));
     for (int lr = 0; lr < config.nproc_per_node; ++lr) {
-      launches.push_back(make_launch(plan_worker_launch(config, run_dir, next_start, lr), duplicate_stdout, duplicate_stderr));
+      plans.push_back(plan_worker_launch(config, run_dir, next_start, lr));
+      launches.push_back(make_launch(plans.back(), duplicate_stdout, duplicate_stderr));
+    }
+    for (int lr = 0; standbys && lr < config.nproc_per_node; ++lr) {
+      // From here the standby runs this launch: WorkerGroup::start adopts it.
+      StandbyPool::Taken taken = standbys->take(lr, plans[static_cast<std::size_t>(lr)]);
+      if (taken.worker) launches[static_cast<std::size_t>(lr)].adopted = taken.worker;
+      else if (!taken.why.empty()) log_line("local rank " + std::to_string(lr) + " starts cold: " + taken.why);
     }
     group = std::make_unique<WorkerGroup>(
         io, restart_count,
@@ -345,6 +359,7 @@ void Agent::Impl::start_group(int restart_count) {
     std::vector<int> pids;
     for (int lr = 0; lr < group->size(); ++lr) pids.push_back(group->pid(lr));
     view->group_started(restart_count, pids);
+    start_standbys(restart_count);
     if (hang_limits.enabled()) {
       hang_watch.emplace(hang_limits, config.nproc_per_node, AgentClock::now());
       watch_heartbeats();
@@ -353,6 +368,14 @@ void Agent::Impl::start_group(int restart_count) {
     log_line(std::string("cannot start workers: ") + e.what());
     group.reset();
     finish(kExitAgentError);
+  }
+}
+
+// Standbys for the next start, once this one's workers run (agent/standby_plan.h decides which).
+void Agent::Impl::start_standbys(int restart_count) {
+  if (!standbys) return;
+  for (int lr : standbys_to_start(config, restart_count, standbys->kept())) {
+    if (auto plan = plan_standby_launch(config, run_dir, next_start, lr)) standbys->start(lr, *plan);
   }
 }
 

@@ -81,6 +81,11 @@ struct AgentConfig {
   std::string event_log_handler = "null";
 
   std::optional<MultiNodeConfig> multi_node;  // unset: single node (standalone store)
+
+  // --standby-workers (agent/standby_plan.h): one spare interpreter per local rank, these modules
+  // imported (--standby-preload), takes the next start's launch. Only for a Python program.
+  bool standby_workers = false;
+  std::vector<std::string> standby_preload;
 };
 
 }  // namespace crun

@@ -7,6 +7,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "agent/job_cgroup.h"
 #include "base/log.h"
@@ -49,6 +50,9 @@ struct WorkerContainment::Impl {
   Keeper keeper;
   asio::posix::stream_descriptor keeper_exit;  // a duplicate of the keeper's pidfd
   bool finished = false;
+  std::vector<int> standbys;  // pids kept apart from the groups (group_over)
+
+  void forget_standby(int pid) { std::erase(standbys, pid); }
 
   void watch_keeper() {
     keeper_exit.async_wait(asio::posix::stream_descriptor::wait_read, [this](const boost::system::error_code& ec) {
@@ -82,14 +86,23 @@ void WorkerContainment::worker_started(int pid) {
   impl_->keeper.worker_started(pid);
 }
 
+void WorkerContainment::standby_started(int pid) {
+  worker_started(pid);
+  impl_->standbys.push_back(pid);
+}
+
+void WorkerContainment::standby_taken(int pid) { impl_->forget_standby(pid); }
+
 void WorkerContainment::worker_reaped(int pid) {
+  impl_->forget_standby(pid);
   impl_->orphans.untrack(pid);
   impl_->orphans.reap();  // an orphan's zombie may have waited behind the worker's
 }
 
 void WorkerContainment::group_over() {
-  impl_->orphans.kill_untracked(kSweepBound);
+  impl_->orphans.kill_untracked(kSweepBound);  // standbys are tracked: spared
   impl_->keeper.group_over();
+  for (int pid : impl_->standbys) impl_->keeper.worker_started(pid);  // still the keeper's to kill
 }
 
 void WorkerContainment::release() { impl_->keeper.release(); }

@@ -14,6 +14,10 @@
 //     every process whose environment carries CRUN_AGENT_ID=<agent_id()>; then it removes
 //     `run_dir` ("" for none), the agent's temporary run directory.
 //   PR_SET_PDEATHSIG (worker_process.h) still ends each worker itself with the agent.
+//   A standby (agent/standby_pool.h) is contained as a worker from standby_started(pid), and
+//   group_over() leaves it alone (it is no part of the group that ended; the keeper is told its
+//   pid again) until standby_taken(pid) makes it an ordinary worker of the next group or
+//   worker_reaped(pid) says it is gone.
 //   release() tells the keeper the agent ends normally (it removes the cgroup and exits while the
 //   agent cleans up the rest); finish() (also the destructor) waits for it.
 //   The keeper ending early is reported on stderr once; the agent goes on without it.
@@ -46,6 +50,8 @@ class WorkerContainment {
 
   void worker_started(int pid);
   void worker_reaped(int pid);
+  void standby_started(int pid);
+  void standby_taken(int pid);
   void group_over();
   void release();
   void finish();

@@ -203,16 +203,31 @@ void WorkerGroup::start(std::vector<WorkerLaunch> launches) {
       options.cgroup_dir_fd = impl_->containment->cgroup_dir_fd();
     }
     for (auto& launch : launches) {
-      options.program = launch.program;
-      options.cpus = launch.cpus;
-      const SpawnedWorker s = spawn_worker(launch.argv, launch.env, options);
-      if (impl_->containment != nullptr) impl_->containment->worker_started(s.pid);
+      SpawnedWorker s;
+      if (launch.adopted) {  // contained since it started as a standby
+        s = *launch.adopted;
+        launch.adopted.reset();
+      } else {
+        options.program = launch.program;
+        options.cpus = launch.cpus;
+        s = spawn_worker(launch.argv, launch.env, options);
+        if (impl_->containment != nullptr) impl_->containment->worker_started(s.pid);
+      }
       auto w = std::make_shared<Worker>(impl_->io, s, launch);
       w->local_rank = local_rank++;
       impl_->workers.push_back(w);
       ++impl_->running;
     }
   } catch (...) {
+    for (auto& launch : launches) {  // taken from their standbys, not yet the group's
+      if (!launch.adopted) continue;
+      const SpawnedWorker& a = *launch.adopted;
+      ::kill(-a.pid, SIGKILL);
+      ::kill(a.pid, SIGKILL);
+      for (int fd : {a.pidfd, a.stdout_fd, a.stderr_fd}) ::close(fd);
+      ::waitpid(a.pid, nullptr, 0);
+      if (impl_->containment != nullptr) impl_->containment->worker_reaped(a.pid);
+    }
     impl_->shutdown();
     throw;
   }

@@ -2,9 +2,12 @@
 // watched on the agent's event loop.
 //
 // Contract
-//   - start() spawns every worker (spawn_worker: own process group, PDEATHSIG, only fds 0-2) and
-//     begins watching its exit (pidfd) and its stdout/stderr pipes (LineRouter). Throws
-//     std::system_error when a spawn fails; workers already started are killed.
+//   - start() spawns every worker (spawn_worker: own process group, PDEATHSIG, only fds 0-2), or
+//     adopts the process a launch carries (`adopted`: a standby that took this launch,
+//     agent/standby_pool.h, already contained, its pidfd and pipes handed over), and begins
+//     watching its exit (pidfd) and its stdout/stderr pipes (LineRouter). Throws
+//     std::system_error when a spawn fails; workers already started, and adopted processes not
+//     yet watched, are killed.
 //   - With a WorkerContainment (worker_containment.h), workers join the job's cgroup, are made
 //     known to it as they start and end, and once the last worker of the group has been reaped
 //     (before its exit is delivered) the rest of their trees is killed: each worker's process group,
@@ -32,11 +35,13 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "agent/agent_state_machine.h"
 #include "agent/line_router.h"
+#include "agent/worker_process.h"
 
 namespace boost::asio {
 class io_context;
@@ -53,6 +58,7 @@ struct WorkerLaunch {
   std::vector<int> cpus;          // the worker's CPU affinity (SpawnOptions::cpus); empty: inherited
   StreamRoute stdout_route;
   StreamRoute stderr_route;
+  std::optional<SpawnedWorker> adopted;  // a running process that becomes this worker (no spawn)
 };
 
 class WorkerGroup {

@@ -65,8 +65,8 @@ const char* decimal(int n, char (&buf)[16]) {
 // `handlers_cleared`: born with CLONE_CLEAR_SIGHAND, the kernel has already put the agent's
 // handlers back to the defaults (what was ignored stays so).
 [[noreturn]] void exec_child(const char* path, char* const* argv, char* const* envp, int out_w, int err_w,
-                             pid_t agent_pid, int cgroup_procs_fd, const std::vector<unsigned long>& cpu_mask,
-                             bool handlers_cleared) {
+                             int message_fd, pid_t agent_pid, int cgroup_procs_fd,
+                             const std::vector<unsigned long>& cpu_mask, bool handlers_cleared) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != agent_pid) ::_exit(127);  // the agent died before prctl took effect
@@ -105,7 +105,13 @@ const char* decimal(int n, char (&buf)[16]) {
     ::_exit(127);
   }
   restore_open_files_soft_limit();  // what crun was given, not what its store raised it to
-  close_inherited_fds(3);
+  // Last: descriptor 3 may have been the cgroup's until now.
+  if (message_fd == 3) {
+    ::fcntl(3, F_SETFD, 0);  // dup2 onto itself would keep close-on-exec
+  } else if (message_fd >= 0) {
+    ::dup2(message_fd, 3);
+  }
+  close_inherited_fds(message_fd >= 0 ? 4 : 3);
   ::execve(path, argv, envp);
   write_str(2, "crun: cannot execute ");
   write_str(2, path);
@@ -118,14 +124,14 @@ struct ChildArgs {
   const char* path;
   char* const* argv;
   char* const* envp;
-  int out_w, err_w;
+  int out_w, err_w, message_fd;
   pid_t agent_pid;
   const std::vector<unsigned long>* cpu_mask;
 };
 
 int child_in_cgroup(void* p) {
   const auto* a = static_cast<const ChildArgs*>(p);
-  exec_child(a->path, a->argv, a->envp, a->out_w, a->err_w, a->agent_pid, -1, *a->cpu_mask, true);  // born in the cgroup
+  exec_child(a->path, a->argv, a->envp, a->out_w, a->err_w, a->message_fd, a->agent_pid, -1, *a->cpu_mask, true);  // born in the cgroup
 }
 
 // Kernels without clone3 or CLONE_INTO_CGROUP (before 5.7) answer these: vfork from then on.
@@ -136,10 +142,10 @@ std::atomic<bool> g_clone3_unsupported{false};
 // own function: the child never returns from it (exec_child does not return), and the caller's
 // variables are not live across the vfork.
 __attribute__((noinline)) pid_t vfork_worker(const char* path, char* const* argv, char* const* envp, int out_w,
-                                             int err_w, pid_t agent_pid, int cgroup_procs_fd,
+                                             int err_w, int message_fd, pid_t agent_pid, int cgroup_procs_fd,
                                              const std::vector<unsigned long>& cpu_mask) {
   const pid_t pid = ::vfork();
-  if (pid == 0) exec_child(path, argv, envp, out_w, err_w, agent_pid, cgroup_procs_fd, cpu_mask, false);
+  if (pid == 0) exec_child(path, argv, envp, out_w, err_w, message_fd, agent_pid, cgroup_procs_fd, cpu_mask, false);
   return pid;
 }
 
@@ -193,7 +199,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
 #ifdef CRUN_CLONE_ON_STACK
   if (options.cgroup_dir_fd >= 0 && !g_clone3_unsupported.load(std::memory_order_relaxed)) {
     alignas(16) char stack[64 * 1024];  // the child's, while this frame waits for its exec
-    ChildArgs a{path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, &cpu_mask};
+    ChildArgs a{path, cargv.data(), cenv.data(), out[1], err[1], options.message_fd, agent_pid, &cpu_mask};
     clone_args ca{};
     ca.flags = CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_CLEAR_SIGHAND;
 #ifndef CRUN_SANITIZER_BUILD
@@ -214,7 +220,8 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   }
 #endif
   if (!made) {
-    pid = vfork_worker(path, cargv.data(), cenv.data(), out[1], err[1], agent_pid, options.cgroup_procs_fd, cpu_mask);
+    pid = vfork_worker(path, cargv.data(), cenv.data(), out[1], err[1], options.message_fd, agent_pid,
+                       options.cgroup_procs_fd, cpu_mask);
     fork_errno = errno;
   }
   ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);

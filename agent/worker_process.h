@@ -16,8 +16,8 @@
 //     whose read ends are returned to the caller (close-on-exec, non-blocking).
 //   - The worker inherits descriptors 0, 1 and 2 and nothing else: every other descriptor is
 //     closed in the child before exec, whatever its close-on-exec flag (the agent's sockets, and
-//     anything crun's own parent left open). A descriptor meant for the worker would be moved to
-//     3.. in exec_child and the closing started above it (none is passed today).
+//     anything crun's own parent left open), but SpawnOptions::message_fd, which becomes
+//     descriptor 3 (a standby's pipe, agent/standby_pool.h).
 //   - `argv[0]` must already be a path (resolve_executable does the PATH search); `env` is the
 //     complete environment as "KEY=VALUE" strings.
 //   - The worker starts with the open-files soft limit crun itself was started with, even when
@@ -59,6 +59,9 @@ struct SpawnOptions {
   // numactl --physcpubind). A failure is reported on the worker's stderr and the child exits 127.
   // Empty: the agent's affinity, inherited.
   std::vector<int> cpus;
+  // A descriptor the child gets as descriptor 3, without close-on-exec (a standby's message
+  // pipe); -1: none, the child has 0-2 only.
+  int message_fd = -1;
 };
 
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,

@@ -67,6 +67,10 @@ const std::vector<SettingSpec>& launch_settings() {
        "seconds from a worker's start to its first heartbeat (0: off)", "0"},
       {"max_no_progress_restarts", "--max-no-progress-restarts,--max_no_progress_restarts",
        "with heartbeats: exit 8 after this many restarts in a row that did not raise the highest step (0: never)", "3"},
+      {"standby_workers", "--standby-workers,--standby_workers",
+       "keep a spare Python interpreter per local rank, --standby-preload imported, for the next start", "0", true},
+      {"standby_preload", "--standby-preload,--standby_preload", "modules a standby imports while it waits, comma-separated",
+       "torch"},
   };
   return specs;
 }

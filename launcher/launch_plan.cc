@@ -8,6 +8,7 @@
 #include "launcher/setting_sources.h"
 #include "launcher/operator_settings.h"
 #include "launcher/slurm_tasks.h"
+#include "launcher/standby_settings.h"
 #include "launcher/torch2_settings.h"
 #include "launcher/worker_settings.h"
 
@@ -175,6 +176,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   plan_watchdogs(s, env, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);
+  plan_standby(s, plan);
   plan_agent_settings(env, host, plan);
   if (cl.slurm_tasks) {
     try {

@@ -75,6 +75,9 @@ struct LaunchPlan {
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: as written (the interpreter's path for Python)
   Sourced<std::string> worker_program;                 // the path execve runs; "PATH" when looked up there
+  bool runs_python = false;                            // worker_argv runs a script or module under Python
+  Sourced<bool> standby_workers;                       // --standby-workers (launcher/standby_settings.h)
+  Sourced<std::vector<std::string>> standby_preload;   // --standby-preload, split
   // --virtual-local-rank: each local rank's CUDA_VISIBLE_DEVICES (LOCAL_RANK=0); empty: off.
   Sourced<std::vector<std::string>> visible_devices;
   Sourced<std::string> log_line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("": torch's default)

@@ -72,6 +72,8 @@ std::string print_plan(const LaunchPlan& plan) {
        plan.launcher_error_file.source);
   line("job_cgroup", plan.job_cgroup.value ? "on (where cgroup v2 allows one)" : "off (process groups)", plan.job_cgroup.source);
   line("run_id", plan.run_id.value, plan.run_id.source);
+  line("standby", plan.standby_workers.value ? "on, preload " + join_words(plan.standby_preload.value) : "off",
+       plan.standby_workers.source);
   line("program", join_words(plan.worker_argv.value), plan.worker_argv.source);
   line("executable", plan.worker_program.value, plan.worker_program.source);
   for (const auto& [k, v] : plan.task_env) line("task " + k, v, "Slurm task");

@@ -208,6 +208,7 @@ void plan_program(std::vector<std::string> program, const SettingTexts& s, const
   plan.worker_program = {*exe, py.find('/') != std::string::npos ? "PYTHON_EXEC" : lookup_source};
   // argv[0]: $PYTHON_EXEC as written, as torchrun's; without it torchrun's is its own interpreter's
   // absolute path, crun's the python3 it found.
+  plan.runs_python = true;
   argv.value = {py_env ? *py_env : *exe, "-u"};
   argv.source = py_env ? "PYTHON_EXEC" : "command line";
   if (module) {

@@ -15,7 +15,7 @@
 //     torch's file timer, on when TORCHELASTIC_ENABLE_FILE_TIMER is "1" in `env` (as torch's
 //     LocalElasticAgent), its FIFO at TORCHELASTIC_TIMER_FILE if set, else one crun makes.
 //   - plan_program: a .py script (or -m module) runs under $PYTHON_EXEC (from `env`, default
-//     python3) -u; any other executable, or --no-python, runs as it is. The program and the
+//     python3) -u (runs_python); any other executable, or --no-python, runs as it is. The program and the
 //     interpreter are looked up in `env`'s PATH (resolve_executable; set but empty: the current
 //     directory; unset: kDefaultSearchPath); not found throws LaunchUsageError. The workers'
 //     argv[0] is the program, or $PYTHON_EXEC, as written (the found python3's path when

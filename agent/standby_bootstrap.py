@@ -1,0 +1,139 @@
+# crun's standby bootstrap (--standby-workers): embedded into crun at build time
+# (agent/standby_bootstrap.h) and run as `PYTHON [the cold start's flags] -c <this> PRELOAD KIND
+# TARGET`, with KIND "script" or "module" and TARGET the script's path or the module's name.
+#
+# It imports the comma-separated PRELOAD modules (sys.path[0] already the program's), then waits
+# for one message on descriptor 3, closes it, and runs the program as a cold start
+# (`PYTHON -u script.py ...` / `PYTHON -u -m module ...`) would: the round's environment exactly,
+# sys.argv, sys.orig_argv, sys.path[0], and __main__ as CPython's own start makes it. The message,
+# every field ended by a NUL byte (argv and the environment cannot hold one):
+#   crun-standby-1, KIND, TARGET, N, N program arguments, M, M words of the cold start's argv,
+#   K, K environment entries (KEY=VALUE).
+# Before the message nothing of the round exists: a preload that raises, or any exit, ends this
+# process (crun starts that rank cold instead). A message that cannot be read is exit 121.
+# The first statement snapshots __main__ as the interpreter made it; everything else lives in
+# _standby() so that clearing __main__ leaves the bootstrap running.
+_pristine = dict(globals())
+
+
+def _standby(pristine):
+    import os
+    import sys
+
+    main = sys.modules["__main__"]
+    preload, kind, target = sys.argv[1], sys.argv[2], sys.argv[3]
+
+    def path0(kind, target):
+        # CPython's sys.path[0]: the script's real directory; the current directory for -m.
+        if kind == "module":
+            return os.getcwd()
+        return os.path.dirname(os.path.realpath(target))
+
+    safe_path = getattr(sys.flags, "safe_path", False)  # -P / PYTHONSAFEPATH: nothing prepended
+    if not safe_path:
+        sys.path[0] = path0(kind, target)
+    for name in filter(None, (n.strip() for n in preload.split(","))):
+        __import__(name)
+
+    chunks = []
+    while True:
+        try:
+            data = os.read(3, 1 << 16)
+        except InterruptedError:
+            continue
+        if not data:
+            break
+        chunks.append(data)
+    os.close(3)
+    fields = b"".join(chunks).split(b"\0")
+    if len(fields) < 5 or fields[0] != b"crun-standby-1" or fields[-1] != b"":
+        os._exit(121)
+    fields.pop()
+    kind, target = os.fsdecode(fields[1]), os.fsdecode(fields[2])
+    at = 3
+
+    def words():
+        nonlocal at
+        n = int(fields[at])
+        out = [os.fsdecode(w) for w in fields[at + 1:at + 1 + n]]
+        at += 1 + n
+        return out
+
+    args, orig_argv, env = words(), words(), words()
+
+    # The environment exactly: the first of a repeated key wins, as in a cold start's os.environ.
+    os.environ.clear()
+    for entry in env:
+        key, eq, value = entry.partition("=")
+        if eq and key and key not in os.environ:
+            os.environ[key] = value
+    if hasattr(sys, "orig_argv"):
+        sys.orig_argv[:] = orig_argv
+    if not safe_path:
+        sys.path[0] = path0(kind, target)
+    main.__dict__.clear()
+    main.__dict__.update(pristine)
+
+    if kind == "module":
+        # What `python -m` itself calls: runs in __main__'s own namespace, sys.argv[0] the module's file.
+        import runpy
+        sys.argv[:] = ["-m"] + args
+        runpy._run_module_as_main(target, alter_argv=True)
+        return
+
+    # `python script.py`, as CPython's pymain_run_file does it: __file__ the absolute path (not
+    # resolved), __cached__ None, a SourceFileLoader named __main__, the code run in __main__'s
+    # namespace, __file__ and __cached__ removed again after it.
+    sys.argv[:] = [target] + args
+    filename = target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
+    loader_type = sys.modules["_frozen_importlib_external"].SourceFileLoader
+    namespace = main.__dict__
+    namespace["__file__"] = filename
+    namespace["__cached__"] = None
+    namespace["__loader__"] = loader_type("__main__", filename)
+    try:
+        with open(filename, "rb") as f:
+            source = f.read()
+    except OSError as e:  # as CPython says it, exit 2
+        sys.stderr.write(f"{orig_argv[0]}: can't open file {filename!r}: [Errno {e.errno}] {e.strerror}\n")
+        raise SystemExit(2)
+    try:
+        exec(compile(source, filename, "exec", dont_inherit=True), namespace)
+    finally:
+        namespace.pop("__file__", None)
+        namespace.pop("__cached__", None)
+
+
+def _run(pristine):
+    import sys
+
+    interrupted = []
+
+    def reraise_sigint():
+        # A cold start ended by an uncaught KeyboardInterrupt dies of SIGINT after finalizing.
+        if interrupted:
+            import os
+            import signal
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    import atexit
+    atexit.register(reraise_sigint)  # first: it runs after every handler the program registers
+    try:
+        _standby(pristine)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        # The traceback a cold start prints: from the program's own frames, not the bootstrap's.
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+            tb = tb.tb_next
+        e.__traceback__ = tb
+        sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+        sys.excepthook(type(e), e, tb)
+        if isinstance(e, KeyboardInterrupt):
+            interrupted.append(True)
+        raise SystemExit(1) from None
+
+
+_run(_pristine)
