@@ -1,6 +1,7 @@
 # crun's standby bootstrap (--standby-workers): embedded into crun at build time
-# (agent/standby_bootstrap.h) and run as `PYTHON [the cold start's flags] -c <this> PRELOAD KIND
-# TARGET`, with KIND "script" or "module" and TARGET the script's path or the module's name.
+# (agent/standby_bootstrap.h) and run as `PYTHON [the cold start's flags] -c <this>
+# LOCAL_RANK PRELOAD KIND TARGET`, with KIND "script" or "module" and TARGET the script's path or
+# the module's name.
 #
 # It imports the comma-separated PRELOAD modules (sys.path[0] already the program's), then waits
 # for one message on descriptor 3, closes it, and runs the program as a cold start
@@ -10,7 +11,9 @@
 #   crun-standby-1, KIND, TARGET, N, N program arguments, M, M words of the cold start's argv,
 #   K, K environment entries (KEY=VALUE).
 # Before the message nothing of the round exists: a preload that raises, or any exit, ends this
-# process (crun starts that rank cold instead). A message that cannot be read is exit 121.
+# process (crun starts that rank cold instead). A preload that raises after crun sent the message
+# (taken while still preloading) execs the cold start itself, in this process, after one line on
+# stderr saying why. A message that cannot be read is exit 121.
 # The first statement snapshots __main__ as the interpreter made it; everything else lives in
 # _standby() so that clearing __main__ leaves the bootstrap running.
 _pristine = dict(globals())
@@ -21,7 +24,7 @@ def _standby(pristine):
     import sys
 
     main = sys.modules["__main__"]
-    preload, kind, target = sys.argv[1], sys.argv[2], sys.argv[3]
+    local_rank, preload, kind, target = sys.argv[1:5]
 
     def path0(kind, target):
         # CPython's sys.path[0]: the script's real directory; the current directory for -m.
@@ -29,37 +32,55 @@ def _standby(pristine):
             return os.getcwd()
         return os.path.dirname(os.path.realpath(target))
 
+    def read_message(chunks):
+        while True:
+            try:
+                data = os.read(3, 1 << 16)
+            except InterruptedError:
+                continue
+            if not data:
+                break
+            chunks.append(data)
+        os.close(3)
+        fields = b"".join(chunks).split(b"\0")
+        if len(fields) < 5 or fields[0] != b"crun-standby-1" or fields[-1] != b"":
+            os._exit(121)
+        at = 3
+
+        def words():
+            nonlocal at
+            n = int(fields[at])
+            out = fields[at + 1:at + 1 + n]
+            at += 1 + n
+            return out
+
+        return os.fsdecode(fields[1]), os.fsdecode(fields[2]), words(), words(), words()
+
     safe_path = getattr(sys.flags, "safe_path", False)  # -P / PYTHONSAFEPATH: nothing prepended
     if not safe_path:
         sys.path[0] = path0(kind, target)
-    for name in filter(None, (n.strip() for n in preload.split(","))):
-        __import__(name)
-
-    chunks = []
-    while True:
+    try:
+        for name in filter(None, (n.strip() for n in preload.split(","))):
+            __import__(name)
+    except Exception as e:
+        os.set_blocking(3, False)
         try:
-            data = os.read(3, 1 << 16)
-        except InterruptedError:
-            continue
-        if not data:
-            break
-        chunks.append(data)
-    os.close(3)
-    fields = b"".join(chunks).split(b"\0")
-    if len(fields) < 5 or fields[0] != b"crun-standby-1" or fields[-1] != b"":
-        os._exit(121)
-    fields.pop()
-    kind, target = os.fsdecode(fields[1]), os.fsdecode(fields[2])
-    at = 3
+            first = os.read(3, 1 << 16)
+        except BlockingIOError:
+            first = b""
+        if not first:
+            os.close(3)  # from now on crun's write fails: it starts this rank cold
+            raise
+        # Taken while it was preloading: it becomes the cold start it replaces, in this process.
+        os.set_blocking(3, True)
+        kind, target, args, orig_argv, env = read_message([first])
+        why = "".join(__import__("traceback").format_exception_only(type(e), e)).strip().splitlines()[-1]
+        sys.stderr.write(f"crun: local rank {local_rank} starts cold: its standby's preload raised ({why})\n")
+        env = dict(reversed([entry.split(b"=", 1) for entry in env if b"=" in entry[1:]]))  # the first wins
+        os.execve("/proc/self/exe", orig_argv, env)
 
-    def words():
-        nonlocal at
-        n = int(fields[at])
-        out = [os.fsdecode(w) for w in fields[at + 1:at + 1 + n]]
-        at += 1 + n
-        return out
-
-    args, orig_argv, env = words(), words(), words()
+    kind, target, args, orig_argv, env = read_message([])
+    args, orig_argv, env = ([os.fsdecode(w) for w in x] for x in (args, orig_argv, env))
 
     # The environment exactly: the first of a repeated key wins, as in a cold start's os.environ.
     os.environ.clear()

@@ -106,7 +106,8 @@ std::optional<WorkerLaunchPlan> plan_standby_launch(const AgentConfig& config, c
   for (const auto& m : config.standby_preload) preload += (preload.empty() ? "" : ",") + m;
   std::vector<std::string> argv = {p.argv[0]};
   argv.insert(argv.end(), program->flags.begin(), program->flags.end());
-  argv.insert(argv.end(), {"-c", standby_bootstrap_source(), preload, program->module ? "module" : "script", program->target});
+  argv.insert(argv.end(), {"-c", standby_bootstrap_source(), std::to_string(local_rank), preload,
+                           program->module ? "module" : "script", program->target});
   p.argv = std::move(argv);
   p.error_file.clear();
   p.heartbeat_file.clear();
@@ -116,11 +117,11 @@ std::optional<WorkerLaunchPlan> plan_standby_launch(const AgentConfig& config, c
 std::string standby_misfit(const WorkerLaunchPlan& standby, const WorkerLaunchPlan& worker) {
   const auto w = python_program(worker.argv);
   if (!w) return "the program is not a Python script or module";
-  // The standby's argv: [interpreter, flags..., -c, bootstrap, PRELOAD, KIND, TARGET].
+  // The standby's argv: [interpreter, flags..., -c, bootstrap, LOCAL_RANK, PRELOAD, KIND, TARGET].
   const auto& a = standby.argv;
-  if (a.size() < 6 || a[a.size() - 5] != "-c") return "it was not planned as a standby";
+  if (a.size() < 7 || a[a.size() - 6] != "-c") return "it was not planned as a standby";
   if (standby.program != worker.program || a[0] != worker.argv[0]) return "the interpreter changed";
-  if (std::vector<std::string>(a.begin() + 1, a.end() - 5) != w->flags) return "the interpreter's flags changed";
+  if (std::vector<std::string>(a.begin() + 1, a.end() - 6) != w->flags) return "the interpreter's flags changed";
   if (a[a.size() - 2] != (w->module ? "module" : "script") || a.back() != w->target) return "the program changed";
   if (standby.cpus != worker.cpus) return "the CPU binding changed";
   return "";

@@ -17,9 +17,10 @@
 //     MASTER_PORT TORCHELASTIC_RESTART_COUNT TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_ERROR_FILE
 //     and CRUN_HEARTBEAT_FILE with hang detection (tests/agent/standby_plan_test.cc).
 //   - plan_standby_launch: the worker's plan for `start` (agent/worker_launch.h) with the
-//     per-round variables removed and argv [interpreter, flags..., -c, bootstrap, PRELOAD, KIND,
-//     TARGET] (PRELOAD: config.standby_preload joined by commas; KIND "script" or "module").
-//     nullopt when the program is not Python's.
+//     per-round variables removed and argv [interpreter, flags..., -c, bootstrap, LOCAL_RANK,
+//     PRELOAD, KIND, TARGET] (PRELOAD: config.standby_preload joined by commas; KIND "script" or
+//     "module"). nullopt when python_program finds no script or module in the worker's argv (the
+//     launcher turns standbys on only for a program that runs under Python).
 //   - standby_misfit: "" when a standby planned as `standby` can run `worker` (the same
 //     executable, interpreter flags, program and CPUs), else why not, in a few words.
 //   - standby_message: `worker`'s round as the bootstrap reads it: NUL-ended fields

@@ -1011,3 +1011,45 @@ TEST_CASE("settings crun reads from its environment alone reach the agent, shown
   CHECK(local.multi_node->config.store_local_socket);
   CHECK_THAT(print_plan(local), Catch::Contains("store_local_socket = on (this host's clients reach the store through its local socket)  (default)"));
 }
+
+TEST_CASE("--standby-workers and --standby-preload: Python programs only, one notice otherwise", "[launch_plan]") {
+  const EnvSnapshot py{{{"PYTHON_EXEC", "/bin/sh"}}};
+  auto off = plan({"-m", "pkg.train"}, py);
+  CHECK_FALSE(off.standby_workers.value);
+  CHECK(off.standby_preload.value == std::vector<std::string>{"torch"});
+  CHECK_FALSE(parse({"-m", "pkg.train"}, py).agent.standby_workers);
+
+  auto on = plan({"--standby-workers", "--standby-preload", " torch , numpy.linalg,,", "-m", "pkg.train"}, py);
+  CHECK(on.standby_workers.value);
+  CHECK(on.standby_workers.source == "--standby-workers");
+  CHECK(on.standby_preload.value == std::vector<std::string>{"torch", "numpy.linalg"});
+  CHECK(on.note.empty());
+  const auto agent = to_launch_options(on).agent;
+  CHECK(agent.standby_workers);
+  CHECK(agent.standby_preload == std::vector<std::string>{"torch", "numpy.linalg"});
+
+  const EnvSnapshot pet{{{"PYTHON_EXEC", "/bin/sh"}, {"PET_STANDBY_WORKERS", "1"}, {"PET_STANDBY_PRELOAD", "json"}}};
+  auto from_env = plan({"-m", "pkg.train"}, pet);
+  CHECK(from_env.standby_workers.value);
+  CHECK(from_env.standby_workers.source == "PET_STANDBY_WORKERS");
+  CHECK(from_env.standby_preload.value == std::vector<std::string>{"json"});
+  CHECK_THAT(*parse({"--print-config", "-m", "pkg.train"}, pet).exit_now,
+             Catch::Contains("standby = on, preload json  (PET_STANDBY_WORKERS)"));
+
+  // A cluster may set PET_STANDBY_WORKERS for every job: a program Python does not run starts cold.
+  auto native = plan({"--no-python", "/bin/true"}, pet);
+  CHECK_FALSE(native.standby_workers.value);
+  CHECK(native.standby_workers.source == "PET_STANDBY_WORKERS, not a Python program");
+  CHECK(native.note ==
+        "crun: PET_STANDBY_WORKERS: standby workers are for Python programs; /bin/true starts cold at every restart");
+  CHECK_FALSE(to_launch_options(native).agent.standby_workers);
+  CHECK_THAT(*parse({"--print-config", "--standby-workers", "/bin/true"}).exit_now,
+             Catch::Contains("standby = off  (--standby-workers, not a Python program)"));
+
+  CHECK(usage_error({"--standby-preload", "torch,2bad", "-m", "pkg"}, py) ==
+        "--standby-preload: '2bad' is not a Python module name");
+  CHECK_THAT(usage_error({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "/bin/sh"}, {"PET_STANDBY_PRELOAD", "a-b"}}}),
+             Catch::Contains("'a-b' is not a Python module name (from PET_STANDBY_PRELOAD)"));
+  CHECK_THAT(usage_error({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "/bin/sh"}, {"PET_STANDBY_WORKERS", "maybe"}}}),
+             Catch::Contains("PET_STANDBY_WORKERS"));
+}
