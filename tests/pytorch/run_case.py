@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs one PyTorch compatibility case under crun and under torchrun and compares the results.
 
-Usage: run_case.py --crun CRUN_BINARY --case {ddp,file_timer,record_fail,resume,env,tcpstore}
+Usage: run_case.py --crun CRUN_BINARY --case {ddp,file_timer,record_fail,resume,resume_standby,env,tcpstore}
 
 The case scripts (this folder) print deterministic "RESULT ..." lines on stdout; for each case
 the sorted RESULT lines of crun's run must equal torchrun's, plus the checks listed per case.
@@ -95,12 +95,12 @@ class Launchers:
         env["TMPDIR"] = scratch           # both launchers keep their run folders in the scratch dir
         self.env = env
 
-    def run(self, launcher, script, args=(), nproc=2, max_restarts=0, env=None):
+    def run(self, launcher, script, args=(), nproc=2, max_restarts=0, env=None, crun_flags=()):
         script = os.path.join(HERE, script)
         if launcher == "crun":
             how = (["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"] if self.agent_store
                    else ["--standalone"])
-            cmd = [self.crun, *how, "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts)]
+            cmd = [self.crun, *how, "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts), *crun_flags]
         else:
             how = (["--nnodes", "1", "--node_rank", "0", "--rdzv_backend", "static", "--master_addr", "127.0.0.1",
                     "--master_port", str(free_port())] if self.agent_store else ["--standalone"])
@@ -216,6 +216,33 @@ def case_resume(L):
     same_results(*runs, "resume")
 
 
+def case_resume_standby(L):
+    """The resume case under crun alone, with --standby-workers (torch preloaded, and
+    standby_seen.py, which says at the worker's exit that it was a standby) and without: restart
+    1's workers are the standbys, and the weights and every RESULT line are bit-identical."""
+    def ckpt(name):
+        d = os.path.join(L.scratch, name)
+        os.mkdir(d)
+        return ["--ckpt", d]
+    crash = ["--crash-rank", "1", "--crash-epoch", "2"]
+    cold = L.run("crun", "train.py", ckpt("cold") + crash, max_restarts=1)
+    warm = L.run("crun", "train.py", ckpt("standby") + crash, max_restarts=1,
+                 crun_flags=["--standby-workers", "--standby-preload", "torch,standby_seen"])
+    for r in (cold, warm):
+        check(r.rc == 0, f"the restarted job failed\n{r.describe()}")
+        for rank in "01":
+            check(f"RESULT kind=start rank={rank} world=2 restart=1 start_epoch=2" in r.results(),
+                  f"rank {rank} did not resume from epoch 2 in restart 1\n{r.describe()}")
+    seen = sorted(l for l in warm.out.splitlines() if l.startswith("STANDBY "))
+    check(seen == ["STANDBY rank=0 restart=1", "STANDBY rank=1 restart=1"],
+          f"restart 1's workers were not the standbys: {seen}\n{warm.describe()}")
+    check(not [l for l in cold.out.splitlines() if l.startswith("STANDBY ")], f"standbys without the flag\n{cold.describe()}")
+    check(" starts cold: " not in warm.err, f"a rank started cold\n{warm.describe()}")
+    check(final_hashes(warm) == final_hashes(cold), f"weights {final_hashes(warm)} differ from {final_hashes(cold)}")
+    check(warm.results() == cold.results(), "RESULT lines differ with standbys")
+    print(f"standby and cold restarts: the same {len(cold.results())} RESULT lines, weights {final_hashes(cold)}")
+
+
 def case_env(L):
     """The worker environment, normalized, under init_method="env://" (2 ranks, --max-restarts 1)
     and the default init (1 rank): the same values and the same variable names under both."""
@@ -283,7 +310,8 @@ def case_file_timer(L):
     same_results(*runs, "file_timer")
 
 
-CASES = {"ddp": case_ddp, "file_timer": case_file_timer, "record_fail": case_record_fail, "resume": case_resume, "env": case_env,
+CASES = {"ddp": case_ddp, "file_timer": case_file_timer, "record_fail": case_record_fail, "resume": case_resume,
+         "resume_standby": case_resume_standby, "env": case_env,
          "tcpstore": case_tcpstore}
 
 
@@ -313,7 +341,7 @@ def main():
         return 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"PASS: {args.case} (crun and torchrun agree)")
+    print(f"PASS: {args.case}" + ("" if args.case == "resume_standby" else " (crun and torchrun agree)"))
     return 0
 
 
