@@ -19,6 +19,7 @@ is a small module written next to the program (standby_mark), never torch: these
   max_restarts    --max-restarts counts as without standbys (on, off, and with a failing preload)
   exits           an uncaught exception (its traceback), sys.exit(5) and KeyboardInterrupt end the
                   worker as in a cold start
+  lifetime        standbys end with the job, and when crun is SIGKILLed
   no_python       --standby-workers / PET_STANDBY_WORKERS for a program Python does not run: one
                   notice, cold starts, --print-config says why
 """
@@ -32,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 RUN_TIMEOUT_S = 60
@@ -401,6 +403,55 @@ if os.environ["RANK"] == "1":
         print(f"{how:9} exit {got[True][0]}, {len(got[True][2])} stderr lines, the same from a standby")
 
 
+def gone_within(pids, seconds):
+    """The processes of `pids` that are still there after `seconds` (waited for through pidfds)."""
+    import select
+    deadline = time.monotonic() + seconds
+    left = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        os.close(fd)
+        if not ready:
+            left.append(pid)
+    return left
+
+
+def case_lifetime(tmp):
+    # Standbys end with the job: at its normal end, and when crun is SIGKILLed while they wait.
+    write(os.path.join(tmp, "standby_mark.py"), MARK)
+    write(os.path.join(tmp, "prog.py"), SYNC + r'''
+import sys
+_wait_for("standby0", "standby1")  # both standbys wait for the next start
+if sys.argv[1] == "hold":
+    _wait_for("never", seconds=60)
+''')
+    r = crun(["prog.py", "end"], tmp, True, restarts=3)
+    check(r.rc == 0, f"the job failed\n{r.describe()}")
+    standbys = [int(open(os.path.join(SYNC_DIR, f"standby{lr}")).read()) for lr in (0, 1)]
+    check(not gone_within(standbys, 0), f"standbys {standbys} outlived the job\n{r.describe()}")
+
+    shutil.rmtree(SYNC_DIR)
+    os.mkdir(SYNC_DIR)
+    cmd = [ARGS.crun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "3", "--standby-workers",
+           "--standby-preload", "standby_mark", "prog.py", "hold"]
+    p = subprocess.Popen(cmd, cwd=tmp, env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 30
+    while not all(os.path.exists(os.path.join(SYNC_DIR, f"standby{lr}")) for lr in (0, 1)):
+        check(time.monotonic() < deadline and p.poll() is None, "no standbys within 30 s")
+        time.sleep(0.01)
+    standbys = [int(open(os.path.join(SYNC_DIR, f"standby{lr}")).read()) for lr in (0, 1)]
+    p.kill()
+    p.wait()
+    left = gone_within(standbys, 10)
+    check(not left, f"standbys {left} outlived a SIGKILLed crun")
+    print(f"standbys {standbys} ended with the job, and with a SIGKILLed crun")
+
+
 def case_no_python(tmp):
     write(os.path.join(tmp, "prog.sh"), r'''#!/bin/sh
 echo "RESULT rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT"
@@ -427,7 +478,7 @@ fi
 CASES = {"fields": case_fields, "rank_at_import": case_rank_at_import, "preload_raises": case_preload_raises,
          "preload_raises_taken": case_preload_raises_taken,
          "standby_killed": case_standby_killed, "max_restarts": case_max_restarts, "exits": case_exits,
-         "no_python": case_no_python}
+         "lifetime": case_lifetime, "no_python": case_no_python}
 
 
 def main():
