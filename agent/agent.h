@@ -21,6 +21,9 @@
 //   multi-node, each node's status goes through the Rendezvous so that node rank 0 shows the job.
 //   No process of a worker's tree outlives the agent, even a SIGKILLed one (worker_containment.h:
 //   child subreaper, the job's cgroup v2 or process groups and CRUN_AGENT_ID, the keeper process).
+//   With --standby-workers, once a group runs each local rank gets a standby (agent/standby_plan.h
+//   decides, agent/standby_pool.h holds them), which takes that rank's launch at the next start;
+//   a rank without a live one starts cold, with one line saying why.
 //
 // Threading
 //   run() is called once, on the thread that owns the job (main); it returns when the job ends.

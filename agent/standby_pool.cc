@@ -82,8 +82,10 @@ struct StandbyPool::Impl {
   ConsoleSink* log;
   std::unique_ptr<char[]> buffer = std::make_unique_for_overwrite<char[]>(kReadBytes);
 
-  void drain(Stream& s) {
-    while (s.open) {
+  // Reads what is there, at most `max_reads` times (a standby printing without end must not hold
+  // the loop); closes the stream at its end.
+  void drain(Stream& s, int max_reads) {
+    for (int i = 0; s.open && i < max_reads; ++i) {
       const ssize_t n = ::read(s.pipe.native_handle(), buffer.get(), kReadBytes);
       if (n > 0) {
         s.router.feed(buffer.get(), static_cast<std::size_t>(n));
@@ -101,7 +103,7 @@ struct StandbyPool::Impl {
   void watch_stream(const std::shared_ptr<Standby>& sb, Stream& s) {
     s.pipe.async_wait(asio::posix::stream_descriptor::wait_read, [this, sb, &s](const boost::system::error_code& ec) {
       if (ec || sb->closed || !s.open) return;
-      drain(s);
+      drain(s, 16);
       if (s.open) watch_stream(sb, s);
     });
   }
@@ -119,8 +121,8 @@ struct StandbyPool::Impl {
     if (!status) return false;
     sb.exited = true;
     if (containment != nullptr) containment->worker_reaped(sb.pid);
-    drain(sb.out);
-    drain(sb.err);
+    drain(sb.out, 64);  // a pipe holds at most 1 MiB
+    drain(sb.err, 64);
     sb.out.router.finish();
     sb.err.router.finish();
     sb.why = status->describe();
@@ -218,8 +220,8 @@ StandbyPool::Taken StandbyPool::take(int local_rank, const WorkerLaunchPlan& wor
   }
   // What it printed as a standby is the log's, not the worker's: read before the message, after
   // which it prints as the worker.
-  impl_->drain(sb->out);
-  impl_->drain(sb->err);
+  impl_->drain(sb->out, 64);
+  impl_->drain(sb->err, 64);
   sb->out.router.finish();
   sb->err.router.finish();
   const std::string message = standby_message(worker);
