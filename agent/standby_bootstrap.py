@@ -26,11 +26,46 @@ def _standby(pristine):
     main = sys.modules["__main__"]
     local_rank, preload, kind, target = sys.argv[1:5]
 
-    def path0(kind, target):
-        # CPython's sys.path[0]: the script's real directory; the current directory for -m.
+    def absolute(target):
+        return target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
+
+    def main_importer(kind, target):
+        # What CPython asks of a script's path first: an importer (a zip file, a directory), whose
+        # __main__ it then runs; None for a plain file. Cached as CPython caches it.
         if kind == "module":
-            return os.getcwd()
-        return os.path.dirname(os.path.realpath(target))
+            return None
+        filename = absolute(target)
+        if filename in sys.path_importer_cache:
+            return sys.path_importer_cache[filename]
+        importer = None
+        for hook in sys.path_hooks:
+            try:
+                importer = hook(filename)
+                break
+            except ImportError:
+                continue
+        sys.path_importer_cache[filename] = importer
+        return importer
+
+    safe_path = getattr(sys.flags, "safe_path", False)  # -P / PYTHONSAFEPATH
+    ours = [not safe_path]  # sys.path[0] is ours to replace: the "" of the -c that started us
+
+    def set_path0(kind, target):
+        # CPython's sys.path[0]: the zip file or directory run; else nothing with -P; else the
+        # script's real directory, or the current directory for -m.
+        if main_importer(kind, target) is not None:
+            path0 = absolute(target)
+        elif safe_path:
+            path0 = None
+        elif kind == "module":
+            path0 = os.getcwd()
+        else:
+            path0 = os.path.dirname(os.path.realpath(target))
+        if ours[0]:
+            del sys.path[0]
+        if path0 is not None:
+            sys.path.insert(0, path0)
+        ours[0] = path0 is not None
 
     def read_message(chunks):
         while True:
@@ -56,9 +91,7 @@ def _standby(pristine):
 
         return os.fsdecode(fields[1]), os.fsdecode(fields[2]), words(), words(), words()
 
-    safe_path = getattr(sys.flags, "safe_path", False)  # -P / PYTHONSAFEPATH: nothing prepended
-    if not safe_path:
-        sys.path[0] = path0(kind, target)
+    set_path0(kind, target)
     try:
         for name in filter(None, (n.strip() for n in preload.split(","))):
             __import__(name)
@@ -90,8 +123,7 @@ def _standby(pristine):
             os.environ[key] = value
     if hasattr(sys, "orig_argv"):
         sys.orig_argv[:] = orig_argv
-    if not safe_path:
-        sys.path[0] = path0(kind, target)
+    set_path0(kind, target)
     main.__dict__.clear()
     main.__dict__.update(pristine)
 
@@ -102,11 +134,16 @@ def _standby(pristine):
         runpy._run_module_as_main(target, alter_argv=True)
         return
 
+    sys.argv[:] = [target] + args
+    if main_importer(kind, target) is not None:  # a zip file or a directory: its __main__
+        import runpy
+        runpy._run_module_as_main("__main__", alter_argv=False)
+        return
+
     # `python script.py`, as CPython's pymain_run_file does it: __file__ the absolute path (not
     # resolved), __cached__ None, a SourceFileLoader named __main__, the code run in __main__'s
     # namespace, __file__ and __cached__ removed again after it.
-    sys.argv[:] = [target] + args
-    filename = target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
+    filename = absolute(target)
     loader_type = sys.modules["_frozen_importlib_external"].SourceFileLoader
     namespace = main.__dict__
     namespace["__file__"] = filename

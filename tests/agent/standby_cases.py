@@ -7,7 +7,7 @@ Every case runs a small program under crun on one node with two local ranks; ran
 restart 0 so that restart 1's workers are the standbys (or cold starts, to compare). The preload
 is a small module written next to the program (standby_mark), never torch: these cases are fast.
 
-  fields          a script and a -m module: what the program sees (environment, argv, sys.path,
+  fields          a script, a -m module and a zip application: what the program sees (environment, argv, sys.path,
                   __main__'s fields, cwd, descriptors, process group, signals, CPUs, cgroup,
                   modules) is the same, field by field, started by a standby as started cold
   rank_at_import  module-level code reads the round's RANK and restart count; the preload saw none
@@ -97,6 +97,7 @@ seen = {
     "cpus": sorted(os.sched_getaffinity(0)), "cgroup": open("/proc/self/cgroup").read(),
     "flags": repr(sys.flags), "executable": sys.executable,
     "modules": sorted(sys.modules), "preloaded": "standby_mark" in sys.modules,
+    "importer_cache": sorted(f"{k} {type(v).__name__}" for k, v in sys.path_importer_cache.items()),
 }
 rank, restart = os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
 with open(os.path.join(sys.argv[1], f"rank{rank}-restart{restart}.json"), "w") as f:
@@ -189,8 +190,10 @@ def normalized(seen):
 
 
 def compare_fields(cold, warm, what):
-    cold_mods, warm_mods = set(cold.pop("modules")), set(warm.pop("modules"))
-    check(cold_mods <= warm_mods, f"{what}: modules a cold start has and the standby's worker lacks: {sorted(cold_mods - warm_mods)}")
+    # What the preload imported is there besides what a cold start has.
+    for key in ("modules", "importer_cache"):
+        a, b = set(cold.pop(key)), set(warm.pop(key))
+        check(a <= b, f"{what}: {key}: a cold start has, the standby's worker lacks: {sorted(a - b)}")
     check(warm.pop("preloaded") and not cold.pop("preloaded"), f"{what}: the standby run's worker was not the standby")
     for key in sorted(set(cold) | set(warm)):
         if key == "env":
@@ -208,7 +211,12 @@ def case_fields(tmp):
     write(os.path.join(tmp, "pkg", "probe.py"), PROBE)
     write(os.path.join(tmp, "standby_mark.py"), MARK)
     port = free_port()  # the same MASTER_PORT in every run: the environments compare exactly
-    for label, program, cwd in (("script", ["sub/probe.py"], tmp), ("module", ["-m", "pkg.probe"], tmp)):
+    import zipfile
+    with zipfile.ZipFile(os.path.join(tmp, "app.pyz"), "w") as z:  # a zip application: its __main__
+        z.writestr("__main__.py", PROBE)
+        z.writestr("standby_mark.py", MARK)
+    for label, program, cwd in (("script", ["sub/probe.py"], tmp), ("module", ["-m", "pkg.probe"], tmp),
+                                ("zip application", ["app.pyz"], tmp)):
         seen = {}
         for standby in (False, True):
             out = os.path.join(tmp, "out")  # one path: the same argv in both runs
@@ -223,11 +231,12 @@ def case_fields(tmp):
                     check(os.path.isfile(dump), f"{label}: no {os.path.basename(dump)}\n{r.describe()}")
                     with open(dump) as f:
                         seen[(standby, rank, restart)] = normalized(json.load(f))
+        fields, variables = len(seen[(False, 0, 1)]), len(seen[(False, 0, 1)]["env"])
         for rank in (0, 1):
             compare_fields(seen[(False, rank, 1)], seen[(True, rank, 1)], f"{label}, rank {rank}, restart 1")
             check(not seen[(True, rank, 0)]["preloaded"], f"{label}: restart 0 was not a cold start")
         print(f"{label}: restart 1's workers started by standbys see what cold starts see "
-              f"({len(seen[(False, 0, 1)])} fields, {len(seen[(False, 0, 1)]['env'])} variables)")
+              f"({fields} fields, {variables} variables)")
 
 
 def case_rank_at_import(tmp):
