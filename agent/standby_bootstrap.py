@@ -5,8 +5,9 @@
 #
 # It imports the comma-separated PRELOAD modules (sys.path[0] already the program's), then waits
 # for one message on descriptor 3, closes it, and runs the program as a cold start
-# (`PYTHON -u script.py ...` / `PYTHON -u -m module ...`) would: the round's environment exactly,
-# sys.argv, sys.orig_argv, sys.path[0], and __main__ as CPython's own start makes it. The message,
+# (`PYTHON -u script.py ...` / `PYTHON -u -m module ...`, a zip application or a directory) would:
+# the round's environment exactly, sys.argv, sys.orig_argv, sys.path[0], and __main__ as CPython's
+# own start makes it. The message,
 # every field ended by a NUL byte (argv and the environment cannot hold one):
 #   crun-standby-1, KIND, TARGET, N, N program arguments, M, M words of the cold start's argv,
 #   K, K environment entries (KEY=VALUE).
