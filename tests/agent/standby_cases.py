@@ -180,7 +180,7 @@ def write(path, text):
 
 def normalized(seen):
     """What may differ between two crun runs, masked: the run directory's random name, the agent's
-    id (also the job cgroup's name), the session (each run is its own), pipe inode numbers (already [N])."""
+    id (also the job cgroup's name), the sid (each run has its own), pipe inode numbers (already [N])."""
     s = json.loads(json.dumps(seen))
     run_dir = os.path.dirname(os.path.dirname(os.path.dirname(s["env"]["TORCHELASTIC_ERROR_FILE"])))
     text = json.dumps(s).replace(run_dir, "<RUN_DIR>").replace(s["env"]["CRUN_AGENT_ID"], "<AGENT_ID>")  # cgroup's too
