@@ -1,9 +1,12 @@
 import time; _TOP_NS = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # noqa: E702  (first line of user code)
 # The job of bench/resume/run.py: a PyTorch DDP job on gloo, as a user writes one. Each rank
 # imports torch, joins the process group (env://), loads a 256x256 checkpoint (the first start
-# writes it), passes a barrier and trains a few steps of a DDP Linear(256, 256). In the first
-# attempt rank 1 exits 1 at step FAIL_STEP; the launcher under test restarts the group and the
-# job then finishes. Every milestone is stamped, one line each, into $BENCH_RESUME_STAMPS:
+# writes it), passes a barrier and trains a DDP Linear(256, 256). In the first attempt rank 1
+# exits 1 at its first step that begins $BENCH_RESUME_FAIL_AFTER_S (default 3) seconds after its
+# barrier: a job that has trained a while, as one that fails in earnest has (a launcher's standby
+# interpreter is ready by then, as it is in a long job). The launcher under test restarts the
+# group, which trains STEPS_AFTER_RESTART steps and ends. Every milestone is stamped, one line
+# each, into $BENCH_RESUME_STAMPS:
 #   KIND RESTART RANK NS      KIND: top torch init ckpt barrier step:N fail
 # NS is CLOCK_MONOTONIC, one clock for every process on the host. "top" is taken on the first
 # line above, before anything else of this file runs (a launcher's standby interpreter may have
@@ -12,8 +15,7 @@ import time; _TOP_NS = time.clock_gettime_ns(time.CLOCK_MONOTONIC)  # noqa: E702
 import os
 import sys
 
-STEPS = 6
-FAIL_STEP = 3
+STEPS_AFTER_RESTART = 5
 
 RANK = int(os.environ["RANK"])
 RESTART = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -46,12 +48,15 @@ model.load_state_dict(torch.load(checkpoint))
 stamp("ckpt")
 dist.barrier()
 stamp("barrier")
+fail_after_ns = int(float(os.environ.get("BENCH_RESUME_FAIL_AFTER_S", "3")) * 1e9)
+fail_at = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + fail_after_ns
 
 ddp = torch.nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 data = torch.Generator().manual_seed(RANK)
-for step in range(STEPS):
-    if RANK == 1 and RESTART == 0 and step == FAIL_STEP:
+step = 0
+while RESTART == 0 or step < STEPS_AFTER_RESTART:  # the first attempt: until rank 1 fails
+    if RANK == 1 and RESTART == 0 and time.clock_gettime_ns(time.CLOCK_MONOTONIC) >= fail_at:
         stamp("fail")
         os._exit(1)
     loss = ddp(torch.randn(32, 256, generator=data)).pow(2).mean()
@@ -60,6 +65,7 @@ for step in range(STEPS):
     opt.step()
     stamp(f"step:{step}")
     print(f"rank {RANK} restart {RESTART} step {step} loss {loss.item():.5f}", flush=True)
+    step += 1
 
 dist.destroy_process_group()
 sys.exit(0)
