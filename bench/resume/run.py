@@ -48,6 +48,7 @@ WORKER = os.path.join(HERE, "worker.py")
 SHIM = os.path.join(ROOT, "bench", "agent", "torchrun_shim.py")
 MILESTONES = ("torch", "init", "ckpt", "barrier")  # rank 0's, in the restart, after "top"
 TAG_KEY = "BENCH_RESUME_TAG"
+ATTEMPTS = 3  # a job that fails is run again, this many times in all at most
 
 
 class JobFailed(RuntimeError):
@@ -216,6 +217,16 @@ def columns(crun):
     return cols, standby is not None
 
 
+def tree_commit(path):
+    """The short commit of the git tree holding `path`, "+changes" when it has uncommitted ones."""
+    def git(*args):
+        return subprocess.run(["git", "-C", path, *args], capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:
+        return "?"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def fmt(xs):
     """median (min-max) of seconds, as s with 3 decimals."""
     if not xs:
@@ -245,20 +256,35 @@ def main():
 
     load_start = os.getloadavg()
     started = datetime.datetime.now(datetime.timezone.utc)
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    print(f"# failure -> training resumed, {started:%Y-%m-%d %H:%M} UTC, commit {commit or '?'},"
-          f" crun {a.crun}, {os.cpu_count()} cores, load average {load_start[0]:.2f}", flush=True)
+    commit = tree_commit(ROOT)
+    crun_commit = tree_commit(os.path.dirname(os.path.abspath(a.crun)))
+    print(f"# failure -> training resumed, {started:%Y-%m-%d %H:%M} UTC, bench at {commit},"
+          f" crun {a.crun} (its tree at {crun_commit}), {os.cpu_count()} cores,"
+          f" load average {load_start[0]:.2f}", flush=True)
     for key, label, cmd in cols:
         print(f"#   {key}: {' '.join(cmd)}", flush=True)
 
     samples = {key: [] for key, _, _ in tasks}
+    failures = {key: [] for key, _, _ in tasks}
+
+    def attempt(key, fn):
+        """One job; a failed one (torchrun's agent loses its store under load now and then) is
+        recorded with its reason and run again, ATTEMPTS times at most."""
+        for n in range(1, ATTEMPTS + 1):
+            try:
+                return fn()
+            except JobFailed as e:
+                failures[key].append(str(e))
+                again = "; running it again" if n < ATTEMPTS else ""
+                print(f"# {key}: a job failed ({str(e).splitlines()[0][-80:]}){again}", flush=True)
+        raise JobFailed(f"{key}: {ATTEMPTS} jobs in a row failed; the last:\n{failures[key][-1]}")
+
     for key, _, fn in tasks:  # warm-up, not counted (page cache, torch's first import)
-        fn()
+        attempt(key, fn)
     for i in range(a.runs):
         for j in range(len(tasks)):
             key, _, fn = tasks[(i + j) % len(tasks)]
-            samples[key].append(fn())
+            samples[key].append(attempt(key, fn))
         print(f"# round {i + 1} of {a.runs} done, load average {os.getloadavg()[0]:.2f}", flush=True)
     load_end = os.getloadavg()
 
@@ -279,6 +305,10 @@ def main():
         print("| crun, agent store, `--standby-workers` | n/a (no --standby-workers) | n/a (no --standby-workers) |")
     for key, label, _ in floors:
         print(f"| {label} | | {fmt(series(key, 'imported'))} |")
+    for key, fails in failures.items():
+        if fails:
+            print(f"# {key}: {len(fails)} job(s) failed and were run again; the first: "
+                  f"{fails[0].splitlines()[0][-100:]} ... {fails[0].strip().splitlines()[-1][-160:]}")
 
     print("\n# rank 0 in the restart, median s after the failure: process started, torch imported,"
           " group joined, checkpoint loaded, barrier passed, first step")
@@ -301,11 +331,11 @@ def main():
           f" process's exit (teardown included): {fmt(series('import-torch', 'wall'))}")
 
     if a.json:
-        out = {"date": started.isoformat(), "commit": commit, "crun": a.crun, "runs": a.runs,
+        out = {"date": started.isoformat(), "commit": commit, "crun": a.crun, "crun_tree": crun_commit, "runs": a.runs,
                "cores": os.cpu_count(), "load_average_start": load_start, "load_average_end": load_end,
                "columns": {key: {"label": label, "command": cmd} for key, label, cmd in cols},
                "standby_column": has_standby, "ratio_standby_to_agent_store": ratio,
-               "samples": samples,
+               "samples": samples, "failed_jobs": failures,
                "medians": {key: {f: statistics.median(series(key, f)) for f in samples[key][0]
                                  if series(key, f)} for key in samples}}
         with open(a.json, "w") as f:
