@@ -71,6 +71,14 @@ def tagged_pids(tag):
     return found
 
 
+def command_name(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return f"pid {pid}, gone"
+
+
 def kill_and_await(pids, bound_s=10.0):
     """SIGKILL each pid and wait (pidfd, bounded) until it is gone."""
     for pid in pids:
@@ -126,8 +134,7 @@ def run_job(cmd, timeout_s, fail_after_s):
         left = tagged_pids(tag)
         if left:
             print(f"# warning: {len(left)} process(es) of `{' '.join(cmd[:3])} ...` still running after"
-                  f" it exited; killed: {' '.join(open(f'/proc/{q}/comm').read().strip() for q in left if os.path.exists(f'/proc/{q}/comm'))}",
-                  file=sys.stderr)
+                  f" it exited ({', '.join(command_name(q) for q in left)}); killed", file=sys.stderr)
             kill_and_await(left)
 
         def failed(why):
@@ -140,10 +147,11 @@ def run_job(cmd, timeout_s, fail_after_s):
         if rc != 0:
             raise failed(f"exit status {rc}")
         marks = {}
-        with open(stamps) as f:
-            for line in f:
-                kind, restart, rank, ns = line.split()
-                marks.setdefault((kind, int(restart), int(rank)), int(ns))
+        if os.path.exists(stamps):
+            with open(stamps) as f:
+                for line in f:
+                    kind, restart, rank, ns = line.split()
+                    marks.setdefault((kind, int(restart), int(rank)), int(ns))
         need = [("fail", 0, 1), ("top", 1, 1), ("step:0", 1, 0)] + [(m, 1, 0) for m in MILESTONES]
         missing = [k for k in need if k not in marks]
         if missing:
