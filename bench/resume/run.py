@@ -4,7 +4,8 @@
 The job (bench/resume/worker.py): a PyTorch DDP job on gloo, 2 ranks on this host; each rank
 imports torch, joins the group (env://), loads a 256x256 checkpoint, passes a barrier and trains;
 rank 1 exits 1 at its first step --fail-after seconds (default 3) after its barrier and the
-launcher restarts the group (--max-restarts 1). From the workers' CLOCK_MONOTONIC stamps (one clock for every process on the host):
+launcher restarts the group (--max-restarts 1). From the workers' CLOCK_MONOTONIC stamps (one
+clock for every process on the host):
   failure -> new worker started   rank 1's "fail" stamp (taken right before it exits) to the
                                   restarted rank 1's first line of user code (its module top)
   failure -> training resumed     the same "fail" stamp to rank 0's first step of the restart
@@ -21,11 +22,12 @@ The floor, in the same rounds: `python3 -c 'import torch'` alone, from its spawn
 writes once torch is imported (a cold start's least), and two of them at once (what a restart of
 2 ranks on this host pays at the least).
 
-Every job runs in a session of its own under a watchdog (--timeout, killed past it); after each
-job every process that carries the job's tag in its environment (workers, standbys, the launcher)
-is SIGKILLed and awaited, and a line says so if any was left. A job that fails is recorded with
-its reason and run again (3 times at most; only jobs that end 0 are counted). No sleeps: the
-jobs' ends are waited on, and the stamps are read from their file once the job has ended.
+Every job runs in a process group of its own (setsid) under a watchdog (--timeout, killed past
+it); after each job every process that carries the job's tag in its environment (workers,
+standbys, the launcher) is SIGKILLed and awaited, and a line says so if any was left. A job
+that fails is recorded with its reason and run again (3 times at most; only jobs that end 0 are
+counted). No sleeps: the jobs' ends are waited on, and the stamps are read from their file once
+the job has ended.
 
   /usr/bin/python3 bench/resume/run.py --crun build/launcher/crun --runs 9 --json resume.json
 """
