@@ -34,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(ROOT, "bench", "agent", "torchrun_shim.py")
 PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 RUN_TIMEOUT_S = 120  # one launcher run; far above the ~5-10 s a run takes
+TORCHRUN_TRIES = 3  # torchrun's runs, when its agent loses its own store (Launcher.run)
 
 
 def crun_only_variables():
@@ -107,6 +108,16 @@ class Launchers:
             cmd = [PYTHON, SHIM, *how, "--nproc_per_node", str(nproc), "--max_restarts", str(max_restarts),
                    "--monitor_interval", "0.1"]
         cmd += [script, *args]
+        for attempt in range(TORCHRUN_TRIES if launcher == "torchrun" else 1):
+            r = self._run_once(launcher, cmd, env, f"{os.path.basename(script)} {' '.join(args)}")
+            # torch 1.13's agent sometimes loses its own store while it polls (RendezvousConnectionError,
+            # "Broken pipe", in num_nodes_waiting) on a loaded host: the anchor's flake, run it again.
+            if not (r.rc != 0 and "num_nodes_waiting" in r.err and "RendezvousConnectionError" in r.err):
+                break
+            print(f"torchrun lost its own store (attempt {attempt + 1} of {TORCHRUN_TRIES}); running it again", flush=True)
+        return r
+
+    def _run_once(self, launcher, cmd, env, label):
         start = time.monotonic()
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                              env={**self.env, **(env or {})}, text=True, errors="replace", start_new_session=True)
@@ -119,7 +130,7 @@ class Launchers:
             raise CaseFailed(f"{launcher} did not finish within {RUN_TIMEOUT_S} s\n{r.describe()}")
         r = Run(launcher, cmd, p.returncode, out, err, time.monotonic() - start)
         self.runs.append(r)
-        print(f"{launcher:8} {os.path.basename(script)} {' '.join(args)}: exit {r.rc}, {r.seconds:.1f} s", flush=True)
+        print(f"{launcher:8} {label}: exit {r.rc}, {r.seconds:.1f} s", flush=True)
         return r
 
 
