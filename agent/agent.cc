@@ -27,6 +27,7 @@
 #include "agent/signal_names.h"
 #include "agent/standby_plan.h"
 #include "agent/standby_pool.h"
+#include "agent/state_directory.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -125,6 +126,7 @@ struct Agent::Impl {
   int rendezvous_round = -1;                   // the round the workers belong to
   int latest_stop_round = -1;                  // the newest round the coordinator ended
   std::unique_ptr<WorkerContainment> containment;  // outlives every group
+  std::unique_ptr<StateDirectory> state;           // the ranks' CRUN_STATE_DIR, for the whole job
   std::unique_ptr<WorkerGroup> group;
   std::unique_ptr<StandbyPool> standbys;  // --standby-workers: spare interpreters for the next start
   RunDirectory run_dir;
@@ -194,6 +196,12 @@ int Agent::Impl::run() {
     containment = std::make_unique<WorkerContainment>(io, run_dir.temporary() ? run_dir.path().string() : std::string(),
                                                       config.job_cgroup);
     if (config.standby_workers) standbys = std::make_unique<StandbyPool>(io, config.nproc_per_node, containment.get(), &console_err);
+    // The keeper knows the state root before it exists: an agent killed from here on leaves none.
+    const fs::path state_root = StateDirectory::job_root_for(config.state_root, config.run_id, ::getpid());
+    if (!containment->remove_if_agent_dies(state_root.string())) {
+      log_line("the keeper could not be told of " + state_root.string() + ": it stays behind if this agent is killed");
+    }
+    state = std::make_unique<StateDirectory>(io, state_root, config.state_max_bytes);
     for (int s : config.handled_signals) signals.add(s);
     if (config.file_timer) start_file_timer();
     if (config.health_check_port) {
@@ -213,6 +221,7 @@ int Agent::Impl::run() {
     log_line(std::string("cannot start the agent: ") + e.what());
     file_timer.reset();
     endpoint.reset();
+    if (state) state->remove();
     containment.reset();  // ends the keeper, removes the job's cgroup
     run_dir.remove();  // made before the failure (if it was), and nothing was written to it yet
     return kExitAgentError;
@@ -231,6 +240,7 @@ int Agent::Impl::run() {
   endpoint.reset();  // nothing answers once the loop has stopped: refuse rather than hang
   group.reset();  // SIGKILLs what is left of the workers' trees
   standbys.reset();  // and the standbys
+  state->remove();  // the job is over: its state goes (before the keeper is released)
   file_timer.reset();  // removes its FIFO
   containment->release();  // the keeper removes the job's cgroup and exits meanwhile
   // The host keeps the store up until the others have left; after a preemption notice the others
@@ -325,6 +335,12 @@ void Agent::Impl::start_group(int restart_count) {
   try {
     next_start.restart_count = restart_count;
     next_start.round = current_round;
+    // Each rank's CRUN_STATE_DIR holds exactly what it committed before.
+    std::vector<int> ranks;
+    for (int lr = 0; lr < config.nproc_per_node; ++lr) ranks.push_back(current_round.rank_offset + lr);
+    state->prepare_for_start(ranks);
+    next_start.state_dirs.clear();
+    for (int rank : ranks) next_start.state_dirs.push_back(state->rank_dir(rank).string());
     const auto duplicate_stdout = duplicate_sink(config.duplicate_stdout_filters, restart_count, "filtered_stdout.log");
     const auto duplicate_stderr = duplicate_sink(config.duplicate_stderr_filters, restart_count, "filtered_stderr.log");
     std::vector<WorkerLaunch> launches;

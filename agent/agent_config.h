@@ -45,6 +45,10 @@ struct AgentConfig {
   // The workers' own cgroup v2 (agent/job_cgroup.h) where the host allows one; false
   // (CRUN_NO_CGROUP): process groups and the environment marker alone.
   bool job_cgroup = true;
+  // State that outlives a worker (agent/state_directory.h): the job's state directory goes under
+  // state_root (CRUN_STATE_ROOT); each rank's committed bytes there are bounded by state_max_bytes.
+  std::string state_root = "/dev/shm";
+  std::uint64_t state_max_bytes = std::uint64_t{1} << 30;
 
   std::string hostname;
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (agent/log_line_prefix.h); "": "[<role><local_rank>]:".

@@ -105,6 +105,16 @@ void Keeper::worker_started(int pid) { send(pid); }
 
 void Keeper::group_over() { send(kKeeperGroupOver); }
 
+bool Keeper::remove_if_agent_dies(const std::string& dir) {
+  const int n = static_cast<int>(dir.size());
+  if (pipe_ < 0 || n < 1 || n > kKeeperMaxPath) return false;
+  std::string message(2 * sizeof(int), '\0');
+  std::memcpy(message.data(), &kKeeperRemoveTree, sizeof(int));
+  std::memcpy(message.data() + sizeof(int), &n, sizeof(int));
+  message += dir;
+  return ::write(pipe_, message.data(), message.size()) == static_cast<ssize_t>(message.size());
+}
+
 void Keeper::release() {
   if (released_) return;
   released_ = true;

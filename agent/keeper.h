@@ -15,7 +15,9 @@
 //     dropped (never blocks: the marker scan still finds the processes).
 //   - If the agent dies (SIGKILL, a crash), the pipe's end-of-file makes the keeper kill the job
 //     and then remove `run_dir` ("" for none: the agent's temporary run directory, which the
-//     agent removes itself when it ends normally).
+//     agent removes itself when it ends normally) and each directory remove_if_agent_dies()
+//     named (the job's state root). That message is one write of at most PIPE_BUF bytes;
+//     false when the path is too long (kKeeperMaxPath) or the pipe did not take it.
 //   - release() is the agent's normal end (its workers are gone): the keeper removes the cgroup
 //     and exits while the agent does the rest of its own clean-up; finish() (release() first if
 //     needed) reaps it, waiting at most 11 s. If the keeper died before, or failed, finish()
@@ -43,6 +45,7 @@ class Keeper {
 
   void worker_started(int pid);
   void group_over();
+  bool remove_if_agent_dies(const std::string& dir);
   void release();
   void finish();
 

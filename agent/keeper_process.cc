@@ -32,6 +32,7 @@ struct Job {
   std::string cgroup_dir;  // "" for none
   std::string marker;
   std::string run_dir;  // removed if the agent dies; "" for none
+  std::vector<std::string> trees;  // kKeeperRemoveTree's: removed too if the agent dies
   std::vector<int> groups;
   bool finished = false;  // the agent said it ends normally
 };
@@ -60,7 +61,7 @@ void settle() {
 
 // Applies the agent's messages until the pipe's end-of-file.
 void read_messages(Job& job) {
-  char buf[4096];
+  char buf[8192];  // more than the longest message (kKeeperRemoveTree's)
   std::size_t have = 0;
   for (;;) {
     const ssize_t n = ::read(kKeeperPipeFd, buf + have, sizeof(buf) - have);
@@ -71,6 +72,16 @@ void read_messages(Job& job) {
     for (; have - used >= sizeof(int); used += sizeof(int)) {
       int message;
       std::memcpy(&message, buf + used, sizeof(int));
+      if (message == kKeeperRemoveTree) {  // then the length and the path, written with it at once
+        int n = 0;
+        if (have - used < 2 * sizeof(int)) break;
+        std::memcpy(&n, buf + used + sizeof(int), sizeof(int));
+        if (n < 1 || n > kKeeperMaxPath) return;  // not the agent's: stop reading, clean up
+        if (have - used < 2 * sizeof(int) + static_cast<std::size_t>(n)) break;
+        job.trees.emplace_back(buf + used + 2 * sizeof(int), static_cast<std::size_t>(n));
+        used += sizeof(int) + static_cast<std::size_t>(n);
+        continue;
+      }
       if (message == kKeeperGroupOver) job.groups.clear();
       else if (message == kKeeperFinish) job.finished = true;
       else if (message > 0) job.groups.push_back(message);
@@ -130,6 +141,9 @@ void clean_up(const Job& job) {
       log_line("cannot remove the run directory " + job.run_dir + (too_deep ? " (nested too deep)" : ""));
     }
   }
+  for (const auto& tree : job.trees) {
+    if (!remove_tree(tree.c_str())) log_line("cannot remove " + tree + (errno == ELOOP ? " (nested too deep)" : ""));
+  }
 }
 
 }  // namespace
@@ -142,7 +156,7 @@ int run_keeper(int argc, char** argv) {
     return 2;
   }
   settle();
-  Job job{argv[1], argv[2], argv[3], {}, false};
+  Job job{argv[1], argv[2], argv[3], {}, {}, false};
   read_messages(job);
   clean_up(job);
   return 0;

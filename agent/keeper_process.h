@@ -14,14 +14,16 @@
 //     agent's.
 //   - It reads the agent's messages (one int each, kKeeperPipeFd: a worker's pid = its process
 //     group; kKeeperGroupOver: that group is over, forget the pids; kKeeperFinish: the agent ends
-//     normally) until end-of-file, then:
+//     normally; kKeeperRemoveTree, then an int n (1..kKeeperMaxPath) and n bytes: a directory to
+//     remove too if the agent dies, the job's state root) until end-of-file, then:
 //       after kKeeperFinish (normal end): removes the cgroup, if any (killing any straggler first);
 //       without it (the agent died, SIGKILL included): with the cgroup, cgroup.kill, wait until it
 //       is empty (at most 10 s), rmdir; then (with or without one) SIGKILL to every process group
 //       it was told of, then to every process whose environment holds the marker, scanning /proc
 //       again until a scan finds none (at most 50 scans, 10 s); last, the run directory, if it
 //       was given one (the agent's temporary one: error files, heartbeats; never one that holds
-//       logs), with all it holds (base/remove_tree.h: no symbolic link followed);
+//       logs), with all it holds (base/remove_tree.h: no symbolic link followed), and each
+//       directory kKeeperRemoveTree named, the same way;
 //     and returns 0. What it cannot clean up it reports on stderr (base/log.h: "crun-keeper: ..."
 //     once its main has set that name).
 //
@@ -36,6 +38,8 @@ inline constexpr int kKeeperPipeFd = 3;
 // Messages on the pipe besides a worker's pid.
 inline constexpr int kKeeperGroupOver = 0;
 inline constexpr int kKeeperFinish = -1;
+inline constexpr int kKeeperRemoveTree = -2;
+inline constexpr int kKeeperMaxPath = 4000;  // the whole message fits in PIPE_BUF: one atomic write
 
 // The keeper, for argv as above: 0 once it has cleaned up, 2 when argv or descriptor 3 is not
 // an agent's.

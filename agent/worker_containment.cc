@@ -105,6 +105,8 @@ void WorkerContainment::group_over() {
   for (int pid : impl_->standbys) impl_->keeper.worker_started(pid);  // still the keeper's to kill
 }
 
+bool WorkerContainment::remove_if_agent_dies(const std::string& dir) { return impl_->keeper.remove_if_agent_dies(dir); }
+
 void WorkerContainment::release() { impl_->keeper.release(); }
 
 void WorkerContainment::finish() {

@@ -12,7 +12,8 @@
 //     when it is not there), which learns each worker's pid and, if the agent dies
 //     (SIGKILL included), kills the job: the whole cgroup, then the workers' process groups and
 //     every process whose environment carries CRUN_AGENT_ID=<agent_id()>; then it removes
-//     `run_dir` ("" for none), the agent's temporary run directory.
+//     `run_dir` ("" for none), the agent's temporary run directory, and each directory
+//     remove_if_agent_dies() named (false: the keeper could not be told).
 //   PR_SET_PDEATHSIG (worker_process.h) still ends each worker itself with the agent.
 //   A standby (agent/standby_pool.h) is contained as a worker from standby_started(pid), and
 //   group_over() leaves it alone (it is no part of the group that ended; the keeper is told its
@@ -53,6 +54,7 @@ class WorkerContainment {
   void standby_started(int pid);
   void standby_taken(int pid);
   void group_over();
+  bool remove_if_agent_dies(const std::string& dir);
   void release();
   void finish();
 

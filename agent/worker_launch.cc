@@ -45,6 +45,7 @@ WorkerLaunchPlan plan_worker_launch(const AgentConfig& config, const RunDirector
   who.timer_file = start.timer_file;
   who.heartbeat_file = p.heartbeat_file;
   who.agent_id = start.agent_id;
+  if (static_cast<std::size_t>(local_rank) < start.state_dirs.size()) who.state_dir = start.state_dirs[static_cast<std::size_t>(local_rank)];
   if (idx < config.visible_devices.size()) who.visible_device = config.visible_devices[idx];
   p.env = worker_environment(start.base_env, start.round, who);
 

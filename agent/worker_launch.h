@@ -41,6 +41,7 @@ struct GroupStart {
   std::string agent_id;               // CRUN_AGENT_ID (agent/worker_containment.h)
   std::string timer_file;             // torch's file timer FIFO ("": off)
   bool heartbeats = false;            // hang detection on: each worker gets a heartbeat file
+  std::vector<std::string> state_dirs;  // per local rank: its CRUN_STATE_DIR (empty: none)
 };
 
 struct StreamPlan {

@@ -14,6 +14,13 @@ void plan_agent_settings(const EnvSnapshot& env, const HostFacts& host, LaunchPl
   if (auto off = env.get("CRUN_NO_CGROUP"); off && *off != "0") plan.job_cgroup = {false, "CRUN_NO_CGROUP"};
   else plan.job_cgroup = {true, "default"};
 
+  if (auto root = env.get("CRUN_STATE_ROOT"); root && !root->empty()) {
+    if (!root->starts_with('/')) throw LaunchUsageError("CRUN_STATE_ROOT: expected an absolute path, got '" + *root + "'");
+    plan.state_root = {*root, "CRUN_STATE_ROOT"};
+  } else {
+    plan.state_root = {"/dev/shm", "default"};
+  }
+
   const bool tcp_only = env.get("CRUN_STORE_TCP_ONLY") == std::optional<std::string>("1");
   plan.store_local_socket = {!tcp_only, tcp_only ? "CRUN_STORE_TCP_ONLY" : "default"};
   if (plan.multi_node) plan.multi_node->config.store_local_socket = !tcp_only;

@@ -11,6 +11,8 @@
 //     cause's error file is copied there, as torchrun's @record main does.
 //   - job_cgroup: on by default; off when CRUN_NO_CGROUP is set to anything but "0" (an empty
 //     variable counts as unset).
+//   - state_root: CRUN_STATE_ROOT (an absolute path, else LaunchUsageError), default /dev/shm:
+//     where the agent makes the job's state directory (agent/state_directory.h).
 //   - store_local_socket (multi-node c10d/static, on MultiNodeConfig): on by default; off when
 //     CRUN_STORE_TCP_ONLY is "1" (store/local_socket.h).
 //

@@ -71,6 +71,8 @@ const std::vector<SettingSpec>& launch_settings() {
        "keep a spare Python interpreter per local rank, --standby-preload imported, for the next start", "0", true},
       {"standby_preload", "--standby-preload,--standby_preload", "modules a standby imports while it waits, comma-separated",
        "torch"},
+      {"state_max_bytes", "--state-max-bytes,--state_max_bytes",
+       "each rank's committed bytes in its CRUN_STATE_DIR (256MiB, 1GiB, bytes); a save over it is refused", "1GiB"},
   };
   return specs;
 }

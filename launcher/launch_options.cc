@@ -29,6 +29,8 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.temp_dir = plan.temp_dir.value;
   c.launcher_error_file = plan.launcher_error_file.value;
   c.job_cgroup = plan.job_cgroup.value;
+  c.state_root = plan.state_root.value;
+  c.state_max_bytes = plan.state_max_bytes.value;
   c.hostname = plan.hostname;
   c.visible_devices = plan.visible_devices.value;
   c.worker_cpus = plan.worker_cpus.value;

@@ -72,6 +72,7 @@ struct LaunchPlan {
   Sourced<std::chrono::milliseconds> heartbeat_timeout;          // 0: off
   Sourced<std::chrono::milliseconds> initial_heartbeat_timeout;  // 0: off
   Sourced<int> max_no_progress_restarts;                         // 0: never
+  Sourced<std::uint64_t> state_max_bytes;                        // per rank, in CRUN_STATE_DIR
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: as written (the interpreter's path for Python)
   Sourced<std::string> worker_program;                 // the path execve runs; "PATH" when looked up there
@@ -93,6 +94,7 @@ struct LaunchPlan {
   Sourced<std::string> launcher_error_file;  // TORCHELASTIC_ERROR_FILE ("": none)
   Sourced<bool> job_cgroup;                  // CRUN_NO_CGROUP turns it off
   Sourced<bool> store_local_socket;          // CRUN_STORE_TCP_ONLY=1 turns it off (c10d/static)
+  Sourced<std::string> state_root;           // CRUN_STATE_ROOT: where the job's state directory goes
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables
 };

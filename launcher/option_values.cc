@@ -32,6 +32,28 @@ std::optional<long> parse_long(std::string_view text) {
   return v;
 }
 
+std::optional<std::uint64_t> parse_byte_size(std::string_view text) {
+  const std::string t = trim(text);
+  std::size_t digits = 0;
+  while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
+  if (digits == 0 || digits > 20) return std::nullopt;
+  std::string unit = trim(std::string_view(t).substr(digits));
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  int shift = -1;
+  const char* names[5][3] = {{"b", "", ""}, {"k", "kb", "kib"}, {"m", "mb", "mib"}, {"g", "gb", "gib"}, {"t", "tb", "tib"}};
+  for (int i = 0; i < 5 && shift < 0; ++i) {
+    for (const char* name : names[i]) {
+      if (*name != '\0' && unit == name) shift = 10 * i;
+    }
+  }
+  if (unit.empty()) shift = 0;
+  if (shift < 0) return std::nullopt;
+  errno = 0;
+  const unsigned long long v = std::strtoull(t.substr(0, digits).c_str(), nullptr, 10);
+  if (errno != 0 || (shift > 0 && v > (~0ULL >> shift))) return std::nullopt;
+  return static_cast<std::uint64_t>(v) << shift;
+}
+
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
   std::size_t start = 0;

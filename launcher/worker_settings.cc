@@ -122,6 +122,12 @@ void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan
   plan.stop_timeout = {std::chrono::milliseconds(static_cast<long long>(stop_timeout * 1000.0)), s.at("stop_timeout").source};
   plan.role = s.at("role");
   if (plan.role.value.empty()) usage("--role: must not be empty");
+  const auto& state_max = s.at("state_max_bytes");
+  const auto state_bytes = parse_byte_size(state_max.value);
+  if (!state_bytes || *state_bytes == 0) {
+    usage(state_max.source + ": expected a size > 0 such as 256MiB, 1GiB or a number of bytes, got '" + state_max.value + "'");
+  }
+  plan.state_max_bytes = {*state_bytes, state_max.source};
 
   const auto per_rank = [&](const char* key, auto parse) {
     return Sourced<decltype(parse(std::string()))>{parse_setting(s.at(key), parse), s.at(key).source};
