@@ -82,6 +82,15 @@ TEST_CASE("worker environment: the watchdogs' files only when the agent serves t
   CHECK(on["CRUN_HEARTBEAT_FILE"] == "/run/crun/attempt_0/0/heartbeat");
 }
 
+TEST_CASE("worker environment: CRUN_STATE_DIR when the agent gives the rank one", "[worker_env]") {
+  RoundInfo round;
+  WorkerIdentity who;
+  CHECK(crun::test::env_map(worker_environment({"PATH=/bin"}, round, who)).count("CRUN_STATE_DIR") == 0);
+  who.state_dir = "/dev/shm/crun-state-r1-42/rank-3";
+  CHECK(crun::test::env_map(worker_environment({"CRUN_STATE_DIR=/user/set"}, round, who))["CRUN_STATE_DIR"] ==
+        "/dev/shm/crun-state-r1-42/rank-3");
+}
+
 TEST_CASE("worker environment: --virtual-local-rank gives LOCAL_RANK 0 and the worker's own device", "[worker_env]") {
   RoundInfo round;
   round.world_size = 2;

@@ -1053,3 +1053,28 @@ TEST_CASE("--standby-workers and --standby-preload: Python programs only, one no
   CHECK_THAT(usage_error({"-m", "pkg"}, EnvSnapshot{{{"PYTHON_EXEC", "/bin/sh"}, {"PET_STANDBY_WORKERS", "maybe"}}}),
              Catch::Contains("PET_STANDBY_WORKERS"));
 }
+
+TEST_CASE("CRUN_STATE_ROOT and --state-max-bytes reach the agent; a bad value is one line", "[launch_plan]") {
+  const HostFacts h = test_host();
+  const auto d = plan({"--standalone", "--rdzv-id", "r1", "/bin/true"}, {}, h);
+  CHECK(to_launch_options(d).agent.state_root == "/dev/shm");
+  CHECK(to_launch_options(d).agent.state_max_bytes == (std::uint64_t{1} << 30));
+  CHECK_THAT(print_plan(d), Catch::Contains("state_dir = /dev/shm/crun-state-r1-<agent pid>/rank-<rank>, removed at exit  (default)"));
+  CHECK_THAT(print_plan(d), Catch::Contains("state_max_bytes = 1073741824 per rank  (default)"));
+
+  const auto p = plan({"--standalone", "--rdzv-id", "r1", "--state-max-bytes", "256MiB", "/bin/true"},
+                      EnvSnapshot{{{"CRUN_STATE_ROOT", "/mnt/ram"}}}, h);
+  CHECK(to_launch_options(p).agent.state_root == "/mnt/ram");
+  CHECK(to_launch_options(p).agent.state_max_bytes == (std::uint64_t{256} << 20));
+  CHECK_THAT(print_plan(p), Catch::Contains("state_dir = /mnt/ram/crun-state-r1-<agent pid>/rank-<rank>, removed at exit  (CRUN_STATE_ROOT)"));
+  CHECK(to_launch_options(plan({"/bin/true"}, EnvSnapshot{{{"PET_STATE_MAX_BYTES", "2k"}}}, h)).agent.state_max_bytes == 2048);
+
+  CHECK(usage_error({"--state-max-bytes", "lots", "/bin/true"}, {}, h) ==
+        "--state-max-bytes: expected a size > 0 such as 256MiB, 1GiB or a number of bytes, got 'lots'");
+  CHECK(usage_error({"--state-max-bytes=0", "/bin/true"}, {}, h) ==
+        "--state-max-bytes: expected a size > 0 such as 256MiB, 1GiB or a number of bytes, got '0'");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_STATE_MAX_BYTES", "-1"}}}, h) ==
+        "PET_STATE_MAX_BYTES: expected a size > 0 such as 256MiB, 1GiB or a number of bytes, got '-1'");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"CRUN_STATE_ROOT", "shm"}}}, h) ==
+        "CRUN_STATE_ROOT: expected an absolute path, got 'shm'");
+}
