@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -139,7 +141,8 @@ Checkpoint decode_checkpoint(std::string_view bytes) {
   return ckpt;
 }
 
-fs::path write_checkpoint_file(const fs::path& dir, const Checkpoint& ckpt, int keep, const WriteProgress& progress) {
+fs::path write_checkpoint_file(const fs::path& dir, const Checkpoint& ckpt, int keep, const WriteProgress& progress,
+                               bool durable) {
   fs::create_directories(dir);
   char name[64];
   std::snprintf(name, sizeof name, "checkpoint-%012llu.crun", static_cast<unsigned long long>(ckpt.step));
@@ -151,7 +154,7 @@ fs::path write_checkpoint_file(const fs::path& dir, const Checkpoint& ckpt, int 
   try {
     std::size_t written = 0;
     write_all(fd, bytes.data(), bytes.size(), tmp, bytes.size(), written, progress);
-    if (::fsync(fd) != 0) throw CheckpointError(errno_text("fsync", tmp));
+    if (durable && ::fsync(fd) != 0) throw CheckpointError(errno_text("fsync", tmp));
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -159,7 +162,7 @@ fs::path write_checkpoint_file(const fs::path& dir, const Checkpoint& ckpt, int 
   }
   ::close(fd);
   if (::rename(tmp.c_str(), final_path.c_str()) != 0) throw CheckpointError(errno_text("rename to", final_path));
-  fsync_path(dir, O_RDONLY | O_DIRECTORY);
+  if (durable) fsync_path(dir, O_RDONLY | O_DIRECTORY);
   auto all = list_checkpoints(dir);
   for (std::size_t i = static_cast<std::size_t>(std::max(keep, 1)); i < all.size(); ++i) {
     std::error_code ec;
@@ -184,7 +187,73 @@ std::optional<Checkpoint> load_latest_checkpoint_file(const fs::path& dir, std::
   return std::nullopt;
 }
 
+std::optional<fs::path> state_checkpoint_dir() {
+  const char* dir = std::getenv("CRUN_STATE_DIR");
+  if (dir == nullptr || *dir == '\0') return std::nullopt;
+  return fs::path(dir);
+}
+
+namespace {
+
+// Every rank its own copy in its own CRUN_STATE_DIR; all agree whether every write succeeded.
+void save_per_rank(ProcessGroup& pg, const Checkpoint& ckpt, int keep) {
+  std::int32_t status = 0;
+  std::string error;
+  try {
+    const auto own = state_checkpoint_dir();
+    if (!own) throw CheckpointError("no checkpoint directory given and CRUN_STATE_DIR is not set");
+    write_checkpoint_file(*own, ckpt, keep, {}, /*durable=*/false);
+  } catch (const std::exception& e) {
+    status = 1;
+    error = e.what();
+  }
+  std::int32_t any = status;
+  pg.all_reduce(&any, 1, DType::kInt32, ReduceOp::kMax)->wait();
+  if (any != 0) {
+    throw CheckpointError(status != 0 ? "checkpoint write failed: " + error
+                                      : std::string("checkpoint write failed on another rank"));
+  }
+}
+
+// Each rank's newest intact checkpoint; the group's highest step, sent by the lowest rank that
+// holds it to those that do not, only when some rank lacks it.
+std::optional<Checkpoint> load_per_rank(ProcessGroup& pg) {
+  std::optional<Checkpoint> mine;
+  if (const auto own = state_checkpoint_dir()) {
+    std::vector<std::string> rejected;
+    mine = load_latest_checkpoint_file(*own, &rejected);
+    for (const auto& r : rejected) std::fprintf(stderr, "crun runtime: skipping checkpoint %s\n", r.c_str());
+  }
+  const std::int64_t step = mine ? static_cast<std::int64_t>(mine->step) : -1;
+  std::int64_t newest = step;
+  pg.all_reduce(&newest, 1, DType::kInt64, ReduceOp::kMax)->wait();
+  if (newest < 0) return std::nullopt;
+  const bool holds = step == newest;
+  // [0]: minus the lowest holder's rank; [1]: 1 when some rank lacks the newest step.
+  std::int64_t who[2] = {holds ? -pg.rank() : -pg.size(), holds ? 0 : 1};
+  pg.all_reduce(who, 2, DType::kInt64, ReduceOp::kMax)->wait();
+  if (who[1] == 0) return mine;
+  const int holder = static_cast<int>(-who[0]);
+  std::string bytes;
+  std::int64_t size = 0;
+  if (pg.rank() == holder) {
+    bytes = encode_checkpoint(*mine);
+    size = static_cast<std::int64_t>(bytes.size());
+  }
+  pg.broadcast(&size, 1, DType::kInt64, holder)->wait();
+  bytes.resize(static_cast<std::size_t>(size));
+  pg.broadcast(bytes.data(), bytes.size(), DType::kUInt8, holder)->wait();
+  if (holds) return mine;
+  return decode_checkpoint(bytes);
+}
+
+}  // namespace
+
 void save_checkpoint(ProcessGroup& pg, const fs::path& dir, const Checkpoint& ckpt, int keep) {
+  if (dir.empty()) {
+    save_per_rank(pg, ckpt, keep);
+    return;
+  }
   std::int32_t status = 0;
   std::string error;
   if (pg.rank() == 0) {
@@ -204,6 +273,7 @@ void save_checkpoint(ProcessGroup& pg, const fs::path& dir, const Checkpoint& ck
 }
 
 std::optional<Checkpoint> load_checkpoint(ProcessGroup& pg, const fs::path& dir) {
+  if (dir.empty()) return load_per_rank(pg);
   std::string bytes;
   std::int64_t size = -1;
   if (pg.rank() == 0) {

@@ -9,7 +9,8 @@
 //   - write_checkpoint_file(): writes "<dir>/.checkpoint-<step>.crun.tmp", fsyncs it, renames it
 //     to "<dir>/checkpoint-<step:012>.crun", fsyncs the directory, then deletes all but the
 //     newest `keep` checkpoints. A crash at any point leaves every earlier checkpoint intact; a
-//     leftover temp file is never considered by the loader.
+//     leftover temp file is never considered by the loader. With durable = false, no fsync (a
+//     tmpfs such as CRUN_STATE_DIR, where the rename alone is the commit the agent sees).
 //   - load_latest_checkpoint_file(): tries checkpoint files from the highest step down and
 //     returns the first that decodes; rejected files are listed in `rejected` (path: reason).
 //     nullopt when none is usable.
@@ -17,6 +18,12 @@
 //     the same collectives, and all ranks throw if rank 0's write failed); rank 0 loads and
 //     broadcasts the bytes, so other ranks need not see the directory. They move host memory:
 //     pass a Gloo group (Runtime::cpu_pg()).
+//   - With an empty `dir` they use each rank's own state directory, CRUN_STATE_DIR
+//     (state_checkpoint_dir(); the agent keeps it across restarts, agent/state_directory.h):
+//     every rank writes its own copy there (durable = false) and all throw if any rank's write
+//     failed (or it has no CRUN_STATE_DIR). At load every rank reads its own newest intact
+//     checkpoint; the group takes the highest step any rank holds, and when some rank lacks that
+//     one, the lowest rank holding it broadcasts it: a rank whose state was lost still resumes.
 //
 // Threading
 //   Free functions; the group versions follow the ProcessGroup's threading rule.
@@ -56,9 +63,12 @@ Checkpoint decode_checkpoint(std::string_view bytes);
 using WriteProgress = std::function<void(std::size_t written, std::size_t total)>;
 
 std::filesystem::path write_checkpoint_file(const std::filesystem::path& dir, const Checkpoint& ckpt,
-                                            int keep = 2, const WriteProgress& progress = {});
+                                            int keep = 2, const WriteProgress& progress = {}, bool durable = true);
 std::optional<Checkpoint> load_latest_checkpoint_file(const std::filesystem::path& dir,
                                                       std::vector<std::string>* rejected = nullptr);
+
+// CRUN_STATE_DIR, when crun set it (nullopt: unset or empty).
+std::optional<std::filesystem::path> state_checkpoint_dir();
 
 void save_checkpoint(ProcessGroup& pg, const std::filesystem::path& dir, const Checkpoint& ckpt, int keep = 2);
 std::optional<Checkpoint> load_checkpoint(ProcessGroup& pg, const std::filesystem::path& dir);

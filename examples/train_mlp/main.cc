@@ -71,7 +71,8 @@ struct Args {
   int hidden = 512;
   std::size_t train_size = 20000;
   std::size_t test_size = 5000;
-  std::string checkpoint_dir;
+  std::string checkpoint_dir;  // "" and CRUN_STATE_DIR set: each rank's own state directory
+  bool checkpoints = false;    // either of them
   int checkpoint_every = 50;  // steps; 0 = only at the end of each epoch
   long fail_at_step = -1;
   int fail_rank = 0;
@@ -92,7 +93,9 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
   app.add_option("--hidden", a.hidden, "hidden units")->check(CLI::PositiveNumber);
   app.add_option("--train-size", a.train_size, "training samples");
   app.add_option("--test-size", a.test_size, "test samples");
-  app.add_option("--checkpoint-dir", a.checkpoint_dir, "directory for checkpoints (resume from the latest)");
+  app.add_option("--checkpoint-dir", a.checkpoint_dir,
+                 "directory for checkpoints (resume from the latest); default under crun: each rank's own "
+                 "CRUN_STATE_DIR, kept across restarts");
   app.add_option("--checkpoint-every", a.checkpoint_every, "checkpoint every N steps (0: each epoch end)");
   app.add_option("--fail-at-step", a.fail_at_step, "inject a failure before step S (first attempt only)");
   app.add_option("--fail-rank", a.fail_rank, "rank that fails");
@@ -108,6 +111,7 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
       "'preempted: checkpoint at step N', and the program exits 0. Run it again with the same\n"
       "--checkpoint-dir to resume; the final weights equal an uninterrupted run's.");
   CLI11_PARSE(app, argc, argv);
+  a.checkpoints = !a.checkpoint_dir.empty() || state_checkpoint_dir().has_value();
   return std::nullopt;
 }
 
@@ -307,7 +311,7 @@ class Trainer {
       if (first_attempt_ && static_cast<long>(s_.at.step) == a_.hang_at_step && rank_ == a_.hang_rank) hang_now();
       rt_.heartbeat(static_cast<std::int64_t>(s_.at.step));
     }
-    if (!a_.checkpoint_dir.empty() && a_.checkpoint_every == 0) save_checkpoint_at({s_.at.epoch + 1, 0, s_.at.step});
+    if (a_.checkpoints && a_.checkpoint_every == 0) save_checkpoint_at({s_.at.epoch + 1, 0, s_.at.step});
     if (rank_ == 0) std::printf("epoch %llu: train_loss=%.4f\n", static_cast<unsigned long long>(s_.at.epoch),
                                 batches_ ? loss_sum / static_cast<double>(batches_) : 0.0);
     std::fflush(stdout);
@@ -326,7 +330,7 @@ class Trainer {
     samples_ += static_cast<std::uint64_t>(a_.batch_size) * world_;
     const bool periodic = a_.checkpoint_every > 0 && s_.at.step % a_.checkpoint_every == 0;
     const bool preempted = out.stop;
-    if (!a_.checkpoint_dir.empty() && (periodic || preempted)) {
+    if (a_.checkpoints && (periodic || preempted)) {
       save_checkpoint_at({s_.at.epoch, s_.at.batch + 1, s_.at.step});
     }
     if (preempted) report_preemption();
@@ -364,8 +368,8 @@ class Trainer {
 
   void report_preemption() const {
     if (rank_ != 0) return;
-    if (a_.checkpoint_dir.empty()) {
-      std::printf("preempted: at step %llu, no --checkpoint-dir so no checkpoint\n",
+    if (!a_.checkpoints) {
+      std::printf("preempted: at step %llu, no --checkpoint-dir (nor CRUN_STATE_DIR) so no checkpoint\n",
                   static_cast<unsigned long long>(s_.at.step));
     } else {
       std::printf("preempted: checkpoint at step %llu\n", static_cast<unsigned long long>(s_.at.step));
@@ -418,7 +422,7 @@ int main(int argc, char** argv) {
     Dataset train, test;
     make_datasets(DatasetSpec{}, a.seed, a.train_size, a.test_size, train, test);
     TrainState state(train, a.hidden, a.seed + 1);
-    if (!a.checkpoint_dir.empty()) resume(cpu, a.checkpoint_dir, rank, state);
+    if (a.checkpoints) resume(cpu, a.checkpoint_dir, rank, state);
 
     Stepper stepper(state, a, pg, cpu, train, rt->env().local_rank);
     Trainer trainer(a, *rt, train, state, stepper);

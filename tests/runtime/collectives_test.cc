@@ -77,6 +77,18 @@ TEST_CASE("group checkpoint save/load and heartbeat", "[checkpoint_group]") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("checkpoints in each rank's CRUN_STATE_DIR: own copies, a lost or torn rank still loads the newest",
+          "[state_checkpoint]") {
+  char tmpl[] = "/tmp/crun-state-ckpt-XXXXXX";
+  std::string dir = ::mkdtemp(tmpl);
+  for (const char* r : {"0", "1", "2"}) std::filesystem::create_directories(dir + "/rank-" + r);
+  expect_all_pass(run_ranks({"/bin/sh", "-c", "CRUN_STATE_DIR=" + dir + "/rank-$RANK exec \"$0\" \"$@\"",
+                             helper("rt_worker"), "state_checkpoint"},
+                            3),
+                  "state_checkpoint");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("init fails with a clear error when the environment is incomplete", "[init]") {
   // Only RANK set: the worker must refuse, naming the missing variables.
   auto res = run_ranks({helper("rt_worker"), "init"}, 1, {{"WORLD_SIZE", ""}, {"MASTER_PORT", ""}});

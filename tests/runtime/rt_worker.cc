@@ -5,11 +5,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -303,6 +305,50 @@ void checkpoint_group(Runtime& rt, const std::string& dir) {
   rt.finish();
 }
 
+// Checkpoints in each rank's own CRUN_STATE_DIR (no directory given): every rank writes its copy;
+// a rank whose state is lost, or whose newest copy is torn, still loads the group's newest step.
+void state_checkpoint(Runtime& rt) {
+  ProcessGroup& pg = rt.pg();
+  const auto own = state_checkpoint_dir();
+  if (!own) return fail("CRUN_STATE_DIR is not set");
+  auto save = [&](std::uint64_t step) {
+    Checkpoint c;
+    c.step = step;
+    c.sections["w"] = to_bytes(std::vector<float>(1000, static_cast<float>(step)));
+    save_checkpoint(pg, "", c);
+  };
+  for (std::uint64_t step = 1; step <= 3; ++step) save(step);
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(*own)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  if (names != std::vector<std::string>{"checkpoint-000000000002.crun", "checkpoint-000000000003.crun"}) {
+    return fail("each rank keeps its own 2 newest copies");
+  }
+  auto loaded_is = [&](std::uint64_t step, const char* what) {
+    const auto c = load_checkpoint(pg, "");
+    if (!c || c->step != step || from_bytes<float>(c->sections.at("w"))[999] != static_cast<float>(step)) fail(what);
+  };
+  loaded_is(3, "load: every rank its own step 3");
+  // Rank 1 lost its state; rank 2's newest copy is torn (its newest intact one is step 2).
+  if (pg.rank() == 1) {
+    for (const auto& e : std::filesystem::directory_iterator(*own)) std::filesystem::remove(e.path());
+  }
+  if (pg.rank() == 2) std::filesystem::resize_file(*own / "checkpoint-000000000003.crun", 100);
+  pg.barrier()->wait();
+  loaded_is(3, "load: step 3 from the lowest rank that holds it");
+  for (const auto& e : std::filesystem::directory_iterator(*own)) std::filesystem::remove(e.path());
+  pg.barrier()->wait();
+  if (load_checkpoint(pg, "")) return fail("load with no copy anywhere: nothing");
+  // One rank without a state directory: every rank's save throws.
+  if (pg.rank() == 2) ::unsetenv("CRUN_STATE_DIR");
+  try {
+    save(4);
+    return fail("a save that failed on one rank throws on every rank");
+  } catch (const CheckpointError&) {
+  }
+  rt.finish();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -322,6 +368,7 @@ int main(int argc, char** argv) {
     else if (scenario == "peer_stalled") peer_lost(*rt, true);
     else if (scenario == "bucketer") bucketer(*rt);
     else if (scenario == "checkpoint") checkpoint_group(*rt, argv[2]);
+    else if (scenario == "state_checkpoint") state_checkpoint(*rt);
     else if (scenario == "init") rt->finish();
     else {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());

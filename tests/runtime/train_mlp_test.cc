@@ -1,6 +1,7 @@
 // End-to-end tests of examples/train_mlp: accuracy with 2 ranks, deterministic weights, and
-// bit-identical resume after an injected failure under `crun --max-restarts 1`, and after a
-// preemption notice (SIGUSR1).
+// bit-identical resume after an injected failure under `crun --max-restarts 1` (from
+// --checkpoint-dir, and from CRUN_STATE_DIR when none is given), and after a preemption notice
+// (SIGUSR1).
 #include <signal.h>
 #include <stdlib.h>
 
@@ -106,6 +107,22 @@ TEST_CASE("train_mlp resumes bit-identically after an injected failure under cru
   CHECK(f.sha == p.sha);
   std::filesystem::remove_all(plain_dir);
   std::filesystem::remove_all(fail_dir);
+}
+
+TEST_CASE("train_mlp under crun checkpoints into CRUN_STATE_DIR by default and resumes bit-identically from it",
+          "[train_state]") {
+  auto plain = run_command({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--no-python", CRUN_TRAIN_MLP});
+  INFO(plain.output);
+  REQUIRE(plain.exit_code == 0);
+  auto failed = run_command({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--no-python",
+                             CRUN_TRAIN_MLP, "--fail-at-step", "120", "--fail-rank", "1", "--checkpoint-every", "50"});
+  INFO(failed.output);
+  REQUIRE(failed.exit_code == 0);
+  CHECK(failed.output.find("injected failure at step 120 on rank 1") != std::string::npos);
+  CHECK(failed.output.find("resumed from checkpoint at step 100") != std::string::npos);
+  const Final p = parse_final(plain.output), f = parse_final(failed.output);
+  REQUIRE(p.sha.size() == 64);
+  CHECK(f.sha == p.sha);
 }
 
 TEST_CASE("train_mlp: a hung rank is caught by the heartbeat watchdog, named, and the job resumes bit-identically",
