@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DDP example for crun (and torchrun, unchanged).
 
-    crun --standalone --nproc-per-node 2 examples/pytorch_ddp.py --checkpoint-dir /tmp/ddp
+    crun --standalone --nproc-per-node 2 --max-restarts 1 examples/pytorch_ddp.py --fail-at-epoch 2
     torchrun --standalone --nproc-per-node 2 examples/pytorch_ddp.py --checkpoint-dir /tmp/ddp
 
 What it shows:
@@ -9,8 +9,11 @@ What it shows:
   - a synthetic Gaussian-mixture classification set made from a seed (same on every rank);
   - DistributedSampler with set_epoch() for per-rank shards;
   - DistributedDataParallel averaging gradients;
-  - checkpoint save (rank 0, temp file + rename) and load keyed on TORCHELASTIC_RESTART_COUNT:
-    a restarted attempt (count > 0) resumes from the latest checkpoint;
+  - checkpoints: under crun, by default each rank saves its own copy into its CRUN_STATE_DIR
+    (kept by crun across restarts, on /dev/shm): torch.save to a dot-name, then os.replace, which
+    is the commit (a half-written dot-file is never restored), no fsync needed; with
+    --checkpoint-dir DIR (a shared, durable directory) rank 0 saves there, with an fsync. A
+    restarted attempt (TORCHELASTIC_RESTART_COUNT > 0) resumes from the newest epoch any rank holds;
   - failure injection (--fail-at-epoch, first attempt only) to see crun restart the group;
   - distributed evaluation: loss / correct / total summed to rank 0 with all_reduce.
 Ends on rank 0 with: final: accuracy=<0..1>
@@ -37,12 +40,28 @@ def make_data(seed, n_train=8000, n_test=2000, dim=32, classes=10, clusters=3):
     return draw(n_train), draw(n_test)
 
 
-def save(path, state):
-    tmp = path + ".tmp"
+def save(path, state, durable):
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")  # a dot-name
     torch.save(state, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    if durable:  # a disk; CRUN_STATE_DIR is memory that crun keeps, the rename is enough there
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    os.replace(tmp, path)  # the commit
+
+
+def load_agreed(path, rank):
+    """Every rank's newest epoch; the lowest rank holding the group's newest sends it to all."""
+    state = torch.load(path, map_location="cpu") if os.path.exists(path) else None
+    mine = torch.tensor([state["epoch"] if state else -1])
+    newest = mine.clone()
+    dist.all_reduce(newest, op=dist.ReduceOp.MAX)
+    if newest.item() < 0:
+        return None
+    holder = torch.tensor([rank if mine.item() == newest.item() else dist.get_world_size()])
+    dist.all_reduce(holder, op=dist.ReduceOp.MIN)
+    box = [state]
+    dist.broadcast_object_list(box, src=holder.item())
+    return box[0]
 
 
 def main():
@@ -51,7 +70,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--checkpoint-dir", default="")
+    ap.add_argument("--checkpoint-dir", default="", help="shared directory (default: each rank's CRUN_STATE_DIR)")
     ap.add_argument("--fail-at-epoch", type=int, default=-1)
     ap.add_argument("--fail-rank", type=int, default=0)
     args = ap.parse_args()
@@ -66,9 +85,11 @@ def main():
     model = DDP(nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     start_epoch = 0
-    ckpt = os.path.join(args.checkpoint_dir, "ddp_checkpoint.pt") if args.checkpoint_dir else ""
-    if ckpt and restart > 0 and os.path.exists(ckpt):
-        state = torch.load(ckpt, map_location="cpu")
+    ckpt_dir = args.checkpoint_dir or os.environ.get("CRUN_STATE_DIR", "")
+    per_rank = not args.checkpoint_dir  # CRUN_STATE_DIR: every rank its own copy
+    ckpt = os.path.join(ckpt_dir, "ddp_checkpoint.pt") if ckpt_dir else ""
+    state = load_agreed(ckpt, rank) if ckpt and restart > 0 else None
+    if state:
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start_epoch = state["epoch"] + 1
@@ -92,9 +113,9 @@ def main():
             total += loss.item()
         if rank == 0:
             print(f"epoch {epoch}: train_loss={total / max(1, len(loader)):.4f}", flush=True)
-            if ckpt:
-                os.makedirs(args.checkpoint_dir, exist_ok=True)
-                save(ckpt, {"model": model.module.state_dict(), "opt": opt.state_dict(), "epoch": epoch})
+        if ckpt and (per_rank or rank == 0):
+            os.makedirs(ckpt_dir, exist_ok=True)
+            save(ckpt, {"model": model.module.state_dict(), "opt": opt.state_dict(), "epoch": epoch}, not per_rank)
         dist.barrier()  # nobody runs ahead of the checkpoint
 
     # Distributed evaluation: each rank scores its shard, sums go to every rank (rank 0 prints).
