@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <system_error>
 
@@ -68,6 +69,8 @@ struct StateDirectory::Impl {
   asio::posix::stream_descriptor watch;  // the inotify descriptor
   StateLedger ledger;
   std::function<void(int)> changed;
+  bool watching = false;  // false: no inotify instance could be had; the directories are read at each start
+  std::set<int> ranks;    // every rank whose directory was made
   std::map<int, int> rank_of_dir;  // directory watch -> rank
   std::map<int, int> dir_of_rank;  // rank -> its directory's watch
   // A committed file's watch (one per inode) -> its inode and the names it is committed under.
@@ -125,7 +128,13 @@ StateDirectory::StateDirectory(asio::io_context& io, fs::path job_root, std::uin
   make_private_dir(root / ".committed");
   make_private_dir(root / "replicas");
   const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  if (fd < 0) fail("inotify_init1 for", root);
+  if (fd < 0) {  // EMFILE: the user's inotify instances (fs.inotify.max_user_instances) are all taken
+    log_line(std::string("cannot watch the state directories (inotify: ") + std::strerror(errno) +
+             "): what each rank's directory holds is read at each start of the group instead, and a file written "
+             "in place after its commit is not seen");
+    return;
+  }
+  impl_->watching = true;
   impl_->watch.assign(fd);
   impl_->wait_events();
 }
@@ -151,7 +160,8 @@ fs::path StateDirectory::Impl::make_rank_dir(int rank) {
   make_private_dir(dir);
   make_private_dir(job_root / ".committed");
   make_private_dir(committed_dir(rank));
-  if (!dir_of_rank.contains(rank)) {
+  ranks.insert(rank);
+  if (watching && !dir_of_rank.contains(rank)) {
     const int wd = ::inotify_add_watch(watch.native_handle(), dir.c_str(), kDirEvents);
     if (wd < 0) fail("cannot watch", dir);
     rank_of_dir[wd] = rank;
@@ -169,6 +179,10 @@ void StateDirectory::Impl::wait_events() {
 }
 
 void StateDirectory::Impl::drain() {
+  if (!watching) {
+    rescan();
+    return;
+  }
   char* buf = events.data();
   for (;;) {
     const ssize_t n = ::read(watch.native_handle(), buf, events.size());
@@ -271,16 +285,18 @@ void StateDirectory::Impl::on_modified(int wd) {
   }
 }
 
-// After an overflow: what the directories hold is taken as committed (a rename is the only way
-// a worker that keeps the protocol makes a name), names no longer there as gone.
+// After an overflow, or at each start without a watch: what the directories hold is taken as
+// committed (a rename is the only way a worker that keeps the protocol makes a name), names no
+// longer there as gone (after the commits: a refused one puts its name's previous version back).
 void StateDirectory::Impl::rescan() {
-  for (const auto& [rank, wd] : std::map<int, int>(dir_of_rank)) {
-    for (const auto& [name, entry] : std::map<std::string, CommittedEntry>(ledger.committed(rank))) on_gone(rank, name);
+  for (int rank : ranks) {
+    std::vector<std::string> present;
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(rank_path(rank), ec)) {
-      const std::string name = entry.path().filename().string();
-      if (is_state_name(name)) on_renamed(rank, name);
+      if (std::string name = entry.path().filename().string(); is_state_name(name)) present.push_back(std::move(name));
     }
+    for (const auto& name : present) on_renamed(rank, name);
+    for (const auto& [name, entry] : std::map<std::string, CommittedEntry>(ledger.committed(rank))) on_gone(rank, name);
   }
 }
 
@@ -292,6 +308,7 @@ void StateDirectory::Impl::drop(int rank, const std::string& name) {
 }
 
 void StateDirectory::Impl::watch_file(int rank, const std::string& name, const fs::path& link) {
+  if (!watching) return;
   const int wd = ::inotify_add_watch(watch.native_handle(), link.c_str(), kFileEvents);
   if (wd < 0) {
     log_line("rank " + std::to_string(rank) + ": cannot watch state file " + name + " for writes in place: " +

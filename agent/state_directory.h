@@ -21,6 +21,10 @@
 //     set. A committed file written in place afterwards (a write or truncation of its inode,
 //     watched with IN_MODIFY) is dropped with one line: its bytes may be torn. Events are read
 //     64 KiB at a time; on a queue overflow the ranks' directories are read again (one line).
+//     When no inotify instance can be had (the user's fs.inotify.max_user_instances taken, as by
+//     hundreds of agents on one host), one line says so and the directories are read at each
+//     prepare_for_start and install instead (the state names there taken as commits, the bound
+//     applied): commits are not seen as they happen, nor writes in place.
 //   - committed(rank): the rank's committed files now (path: the .committed link), by name;
 //     sequence(rank): +1 at each commit, drop or install (0: nothing yet). on_change(f): `f`
 //     (one callback; a later call replaces it) after each accepted commit and each drop.

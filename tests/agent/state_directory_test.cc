@@ -2,10 +2,12 @@
 #include "agent/state_directory.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
@@ -156,4 +158,43 @@ TEST_CASE("install: a committed set fetched elsewhere replaces the rank's, resto
   CHECK(read_file(dir / "w") == "weights");
   CHECK_FALSE(fs::exists(dir / "mine"));
   CHECK_THROWS_AS(s.install(4, {{".hidden", s.job_root() / "x"}}, 18), std::invalid_argument);
+}
+
+TEST_CASE("no inotify instance to be had: one line, and the directories are read at each start", "[state_directory]") {
+  test::TempDir tmp;
+  boost::asio::io_context io;
+  boost::asio::posix::stream_descriptor reactor(io);  // the loop's own descriptors, made first
+  // Every descriptor taken: inotify_init1 fails with EMFILE, as when the user's instances are.
+  rlimit was{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &was) == 0);
+  rlimit low = was;
+  low.rlim_cur = std::min<rlim_t>(was.rlim_cur, 512);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> filler;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) filler.push_back(fd);
+  std::unique_ptr<StateDirectory> made;
+  std::string error;
+  try {
+    made = std::make_unique<StateDirectory>(io, tmp.path / "job", 10);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  for (int fd : filler) ::close(fd);
+  ::setrlimit(RLIMIT_NOFILE, &was);
+  INFO(error);
+  REQUIRE(made);
+  StateDirectory& s = *made;
+  const fs::path dir = s.rank_dir(0);
+  save(dir, "a", "1234");
+  write_file(dir / ".torn.tmp", "half");
+  s.prepare_for_start({0});
+  REQUIRE(s.committed(0).size() == 1);
+  CHECK(s.committed(0)[0].name == "a");
+  save(dir, "a", "12345678901");  // over the bound: refused at the start, the previous version back
+  s.prepare_for_start({0});
+  CHECK(read_file(dir / "a") == "1234");
+  CHECK_FALSE(fs::exists(dir / ".torn.tmp"));
+  fs::remove(dir / "a");
+  s.prepare_for_start({0});
+  CHECK(s.committed(0).empty());
 }
