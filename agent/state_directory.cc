@@ -2,13 +2,16 @@
 
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <signal.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -57,6 +60,36 @@ std::string size_text(std::uint64_t bytes) {
   if (bytes >= (1ULL << 20) && bytes % (1ULL << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
   if (bytes >= (1ULL << 10) && bytes % (1ULL << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
   return std::to_string(bytes) + " bytes";
+}
+
+// Closing an inotify descriptor whose watches were just removed waits for the kernel to free
+// them (an SRCU grace period: ~15 ms here), and so would this process's exit. A child that holds
+// the last reference takes that wait instead: it keeps only `fd` and a pipe, and lets go when the
+// pipe closes, just after the agent closed its own copy. The agent's subreaper reaps it (or, once
+// the agent has exited, whoever inherits it).
+void close_in_background(int fd) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    ::close(fd);
+    return;
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {  // system calls only
+    sigset_t all;
+    sigfillset(&all);
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, nullptr, sizeof(unsigned long));
+    const unsigned lo = static_cast<unsigned>(std::min(fd, p[0])), hi = static_cast<unsigned>(std::max(fd, p[0]));
+    if (lo > 0) ::syscall(SYS_close_range, 0U, lo - 1, 0U);
+    if (hi > lo + 1) ::syscall(SYS_close_range, lo + 1, hi - 1, 0U);
+    ::syscall(SYS_close_range, hi + 1, ~0U, 0U);
+    char byte;
+    while (::syscall(SYS_read, p[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    ::syscall(SYS_exit_group, 0);
+  }
+  ::close(fd);  // quick while the child holds a reference (no child: this close waits)
+  ::close(p[0]);
+  ::close(p[1]);  // the child lets go of the last reference now
 }
 
 }  // namespace
@@ -394,8 +427,15 @@ void StateDirectory::remove() {
   Impl& s = *impl_;
   if (s.removed) return;
   s.removed = true;
+  // The watches go first, then the descriptor, closed by a child (close_in_background).
   boost::system::error_code ignored;
-  s.watch.close(ignored);
+  s.watch.cancel(ignored);
+  for (const auto& [wd, rank] : s.rank_of_dir) ::inotify_rm_watch(s.watch.native_handle(), wd);
+  for (const auto& [wd, file] : s.files) ::inotify_rm_watch(s.watch.native_handle(), wd);
+  s.rank_of_dir.clear();
+  s.dir_of_rank.clear();
+  s.files.clear();
+  if (s.watch.is_open()) close_in_background(s.watch.release());
   if (!remove_tree(s.job_root.c_str())) {
     log_line("cannot remove the state directory " + s.job_root.string() + (errno == ELOOP ? " (nested too deep)" : ""));
   }
