@@ -34,8 +34,11 @@
 //   - prepare_for_start(ranks): first reads every pending event; then each rank's directory
 //     (made if missing) holds exactly its committed files: anything else (dot-files, files
 //     never committed, directories, links) removed, committed ones linked back.
-//   - remove(): the job root and all it holds (base/remove_tree.h), the watch closed; at the
-//     job's end. The destructor removes nothing (crun-keeper does when the agent dies).
+//   - remove(): the job root and all it holds (base/remove_tree.h), the watch ended; at the
+//     job's end. Its inotify descriptor is closed by a forked child that does nothing else (the
+//     close waits for the kernel to free the watches, ~15 ms: neither the agent's end nor its
+//     exit waits for it); the agent's subreaper reaps that child. The destructor removes
+//     nothing (crun-keeper does when the agent dies).
 //
 // Threading
 //   The agent's event-loop thread (`io`'s); the watch's handler runs there.
