@@ -158,8 +158,13 @@ StateDirectory::StateDirectory(asio::io_context& io, fs::path job_root, std::uin
     // This pid's and run id's: left by an agent that died with its keeper. Nothing in it is ours.
     if (!remove_tree(root.c_str()) || ::mkdir(root.c_str(), 0700) != 0) fail("cannot make the state directory", root);
   }
-  make_private_dir(root / ".committed");
-  make_private_dir(root / "replicas");
+  try {
+    make_private_dir(root / ".committed");
+    make_private_dir(root / "replicas");
+  } catch (...) {
+    remove_tree(root.c_str());  // nothing of a directory that cannot be used stays behind
+    throw;
+  }
   const int fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (fd < 0) {  // EMFILE: the user's inotify instances (fs.inotify.max_user_instances) are all taken
     log_line(std::string("cannot watch the state directories (inotify: ") + std::strerror(errno) +

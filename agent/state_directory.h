@@ -10,8 +10,8 @@
 //     (reserved for state other nodes replicate to this one). The constructor makes the root
 //     (and `root` itself if missing); a leftover job root of the same name owned by this user
 //     (an agent of this pid that died with its keeper) is removed first; one not owned by this
-//     user, or not a directory, throws std::system_error. It says in one line when `root` is not
-//     a tmpfs or ramfs (statfs).
+//     user, or not a directory, throws std::system_error (and a root it made but could not
+//     fill is removed first). It says in one line when `root` is not a tmpfs or ramfs (statfs).
 //   - Commit protocol: a worker writes a file under a name starting with '.' and renames it to a
 //     name that does not (agent/state_ledger.h is_state_name); that rename is the commit, seen by
 //     inotify (IN_MOVED_TO) on the loop. Only regular files directly in the rank's directory
