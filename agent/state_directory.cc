@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "agent/clone_on_stack.h"  // CRUN_SANITIZER_BUILD
 #include "agent/state_ledger.h"
 #include "base/log.h"
 #include "base/remove_tree.h"
@@ -68,6 +69,9 @@ std::string size_text(std::uint64_t bytes) {
 // pipe closes, just after the agent closed its own copy. The agent's subreaper reaps it (or, once
 // the agent has exited, whoever inherits it).
 void close_in_background(int fd) {
+#ifdef CRUN_SANITIZER_BUILD
+  ::close(fd);  // the sanitizers' runtimes and a forked child of a threaded process: not worth it there
+#else
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) {
     ::close(fd);
@@ -90,6 +94,7 @@ void close_in_background(int fd) {
   ::close(fd);  // quick while the child holds a reference (no child: this close waits)
   ::close(p[0]);
   ::close(p[1]);  // the child lets go of the last reference now
+#endif
 }
 
 }  // namespace
