@@ -339,8 +339,7 @@ void Agent::Impl::start_group(int restart_count) {
     std::vector<int> ranks;
     for (int lr = 0; lr < config.nproc_per_node; ++lr) ranks.push_back(current_round.rank_offset + lr);
     state->prepare_for_start(ranks);
-    next_start.state_dirs.clear();
-    for (int rank : ranks) next_start.state_dirs.push_back(state->rank_dir(rank).string());
+    next_start.state_root = state->job_root().string();
     const auto duplicate_stdout = duplicate_sink(config.duplicate_stdout_filters, restart_count, "filtered_stdout.log");
     const auto duplicate_stderr = duplicate_sink(config.duplicate_stderr_filters, restart_count, "filtered_stderr.log");
     std::vector<WorkerLaunch> launches;

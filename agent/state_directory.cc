@@ -120,7 +120,7 @@ struct StateDirectory::Impl {
   bool removed = false;
   std::vector<char> events = std::vector<char>(kEventBuffer);  // new[]: aligned for inotify_event
 
-  fs::path rank_path(int rank) const { return job_root / ("rank-" + std::to_string(rank)); }
+  fs::path rank_path(int rank) const { return rank_dir_of(job_root, rank); }
   fs::path committed_dir(int rank) const { return job_root / ".committed" / ("rank-" + std::to_string(rank)); }
 
   void wait_events();
@@ -143,6 +143,8 @@ fs::path StateDirectory::job_root_for(const std::string& root, const std::string
   }
   return fs::path(root) / ("crun-state-" + id + "-" + std::to_string(pid));
 }
+
+fs::path StateDirectory::rank_dir_of(const fs::path& job_root, int rank) { return job_root / ("rank-" + std::to_string(rank)); }
 
 StateDirectory::StateDirectory(asio::io_context& io, fs::path job_root, std::uint64_t max_bytes)
     : impl_(std::make_unique<Impl>(io, std::move(job_root), max_bytes)) {

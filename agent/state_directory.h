@@ -69,6 +69,7 @@ struct CommittedFile {
 class StateDirectory {
  public:
   static std::filesystem::path job_root_for(const std::string& root, const std::string& run_id, int pid);
+  static std::filesystem::path rank_dir_of(const std::filesystem::path& job_root, int rank);  // the path only
 
   StateDirectory(boost::asio::io_context& io, std::filesystem::path job_root, std::uint64_t max_bytes);
   ~StateDirectory();

@@ -1,6 +1,7 @@
 #include "agent/worker_launch.h"
 
 #include "agent/log_line_prefix.h"
+#include "agent/state_directory.h"
 #include "agent/template_text.h"
 #include "agent/worker_env.h"
 
@@ -45,7 +46,9 @@ WorkerLaunchPlan plan_worker_launch(const AgentConfig& config, const RunDirector
   who.timer_file = start.timer_file;
   who.heartbeat_file = p.heartbeat_file;
   who.agent_id = start.agent_id;
-  if (static_cast<std::size_t>(local_rank) < start.state_dirs.size()) who.state_dir = start.state_dirs[static_cast<std::size_t>(local_rank)];
+  if (!start.state_root.empty()) {
+    who.state_dir = StateDirectory::rank_dir_of(start.state_root, start.round.rank_offset + local_rank).string();
+  }
   if (idx < config.visible_devices.size()) who.visible_device = config.visible_devices[idx];
   p.env = worker_environment(start.base_env, start.round, who);
 

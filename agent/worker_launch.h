@@ -41,7 +41,9 @@ struct GroupStart {
   std::string agent_id;               // CRUN_AGENT_ID (agent/worker_containment.h)
   std::string timer_file;             // torch's file timer FIFO ("": off)
   bool heartbeats = false;            // hang detection on: each worker gets a heartbeat file
-  std::vector<std::string> state_dirs;  // per local rank: its CRUN_STATE_DIR (empty: none)
+  // The job's state root (agent/state_directory.h; "": none): each worker's CRUN_STATE_DIR is
+  // its global rank's directory there.
+  std::string state_root;
 };
 
 struct StreamPlan {

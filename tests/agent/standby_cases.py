@@ -109,7 +109,7 @@ MARK = SYNC + r'''
 import os, sys
 PER_ROUND = ("RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "WORLD_SIZE", "MASTER_ADDR",
              "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-             "CRUN_HEARTBEAT_FILE")
+             "CRUN_HEARTBEAT_FILE", "CRUN_STATE_DIR")
 seen = [k for k in PER_ROUND if k in os.environ]
 print(f"preload in pid {os.getpid()} local rank {os.environ.get('LOCAL_RANK')} saw per-round variables {seen}",
       file=sys.stderr, flush=True)
@@ -180,10 +180,12 @@ def write(path, text):
 
 def normalized(seen):
     """What may differ between two crun runs, masked: the run directory's random name, the agent's
-    id (also the job cgroup's name), the sid (each run has its own), pipe inode numbers (already [N])."""
+    id (also the job cgroup's name), the state root's name (the agent's pid), the sid (each run has its own), pipe inode numbers (already [N])."""
     s = json.loads(json.dumps(seen))
     run_dir = os.path.dirname(os.path.dirname(os.path.dirname(s["env"]["TORCHELASTIC_ERROR_FILE"])))
     text = json.dumps(s).replace(run_dir, "<RUN_DIR>").replace(s["env"]["CRUN_AGENT_ID"], "<AGENT_ID>")  # cgroup's too
+    if "CRUN_STATE_DIR" in s["env"]:  # the job's state root holds the agent's pid
+        text = text.replace(os.path.dirname(s["env"]["CRUN_STATE_DIR"]), "<STATE_ROOT>")
     s = json.loads(text)
     s["sid"] = "<SID>"
     return s

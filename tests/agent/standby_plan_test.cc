@@ -107,6 +107,11 @@ TEST_CASE("standbys: the per-round variables, derived from two starts", "[standb
   std::sort(keys.begin(), keys.end());
   want.insert(want.begin(), "CRUN_HEARTBEAT_FILE");
   CHECK(keys == want);
+  s.state_root = "/dev/shm/crun-state-r-7";  // CRUN_STATE_DIR is the rank's: the round's too
+  keys = per_round_keys(c, f.dir, s, 1);
+  std::sort(keys.begin(), keys.end());
+  want.insert(want.begin() + 1, "CRUN_STATE_DIR");
+  CHECK(keys == want);
 }
 
 TEST_CASE("standbys: a standby's launch is the worker's without the round", "[standby_plan]") {

@@ -101,6 +101,10 @@ TEST_CASE("a worker's launch: watchdog files, its device and its CPUs", "[worker
   CHECK(env["CUDA_VISIBLE_DEVICES"] == "1");
   CHECK(env["LOCAL_RANK"] == "0");  // --virtual-local-rank: each worker sees one device as its 0
   CHECK(env["RANK"] == "7");
+  CHECK(env.count("CRUN_STATE_DIR") == 0);  // no state root given
+  s.state_root = "/dev/shm/crun-state-job_1-42";
+  CHECK(crun::test::env_map(plan_worker_launch(c, f.dir, s, 1).env)["CRUN_STATE_DIR"] ==
+        "/dev/shm/crun-state-job_1-42/rank-7");  // the global rank's directory
 }
 
 TEST_CASE("a worker's streams: console, --redirects, --tee, --local-ranks-filter", "[worker_launch]") {
