@@ -1,0 +1,125 @@
+#include "agent/replica_server.h"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <set>
+
+#include "base/log.h"
+
+namespace crun {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+struct ReplicaServer::Impl : std::enable_shared_from_this<Impl> {
+  Impl(asio::io_context& io, ReplicaServerOptions o, ReplicaStore& s, SetSource src)
+      : io(io), acceptor(io), options(std::move(o)), store(s), own(std::move(src)) {}
+
+  void accept() {
+    acceptor.async_accept([weak = weak_from_this()](boost::system::error_code ec, tcp::socket socket) {
+      auto self = weak.lock();
+      if (!self || !self->acceptor.is_open()) return;
+      if (!ec) self->take(std::move(socket));
+      self->accept();
+    });
+  }
+
+  void take(tcp::socket socket) {
+    boost::system::error_code ec;
+    const auto remote = socket.remote_endpoint(ec);
+    const std::string peer = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
+    if (static_cast<int>(links.size()) >= options.max_connections) {
+      log_line("state replication: refused a connection from " + peer + ": already " +
+               std::to_string(options.max_connections) + " connections");
+      socket.close(ec);
+      return;
+    }
+    ReplicaLinkHandlers h;
+    auto weak = weak_from_this();
+    auto link_slot = std::make_shared<std::weak_ptr<ReplicaLink>>();
+    h.on_hello = [this, peer](std::string_view token) {
+      if (options.token.empty() || same_secret(token, options.token)) return true;
+      log_line("state replication: refused " + peer + ": wrong token");
+      return false;
+    };
+    h.on_query = [this, link_slot](int rank) {
+      if (auto l = link_slot->lock()) l->send(replica::encode_have(rank, newest_sequence(rank)));
+    };
+    h.on_get = [this, link_slot](int rank) {
+      auto l = link_slot->lock();
+      if (!l) return;
+      auto set = newest_set(rank);
+      if (set) l->send_set(std::move(*set));
+      else l->send(replica::encode_have(rank, 0));
+    };
+    h.on_set = [this, link_slot](ReceivedSet& set) {
+      store.keep(set);
+      if (auto l = link_slot->lock()) l->send(replica::encode_ack(set.rank, set.sequence));
+    };
+    h.on_closed = [weak, link_slot, peer](const std::string& why) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (why != "refused" && !why.empty() && why != "the peer closed the connection") {
+        log_line("state replication: closed the connection from " + peer + ": " + why);
+      }
+      self->links.erase(link_slot->lock());
+    };
+    const int fd = socket.release(ec);
+    if (ec) return;
+    auto link = make_replica_link(io, fd, replica::ReplicaDecoder::Side::kServer, options.max_set_bytes, store.root(),
+                                  std::move(h));
+    *link_slot = link;
+    links.insert(link);
+    link->start();
+  }
+
+  std::uint64_t newest_sequence(int rank) const {
+    std::uint64_t s = own.sequence ? own.sequence(rank) : 0;
+    if (auto held = store.newest(rank); held && held->sequence > s) s = held->sequence;
+    return s;
+  }
+
+  std::optional<OutgoingSet> newest_set(int rank) const {
+    const std::uint64_t mine = own.sequence ? own.sequence(rank) : 0;
+    auto held = store.newest(rank);
+    if (held && held->sequence > mine) return store.snapshot(rank);
+    if (mine > 0 && own.snapshot) return own.snapshot(rank);
+    return std::nullopt;
+  }
+
+  asio::io_context& io;
+  tcp::acceptor acceptor;
+  ReplicaServerOptions options;
+  ReplicaStore& store;
+  SetSource own;
+  std::set<std::shared_ptr<ReplicaLink>> links;
+};
+
+ReplicaServer::ReplicaServer(asio::io_context& io, const std::string& address, ReplicaServerOptions options,
+                             ReplicaStore& store, SetSource own)
+    : impl_(std::make_shared<Impl>(io, std::move(options), store, std::move(own))) {
+  const tcp::endpoint ep(asio::ip::make_address(address.empty() ? "0.0.0.0" : address), 0);
+  impl_->acceptor.open(ep.protocol());
+  impl_->acceptor.bind(ep);
+  impl_->acceptor.listen(64);
+  impl_->accept();
+}
+
+ReplicaServer::~ReplicaServer() {
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+  auto links = std::move(impl_->links);
+  for (const auto& l : links) l->close();
+}
+
+std::uint16_t ReplicaServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+int ReplicaServer::connections() const { return static_cast<int>(impl_->links.size()); }
+
+}  // namespace crun
