@@ -160,6 +160,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         info.group_rank = a.node_rank;
         info.group_world_size = a.nnodes;
         info.rank_offset = a.node_rank * config.nproc_per_node;
+        info.state_endpoints = a.state_endpoints;
         info.world_size = a.nnodes * config.nproc_per_node;
         if (config.multi.workers_use_agent_store) {  // torchrun's agent store: the workers join the store the agents met at
           info.master_addr = config.multi.endpoint.host;
@@ -207,6 +208,7 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
     };
     participant = std::make_unique<RendezvousParticipant>(loop, std::move(adopted), config.multi.endpoint, options,
                                                           config.multi.rendezvous, own_record, ev);
+    if (config.state_port) participant->announce_state_port(config.state_port);
     node = participant->node_id();
     if (pending_status) participant->publish_status(std::move(pending_status->first), pending_status->second);
     pending_status.reset();

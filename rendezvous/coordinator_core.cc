@@ -241,6 +241,7 @@ void CoordinatorCore::close_round() {
   fx::Answer answers;
   participants_.clear();
   last_rank_.clear();
+  const std::vector<std::string> endpoints = state_endpoints(order);
   for (int i = 0; i < n; ++i) {
     RoundAnswer a;
     a.round = round_;
@@ -249,6 +250,7 @@ void CoordinatorCore::close_round() {
     a.nnodes = n;
     a.master_addr = order[0]->addr;
     a.master_port = order[0]->free_port;
+    a.state_endpoints = endpoints;
     answers.entries.push_back({order[i]->node_id, order[i]->seq, std::move(a)});
     answered_[order[i]->node_id] = order[i]->seq;
     participants_.push_back(order[i]->node_id);

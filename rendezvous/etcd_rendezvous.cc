@@ -143,6 +143,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     client->txn(std::move(t), [this, created](std::exception_ptr error, EtcdTxnResult r) {
       if (error) return lose(error);
       if (self.addr.empty()) self.addr = client->local_address();
+      if (config.state_port) self.state_port = config.state_port(self.addr);
       {
         std::lock_guard lock(mu);
         address = self.addr;

@@ -231,6 +231,7 @@ void EtcdRoundCore::answer_or_join(TimePoint now, EtcdRoundActions& out) {
   info.world_size = info.group_world_size * self_.nproc;
   info.master_addr = s.master_addr;
   info.master_port = s.master_port;
+  info.state_endpoints = s.state_endpoints;
   out.answers.push_back(r);
   waiting_ = false;
   running_round_ = s.round;
@@ -333,6 +334,7 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now) {
   for (auto* r : joined) w.next.participants.push_back(r->node_id);
   w.next.master_addr = joined.front()->addr;
   w.next.master_port = joined.front()->free_port;
+  w.next.state_endpoints = state_endpoints(joined);
   w.if_revision = state_revision_;
   return w;
 }
@@ -346,6 +348,7 @@ EtcdRoundWrite EtcdRoundCore::reform(const EtcdRoundRecord& s, std::vector<std::
   w.next.participants.clear();
   w.next.master_addr.clear();
   w.next.master_port = 0;
+  w.next.state_endpoints.clear();
   cause.kind = ControlEvent::Kind::kStop;
   cause.round = s.round;
   cause.restart_count = w.next.restart_count;

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,10 @@ struct RendezvousNodeConfig {
   std::string role = "default";
   int max_restarts = 0;
   std::optional<std::uint16_t> master_port;  // nullopt: a free port picked before each join
+  // This node's state replication endpoint (agent/state_replication.h), announced in its record:
+  // runs once the node's address is known (c10d: on the agent's loop; etcd-v3: on the backend's
+  // I/O thread) and returns the port it listens on at that address (0: none). Null: none.
+  std::function<std::uint16_t(const std::string& addr)> state_port;
 };
 
 // This node's record for either backend: a fresh node id, its address (if given) and the

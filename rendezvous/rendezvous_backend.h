@@ -45,6 +45,9 @@ struct RoundInfo {
   std::string master_addr;
   std::uint16_t master_port = 0;
   bool agent_store = false;   // MASTER_ADDR:MASTER_PORT is the agents' store (TORCHELASTIC_USE_AGENT_STORE)
+  // By node rank: each node's state replication endpoint, "addr:port" ("" none; empty: no node
+  // announced one). agent/state_replication.h's ring and fetch.
+  std::vector<std::string> state_endpoints;
 };
 
 // The answer to request_round().

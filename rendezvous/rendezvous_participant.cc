@@ -177,6 +177,7 @@ struct RendezvousParticipant::Impl {
     auto attempt = std::make_shared<JoinAttempt>();
     attempt->done = std::move(j.done);
     self.free_port = j.free_port(self.addr);
+    if (state_port) self.state_port = state_port(self.addr);
     seq = ++self.seq;
     const std::string record = self.to_json();
     attempt->address = self.addr;
@@ -245,6 +246,7 @@ struct RendezvousParticipant::Impl {
   std::optional<PendingJoin> pending_join;  // asked for before the connection
   bool gather_status = false;
   std::vector<std::string> job_status;
+  std::function<std::uint16_t(const std::string&)> state_port;
   StoreChannel channel;  // last: destroyed first, so no callback reaches the members above
 };
 
@@ -266,6 +268,10 @@ void RendezvousParticipant::join(std::function<std::uint16_t(const std::string& 
     return;
   }
   m.channel.corked([&] { m.send_join(std::move(j)); });  // its four requests in one write
+}
+
+void RendezvousParticipant::announce_state_port(std::function<std::uint16_t(const std::string&)> state_port) {
+  impl_->state_port = std::move(state_port);
 }
 
 void RendezvousParticipant::report(int round, const RoundOutcome& outcome) {

@@ -80,6 +80,9 @@ class RendezvousParticipant {
   RendezvousParticipant& operator=(const RendezvousParticipant&) = delete;
 
   void join(std::function<std::uint16_t(const std::string& addr)> free_port, std::function<void(JoinResult)> done);
+  // Each join's record then carries state_port(addr) (NodeRecord::state_port), asked when the
+  // address is known, as free_port is.
+  void announce_state_port(std::function<std::uint16_t(const std::string& addr)> state_port);
   void report(int round, const RoundOutcome& outcome);
   void publish_status(std::string status_json, bool gather);
   std::vector<std::string> job_status() const;

@@ -50,7 +50,7 @@ std::string NodeRecord::to_json() const {
   return json{{"node_id", node_id}, {"hostname", hostname}, {"addr", addr}, {"free_port", free_port},
               {"rank_hint", rank_hint}, {"seq", seq}, {"nproc", nproc}, {"role", role},
               {"max_restarts", max_restarts}, {"min_nodes", min_nodes}, {"max_nodes", max_nodes},
-              {"program", program}}
+              {"program", program}, {"state_port", state_port}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -69,6 +69,7 @@ NodeRecord NodeRecord::from_json(const std::string& text) {
   r.min_nodes = field<int>(j, "min_nodes", "join");
   r.max_nodes = field<int>(j, "max_nodes", "join");
   r.program = field<std::string>(j, "program", "join");
+  if (j.contains("state_port")) r.state_port = field<std::uint16_t>(j, "state_port", "join");
   return r;
 }
 
@@ -89,9 +90,27 @@ std::string NodeRecord::mismatch(const NodeRecord& o) const {
 }
 
 std::string RoundAnswer::to_json() const {
-  return json{{"error", error}, {"closed", closed}, {"round", round}, {"restart_count", restart_count},
-              {"node_rank", node_rank}, {"nnodes", nnodes}, {"master_addr", master_addr}, {"master_port", master_port}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  json j{{"error", error}, {"closed", closed}, {"round", round}, {"restart_count", restart_count},
+         {"node_rank", node_rank}, {"nnodes", nnodes}, {"master_addr", master_addr}, {"master_port", master_port}};
+  if (!state_endpoints.empty()) j["state_endpoints"] = state_endpoints;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string state_endpoint(const NodeRecord& node) {
+  if (node.state_port == 0 || node.addr.empty()) return "";
+  const bool v6 = node.addr.find(':') != std::string::npos;
+  return (v6 ? "[" + node.addr + "]" : node.addr) + ":" + std::to_string(node.state_port);
+}
+
+std::vector<std::string> state_endpoints(const std::vector<const NodeRecord*>& nodes) {
+  std::vector<std::string> out;
+  bool any = false;
+  for (const NodeRecord* n : nodes) {
+    out.push_back(state_endpoint(*n));
+    any = any || !out.back().empty();
+  }
+  if (!any) out.clear();
+  return out;
 }
 
 RoundAnswer RoundAnswer::from_json(const std::string& text) {
@@ -105,6 +124,7 @@ RoundAnswer RoundAnswer::from_json(const std::string& text) {
   a.nnodes = field<int>(j, "nnodes", "answer");
   a.master_addr = field<std::string>(j, "master_addr", "answer");
   a.master_port = field<std::uint16_t>(j, "master_port", "answer");
+  if (j.contains("state_endpoints")) a.state_endpoints = field<std::vector<std::string>>(j, "state_endpoints", "answer");
   return a;
 }
 
@@ -165,6 +185,7 @@ std::string EtcdRoundRecord::to_json() const {
          {"reference", reference}, {"no_progress_streak", no_progress_streak}};
   if (best_step) j["best_step"] = *best_step;
   if (cause) j["cause"] = cause->to_json();
+  if (!state_endpoints.empty()) j["state_endpoints"] = state_endpoints;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -186,6 +207,7 @@ EtcdRoundRecord EtcdRoundRecord::from_json(const std::string& text) {
   r.no_progress_streak = field<int>(j, "no_progress_streak", "round");
   if (j.contains("best_step")) r.best_step = field<std::int64_t>(j, "best_step", "round");
   if (j.contains("cause")) r.cause = ControlEvent::from_json(field<std::string>(j, "cause", "round"));
+  if (j.contains("state_endpoints")) r.state_endpoints = field<std::vector<std::string>>(j, "state_endpoints", "round");
   if (r.round < 0 || r.restart_count < 0 || r.no_progress_streak < 0) throw std::invalid_argument("round record has a negative count");
   if (r.phase == Phase::kRunning && r.participants.empty()) throw std::invalid_argument("round record runs no node");
   return r;

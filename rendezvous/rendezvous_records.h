@@ -45,6 +45,7 @@ struct NodeRecord {
   std::uint16_t free_port = 0;  // a port free on this node, used as MASTER_PORT if it gets rank 0
   int rank_hint = -1;       // orders nodes when given (--node-rank, SLURM_NODEID)
   int seq = 0;              // increases with each join of this node
+  std::uint16_t state_port = 0;  // its state replication endpoint on `addr` (agent/replica_server.h); 0: none
   // Configuration that must match across nodes.
   int nproc = 1;
   std::string role = "default";
@@ -69,6 +70,9 @@ struct RoundAnswer {
   int nnodes = 0;
   std::string master_addr;
   std::uint16_t master_port = 0;
+  // By node rank: each node's state replication endpoint, "addr:port" ("" none); empty when no
+  // node announced one.
+  std::vector<std::string> state_endpoints;
 
   std::string to_json() const;
   static RoundAnswer from_json(const std::string& text);
@@ -102,6 +106,11 @@ struct ControlEvent {
   static ControlEvent from_json(const std::string& text);
 };
 
+// "addr:port" of a node's state replication endpoint ("" when it announced none); IPv6 in brackets.
+std::string state_endpoint(const NodeRecord& node);
+// Every node's, in node-rank order; empty when none announced one.
+std::vector<std::string> state_endpoints(const std::vector<const NodeRecord*>& nodes);
+
 // Key names.
 struct RendezvousKeys {
   explicit RendezvousKeys(const std::string& run_id) : base("crun/rdzv/" + run_id + "/") {}
@@ -134,6 +143,7 @@ struct EtcdRoundRecord {
   std::vector<std::string> participants;  // kRunning: node ids, in node-rank order
   std::string master_addr;                // kRunning: node rank 0's address and free port
   std::uint16_t master_port = 0;
+  std::vector<std::string> state_endpoints;  // kRunning: as RoundAnswer's
   std::string reference;                  // the first node's NodeRecord (JSON): every node must match it
   std::optional<std::int64_t> best_step;  // the job's progress ledger (base/restart_policy.h)
   int no_progress_streak = 0;
