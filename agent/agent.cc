@@ -28,6 +28,7 @@
 #include "agent/standby_plan.h"
 #include "agent/standby_pool.h"
 #include "agent/state_directory.h"
+#include "agent/state_replication.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_group.h"
@@ -127,6 +128,8 @@ struct Agent::Impl {
   int latest_stop_round = -1;                  // the newest round the coordinator ended
   std::unique_ptr<WorkerContainment> containment;  // outlives every group
   std::unique_ptr<StateDirectory> state;           // the ranks' CRUN_STATE_DIR, for the whole job
+  std::shared_ptr<StateReplication> replication;   // multi-node: state that outlives this node
+  bool start_held = false;                         // the round's start waits for its state (a fetch)
   std::unique_ptr<WorkerGroup> group;
   std::unique_ptr<StandbyPool> standbys;  // --standby-workers: spare interpreters for the next start
   RunDirectory run_dir;
@@ -202,6 +205,11 @@ int Agent::Impl::run() {
       log_line("the keeper could not be told of " + state_root.string() + ": it stays behind if this agent is killed");
     }
     state = std::make_unique<StateDirectory>(io, state_root, config.state_max_bytes);
+    if (config.multi_node) {
+      replication = std::make_shared<StateReplication>(io, *state, config.nproc_per_node,
+                                                       StateReplicationOptions{config.multi_node->token});
+      state->on_change([this](int rank) { replication->changed(rank); });
+    }
     for (int s : config.handled_signals) signals.add(s);
     if (config.file_timer) start_file_timer();
     if (config.health_check_port) {
@@ -240,6 +248,7 @@ int Agent::Impl::run() {
   endpoint.reset();  // nothing answers once the loop has stopped: refuse rather than hang
   group.reset();  // SIGKILLs what is left of the workers' trees
   standbys.reset();  // and the standbys
+  if (replication) replication->close();  // its connections closed before the state they read goes
   state->remove();  // the job is over: its state goes (before the keeper is released)
   file_timer.reset();  // removes its FIFO
   containment->release();  // the keeper removes the job's cgroup and exits meanwhile
@@ -631,6 +640,10 @@ void Agent::Impl::start_rendezvous() {
   c.role = config.role;
   c.max_restarts = config.max_restarts;
   c.master_port = config.master_port;
+  if (replication) {
+    // From the rendezvous' thread too (etcd-v3); the replication outlives the rendezvous' use of it.
+    c.state_port = [r = replication](const std::string& addr) { return r->listen(addr); };
+  }
   const std::string nodes = std::to_string(m.rendezvous.min_nodes) +
                             (m.rendezvous.max_nodes != m.rendezvous.min_nodes ? ".." + std::to_string(m.rendezvous.max_nodes) : "");
   if (m.backend == MultiNodeConfig::Backend::kEtcdV3) {
@@ -678,7 +691,16 @@ void Agent::Impl::on_round(const RoundResult& r) {
         ", master " + r.info.master_addr + ":" + std::to_string(r.info.master_port));
   }
   view->round(r.rendezvous_round, r.info, rendezvous->node_id(), rendezvous->node_address());
-  perform(machine.on_round(r.info.restart_count));
+  if (!replication) {
+    perform(machine.on_round(r.info.restart_count));
+    return;
+  }
+  // The workers start once this node holds its ranks' state (fetched when the round moved a rank here).
+  start_held = true;
+  replication->on_round(r.rendezvous_round, r.info, [this, restart = r.info.restart_count](const FetchSummary&) {
+    start_held = false;
+    if (!exit_code) perform(machine.on_round(restart));
+  });
 }
 
 void Agent::Impl::on_control(const ControlEvent& e) {
@@ -695,6 +717,13 @@ void Agent::Impl::on_control(const ControlEvent& e) {
   }
   latest_stop_round = std::max(latest_stop_round, e.round);
   if (e.round != rendezvous_round) return;  // an older round's, or one we have not joined yet
+  if (start_held) {  // ended while its state was on its way: nothing started, join the next one
+    start_held = false;
+    replication->cancel();
+    log_line("round " + std::to_string(e.round) + " ended before its workers started: " + e.detail);
+    rendezvous->request_round();
+    return;
+  }
   print_remote_report(e);
   log_line("round " + std::to_string(e.round) + " ended: " + e.detail);
   view->round_ended(e.round, e.detail);

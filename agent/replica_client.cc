@@ -129,9 +129,11 @@ struct ReplicaPusher::Impl : std::enable_shared_from_this<Impl> {
       auto self = weak.lock();
       if (!self || !(self->successor == peer)) return;
       self->link.reset();
+      const bool idle = !self->sending && self->due.empty();
       if (self->sending) self->due = self->mine;  // what was on its way may not have arrived
       self->sending = false;
-      if (!why.empty()) self->failed(why);
+      // An idle connection the peer closed (it is leaving, or restarted): the next change reconnects.
+      if (!why.empty() && !idle) self->failed(why);
     };
     connect_link(io, peer, options, std::move(h), [weak, peer](std::shared_ptr<ReplicaLink> l, std::string error) {
       auto self = weak.lock();

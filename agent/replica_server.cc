@@ -2,7 +2,14 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <set>
+#include <system_error>
 
 #include "base/log.h"
 
@@ -102,13 +109,49 @@ struct ReplicaServer::Impl : std::enable_shared_from_this<Impl> {
   std::set<std::shared_ptr<ReplicaLink>> links;
 };
 
+int listen_tcp(const std::string& address, std::uint16_t& port) {
+  boost::system::error_code ec;
+  const auto ip = asio::ip::make_address(address.empty() ? "0.0.0.0" : address, ec);
+  if (ec) throw std::system_error(EINVAL, std::generic_category(), "not an IP address: " + address);
+  const int fd = ::socket(ip.is_v6() ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "socket");
+  const tcp::endpoint ep(ip, 0);
+  if (::bind(fd, ep.data(), static_cast<socklen_t>(ep.size())) != 0 || ::listen(fd, 64) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw std::system_error(e, std::generic_category(), "cannot listen on " + address);
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                           : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
+}
+
+namespace {
+int listening(const std::string& address) {
+  std::uint16_t port = 0;
+  return listen_tcp(address, port);
+}
+}  // namespace
+
 ReplicaServer::ReplicaServer(asio::io_context& io, const std::string& address, ReplicaServerOptions options,
                              ReplicaStore& store, SetSource own)
+    : ReplicaServer(io, listening(address), std::move(options), store, std::move(own)) {}
+
+ReplicaServer::ReplicaServer(asio::io_context& io, int listening_fd, ReplicaServerOptions options, ReplicaStore& store,
+                             SetSource own)
     : impl_(std::make_shared<Impl>(io, std::move(options), store, std::move(own))) {
-  const tcp::endpoint ep(asio::ip::make_address(address.empty() ? "0.0.0.0" : address), 0);
-  impl_->acceptor.open(ep.protocol());
-  impl_->acceptor.bind(ep);
-  impl_->acceptor.listen(64);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(listening_fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  boost::system::error_code ec;
+  impl_->acceptor.assign(bound.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), listening_fd, ec);
+  if (ec) {
+    ::close(listening_fd);
+    throw std::system_error(ec.value(), std::generic_category(), "cannot take the replication endpoint");
+  }
   impl_->accept();
 }
 

@@ -46,6 +46,9 @@ class ReplicaServer {
  public:
   ReplicaServer(boost::asio::io_context& io, const std::string& address, ReplicaServerOptions options,
                 ReplicaStore& store, SetSource own);
+  // Takes a socket listen_tcp made (closed with the server).
+  ReplicaServer(boost::asio::io_context& io, int listening_fd, ReplicaServerOptions options, ReplicaStore& store,
+                SetSource own);
   ~ReplicaServer();
   ReplicaServer(const ReplicaServer&) = delete;
   ReplicaServer& operator=(const ReplicaServer&) = delete;
@@ -57,6 +60,10 @@ class ReplicaServer {
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
+
+// A TCP socket listening on `address` ("" = every IPv4 interface), port 0: its descriptor, its
+// port in `port`. Throws std::system_error. Any thread.
+int listen_tcp(const std::string& address, std::uint16_t& port);
 
 // Constant-time equality of two secrets of the same length (different lengths: false at once).
 bool same_secret(std::string_view a, std::string_view b);

@@ -13,6 +13,8 @@
 
 #include "tests/support/child_process.h"
 #include "tests/support/cluster.h"
+#include "tests/support/eventually.h"
+#include "tests/support/state_digest.h"
 
 using namespace crun::test;
 
@@ -445,4 +447,65 @@ TEST_CASE("node rank 0's endpoint shows the whole job after a restart; crun stat
   b.signal(SIGTERM);
   CHECK(a.wait_exit(60s).has_value());
   CHECK(b.wait_exit(60s).has_value());
+}
+
+TEST_CASE("a node SIGKILLed mid-run: its ranks resume on the others from the replica, digests as an uninterrupted run's",
+          "[state_replica]") {
+  constexpr long kSteps = 400;
+  Cluster cl(3);
+  char dir[] = "/tmp/crun-mn-state-XXXXXX";  // the workers' progress and starts (not their state)
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::vector<std::string> args{"--steps", std::to_string(kSteps), "--step-ms", "10", "--state-bytes", "65536",
+                                      "--out", dir};
+  // Node ranks by hint: host 2 is node 0 (the one killed), host 1 (the store's) node 1, host 3
+  // node 2. The ring sends node 0's ranks to node 1. After the loss host 1 becomes node 0 (ranks
+  // 0 and 1: in its own replicas) and host 3 node 1 (ranks 2 and 3: host 1's own, fetched over
+  // the network).
+  const int hint[] = {1, 0, 2};
+  std::vector<ChildProcess*> agents;
+  for (int h = 1; h <= 3; ++h) {
+    auto flags = c10d("2:3", 2, "last_call_timeout=1,token=s3cret");
+    flags.insert(flags.end(), {"--node-rank", std::to_string(hint[h - 1])});
+    agents.push_back(&cl.crun_program(h, flags, CRUN_STATE_WORKER, args));
+  }
+  for (int i = 0; i < 3; ++i) REQUIRE(err_has(*agents[i], "round 0: node rank " + std::to_string(hint[i]) + " of 3"));
+  // Every rank has saved (and so replicated) a good part of its run.
+  auto progress = [&](int rank) {
+    const std::string t = read_file(std::string(dir) + "/progress-" + std::to_string(rank));
+    return t.empty() ? 0L : std::atol(t.c_str());
+  };
+  REQUIRE(eventually([&] {
+    for (int r = 0; r < 6; ++r) if (progress(r) < 40) return false;
+    return true;
+  }, 60s));
+  const int victim = 1;  // host 2
+  agents[victim]->signal(SIGKILL);
+  REQUIRE(agents[victim]->wait_exit() == 128 + SIGKILL);
+  std::string finals, errs;
+  for (int i = 0; i < 3; ++i) {
+    if (i == victim) continue;
+    REQUIRE(agents[i]->wait_exit(120s) == 0);
+    finals += agents[i]->out();
+    errs += agents[i]->err();
+    CHECK_THAT(agents[i]->err(), Catch::Contains("round 1: node rank"));
+  }
+  CHECK_THAT(agents[0]->err(), Catch::Contains("rank 0 from this node's replicas; rank 1 from this node's replicas"));
+  CHECK_THAT(agents[2]->err(), Catch::Contains("rank 2 from 10.77.0.1:"));
+  CHECK_THAT(agents[2]->err(), Catch::Contains("rank 3 from 10.77.0.1:"));
+  for (int r = 0; r < 4; ++r) {
+    char want[96];
+    std::snprintf(want, sizeof want, "final rank=%d digest=%016llx", r,
+                  static_cast<unsigned long long>(crun::test::state_digest(r, kSteps)));
+    CAPTURE(r, finals, errs);
+    CHECK_THAT(finals, Catch::Contains(want));
+    // Its last start resumed from saved state, not from step 0.
+    const auto starts = lines(read_file(std::string(dir) + "/starts-" + std::to_string(r)));
+    REQUIRE(starts.size() >= 2);
+    long step = 0;
+    std::sscanf(starts.back().c_str(), "start rank=%*d step=%ld", &step);
+    CHECK(step >= 40);
+  }
+  std::string cleanup = std::string("rm -rf ") + dir;
+  int ignored = std::system(cleanup.c_str());
+  (void)ignored;
 }

@@ -1,0 +1,78 @@
+// StateReplication: state that outlives a node. Each agent sends its ranks' committed state
+// (agent/state_directory.h) to the next node of the ring, and a node given ranks it holds no
+// state for fetches their newest replica before its workers start (docs/decisions.md, "State
+// that outlives a node").
+//
+// Contract
+//   - listen(addr): this node's endpoint (agent/replica_server.h) bound on `addr` at the first
+//     call, port 0; returns its port, which the rendezvous announces in this node's record
+//     (RendezvousNodeConfig::state_port). Later calls return the same port (a different address
+//     is ignored). Peers' sets are kept under job_root()/replicas/.
+//   - on_round(round, info, ready): the ring follows the round: node rank i sends to
+//     (i + 1) % nodes (nobody alone, or when that node announced no endpoint); every one of this
+//     node's ranks is sent to it once, then after each commit (StateDirectory::on_change; the
+//     agent forwards it to changed()). Then, when the round is not the job's first and gives this
+//     node a rank it did not run in its previous round or holds no state for, it asks every
+//     peer (and its own replicas) for the rank's newest set, installs what is newer than what it
+//     holds (StateDirectory::install) and runs `ready`. The wait is bounded by `fetch_timeout`;
+//     a fetch that fails or runs out says so in one line and `ready` runs without that state.
+//     One line gives the time and the bytes fetched. `ready` runs once, on the loop, never from
+//     inside on_round; cancel() drops it (the round ended before its start).
+//
+// Threading
+//   The agent's loop for everything but listen(), which may be called from the rendezvous'
+//   thread (etcd-v3's I/O thread) and posts the server's start to the loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "rendezvous/rendezvous_backend.h"
+
+namespace boost::asio {
+class io_context;
+}
+
+namespace crun {
+
+class StateDirectory;
+
+struct StateReplicationOptions {
+  std::string token;               // the rendezvous' store token ("" = none)
+  std::chrono::milliseconds fetch_timeout{60000};
+};
+
+// What the last fetch brought (for the operators' view and tests).
+struct FetchSummary {
+  int ranks = 0;
+  std::uint64_t bytes = 0;
+  std::chrono::milliseconds took{0};
+  std::string error;
+};
+
+class StateReplication {
+ public:
+  StateReplication(boost::asio::io_context& io, StateDirectory& state, int nproc, StateReplicationOptions options);
+  ~StateReplication();
+  StateReplication(const StateReplication&) = delete;
+  StateReplication& operator=(const StateReplication&) = delete;
+
+  std::uint16_t listen(const std::string& addr);
+  void on_round(int rendezvous_round, const RoundInfo& info, std::function<void(const FetchSummary&)> ready);
+  void changed(int rank);
+  void cancel();
+  // Closes every connection and the endpoint; nothing runs after it (before the state goes).
+  void close();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// "addr:port" or "[v6]:port" -> address and port; false when it is neither.
+bool parse_state_endpoint(const std::string& text, std::string& address, std::uint16_t& port);
+
+}  // namespace crun
