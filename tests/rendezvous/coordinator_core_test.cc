@@ -536,3 +536,24 @@ TEST_CASE("core: restarts that do not raise the highest step close the job with 
   CHECK(core.closed());
   CHECK(core.restart_count() == 2);
 }
+
+TEST_CASE("core: every answer carries each node's state endpoint in node-rank order; none without any", "[coordinator_core]") {
+  auto c = config(3, 3);
+  CoordinatorCore core(c, std::nullopt);
+  NodeRecord a = member(c, "a", 1, 2), b = member(c, "b", 1, 0), v6 = member(c, "c", 1, 1);
+  a.state_port = 4001;
+  b.state_port = 4002;
+  v6.addr = "fd00::3";
+  v6.state_port = 4003;
+  auto got = answers(join_all(core, {a, b, v6}, t0));
+  REQUIRE(got.size() == 3);
+  const std::vector<std::string> want{"10.0.0.b:4002", "[fd00::3]:4003", "10.0.0.a:4001"};
+  CHECK(got["a"].state_endpoints == want);
+  CHECK(got["b"].state_endpoints == want);
+  CHECK(RoundAnswer::from_json(got["c"].to_json()).state_endpoints == want);
+
+  CoordinatorCore plain(c, std::nullopt);
+  auto none = answers(join_all(plain, {member(c, "a"), member(c, "b"), member(c, "c")}, t0));
+  CHECK(none["a"].state_endpoints.empty());
+  CHECK(none["a"].to_json().find("state_endpoints") == std::string::npos);  // nothing added to the wire
+}

@@ -157,3 +157,16 @@ TEST_CASE("records: every key of a run lives under crun/rdzv/<run>/", "[records]
   CHECK(k.closed() == "crun/rdzv/job7/ctl/closed");
   CHECK(k.round_prefix(2) == "crun/rdzv/job7/round/2/");
 }
+
+TEST_CASE("records: a node's state port survives its JSON; a record without one reads as none", "[records]") {
+  NodeRecord r = sample_node();
+  r.state_port = 40123;
+  CHECK(NodeRecord::from_json(r.to_json()).state_port == 40123);
+  r.state_port = 0;
+  std::string text = r.to_json();
+  const auto at = text.find(",\"state_port\":0");
+  REQUIRE(at != std::string::npos);
+  text.erase(at, std::string(",\"state_port\":0").size());
+  CHECK(NodeRecord::from_json(text).state_port == 0);
+  CHECK(state_endpoint(r).empty());
+}
