@@ -28,6 +28,7 @@
 #include "agent/standby_plan.h"
 #include "agent/standby_pool.h"
 #include "agent/state_directory.h"
+#include "agent/state_persister.h"
 #include "agent/state_replication.h"
 #include "agent/worker_containment.h"
 #include "agent/worker_env.h"
@@ -129,6 +130,7 @@ struct Agent::Impl {
   std::unique_ptr<WorkerContainment> containment;  // outlives every group
   std::unique_ptr<StateDirectory> state;           // the ranks' CRUN_STATE_DIR, for the whole job
   std::shared_ptr<StateReplication> replication;   // multi-node: state that outlives this node
+  std::unique_ptr<StatePersister> persister;       // --state-persist-dir
   bool start_held = false;                         // the round's start waits for its state (a fetch)
   std::unique_ptr<WorkerGroup> group;
   std::unique_ptr<StandbyPool> standbys;  // --standby-workers: spare interpreters for the next start
@@ -208,7 +210,14 @@ int Agent::Impl::run() {
     if (config.multi_node) {
       replication = std::make_shared<StateReplication>(io, *state, config.nproc_per_node,
                                                        StateReplicationOptions{config.multi_node->token});
-      state->on_change([this](int rank) { replication->changed(rank); });
+    }
+    if (!config.state_persist_dir.empty()) persister = std::make_unique<StatePersister>(config.state_persist_dir);
+    if (replication || persister) {
+      state->on_change([this](int rank) {
+        if (replication) replication->changed(rank);
+        if (!persister) return;
+        if (auto set = committed_snapshot(*state, rank)) persister->changed(std::move(*set));
+      });
     }
     for (int s : config.handled_signals) signals.add(s);
     if (config.file_timer) start_file_timer();
@@ -249,6 +258,15 @@ int Agent::Impl::run() {
   group.reset();  // SIGKILLs what is left of the workers' trees
   standbys.reset();  // and the standbys
   if (replication) replication->close();  // its connections closed before the state they read goes
+  if (persister) {  // the commits still queued read, each rank's newest set copied before the state goes
+    std::vector<int> ranks;
+    for (int lr = 0; lr < config.nproc_per_node; ++lr) ranks.push_back(current_round.rank_offset + lr);
+    state->prepare_for_start(ranks);
+    for (int rank : ranks) {
+      if (auto set = committed_snapshot(*state, rank)) persister->changed(std::move(*set));
+    }
+    persister.reset();  // copies what waits, then its thread ends
+  }
   state->remove();  // the job is over: its state goes (before the keeper is released)
   file_timer.reset();  // removes its FIFO
   containment->release();  // the keeper removes the job's cgroup and exits meanwhile

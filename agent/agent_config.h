@@ -49,6 +49,8 @@ struct AgentConfig {
   // state_root (CRUN_STATE_ROOT); each rank's committed bytes there are bounded by state_max_bytes.
   std::string state_root = "/dev/shm";
   std::uint64_t state_max_bytes = std::uint64_t{1} << 30;
+  // --state-persist-dir (agent/state_persister.h): committed state also copied there ("": off).
+  std::string state_persist_dir;
 
   std::string hostname;
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (agent/log_line_prefix.h); "": "[<role><local_rank>]:".

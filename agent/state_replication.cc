@@ -43,6 +43,13 @@ bool parse_state_endpoint(const std::string& text, std::string& address, std::ui
   return true;
 }
 
+std::optional<OutgoingSet> committed_snapshot(const StateDirectory& state, int rank) {
+  std::vector<std::pair<std::string, fs::path>> files;
+  for (const auto& f : state.committed(rank)) files.emplace_back(f.name, f.path);
+  if (files.empty() && state.sequence(rank) == 0) return std::nullopt;
+  return open_set(rank, state.sequence(rank), files);
+}
+
 namespace {
 
 std::string mib(std::uint64_t bytes) {
@@ -68,12 +75,7 @@ struct StateReplication::Impl : std::enable_shared_from_this<Impl> {
   }
 
   // This node's committed set of `rank`, opened: what the ring sends and what a fetcher gets.
-  std::optional<OutgoingSet> own_snapshot(int rank) const {
-    std::vector<std::pair<std::string, fs::path>> files;
-    for (const auto& f : state.committed(rank)) files.emplace_back(f.name, f.path);
-    if (files.empty() && state.sequence(rank) == 0) return std::nullopt;
-    return open_set(rank, state.sequence(rank), files);
-  }
+  std::optional<OutgoingSet> own_snapshot(int rank) const { return committed_snapshot(state, rank); }
 
   void start_server(int fd) {
     if (closed) {
@@ -161,6 +163,7 @@ struct StateReplication::Impl : std::enable_shared_from_this<Impl> {
             files.emplace_back(name, dir / name);
           }
           state.install(rank, std::move(files), local->sequence);
+          if (pusher) pusher->changed(rank);
           fs::remove_all(dir, ec);
           ++summary.ranks;
           summary.bytes += local->bytes;
@@ -170,6 +173,7 @@ struct StateReplication::Impl : std::enable_shared_from_this<Impl> {
           std::vector<std::pair<std::string, fs::path>> files;
           for (const auto& [name, size] : f.files) files.emplace_back(name, f.dir / name);
           state.install(rank, std::move(files), f.sequence);
+          if (pusher) pusher->changed(rank);  // the successor of this round holds none of it yet
           ++summary.ranks;
           summary.bytes += f.bytes;
           from += " rank " + std::to_string(rank) + " from " + f.from + ";";

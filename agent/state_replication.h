@@ -28,7 +28,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+
+#include "agent/replica_link.h"
 
 #include "rendezvous/rendezvous_backend.h"
 
@@ -71,6 +74,10 @@ class StateReplication {
   struct Impl;
   std::shared_ptr<Impl> impl_;
 };
+
+// The rank's committed set now, its files opened (what the ring and --state-persist-dir copy);
+// nothing when the rank never committed.
+std::optional<OutgoingSet> committed_snapshot(const StateDirectory& state, int rank);
 
 // "addr:port" or "[v6]:port" -> address and port; false when it is neither.
 bool parse_state_endpoint(const std::string& text, std::string& address, std::uint16_t& port);

@@ -73,6 +73,8 @@ const std::vector<SettingSpec>& launch_settings() {
        "torch"},
       {"state_max_bytes", "--state-max-bytes,--state_max_bytes",
        "each rank's committed bytes in its CRUN_STATE_DIR (256MiB, 1GiB, bytes); a save over it is refused", "1GiB"},
+      {"state_persist_dir", "--state-persist-dir,--state_persist_dir",
+       "also copy each rank's committed CRUN_STATE_DIR files to DIR/rank-<rank>/ in the background (\"\": off)", ""},
   };
   return specs;
 }

@@ -31,6 +31,7 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.job_cgroup = plan.job_cgroup.value;
   c.state_root = plan.state_root.value;
   c.state_max_bytes = plan.state_max_bytes.value;
+  c.state_persist_dir = plan.state_persist_dir.value;
   c.hostname = plan.hostname;
   c.visible_devices = plan.visible_devices.value;
   c.worker_cpus = plan.worker_cpus.value;

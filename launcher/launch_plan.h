@@ -73,6 +73,7 @@ struct LaunchPlan {
   Sourced<std::chrono::milliseconds> initial_heartbeat_timeout;  // 0: off
   Sourced<int> max_no_progress_restarts;                         // 0: never
   Sourced<std::uint64_t> state_max_bytes;                        // per rank, in CRUN_STATE_DIR
+  Sourced<std::string> state_persist_dir;                        // committed state also copied there ("": off)
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: as written (the interpreter's path for Python)
   Sourced<std::string> worker_program;                 // the path execve runs; "PATH" when looked up there

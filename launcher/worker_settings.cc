@@ -128,6 +128,7 @@ void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan
     usage(state_max.source + ": expected a size > 0 such as 256MiB, 1GiB or a number of bytes, got '" + state_max.value + "'");
   }
   plan.state_max_bytes = {*state_bytes, state_max.source};
+  plan.state_persist_dir = s.at("state_persist_dir");
 
   const auto per_rank = [&](const char* key, auto parse) {
     return Sourced<decltype(parse(std::string()))>{parse_setting(s.at(key), parse), s.at(key).source};

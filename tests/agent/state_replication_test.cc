@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -17,6 +18,9 @@
 #include "agent/replica_protocol.h"
 #include "agent/replica_server.h"
 #include "agent/replica_store.h"
+#include "agent/state_persister.h"
+#include "tests/support/child_process.h"
+#include "tests/support/state_digest.h"
 #include "tests/support/temp_dir.h"
 
 namespace crun {
@@ -278,6 +282,49 @@ TEST_CASE("a fetch asks every peer and takes the newest set of each rank", "[rep
   REQUIRE(got->count(3));
   CHECK(got->at(3).bytes == 10);
   CHECK_FALSE(got->count(4));
+}
+
+}  // namespace crun
+
+namespace crun {
+
+TEST_CASE("the persister copies the newest set of each rank whole, and replaces it whole", "[state_persist]") {
+  test::TempDir tmp("crun-persist");
+  write_file(tmp.path / "src" / "a", "first a");
+  write_file(tmp.path / "src" / "b", std::string(9 << 20, 'b'));  // more than one copy chunk
+  {
+    StatePersister p(tmp.path / "persist");
+    auto set = open_set(3, 7, {{"a", tmp.path / "src" / "a"}, {"b", tmp.path / "src" / "b"}});
+    REQUIRE(set);
+    p.changed(std::move(*set));
+    p.drain();
+    CHECK(read_file(tmp.path / "persist" / "rank-3" / "a") == "first a");
+    CHECK(fs::file_size(tmp.path / "persist" / "rank-3" / "b") == (9u << 20));
+    CHECK(read_file(tmp.path / "persist" / "rank-3" / ".sequence") == "7\n");
+    write_file(tmp.path / "src" / "c", "only c");
+    auto newer = open_set(3, 8, {{"c", tmp.path / "src" / "c"}});
+    p.changed(std::move(*newer));
+  }  // the destructor copies what waits
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.path / "persist" / "rank-3")) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{".sequence", "c"});
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(tmp.path / "persist")) ++entries;
+  CHECK(entries == 1);  // no temporary directory left behind
+}
+
+TEST_CASE("crun --state-persist-dir: each rank's last committed state is in DIR when the job ends", "[state_persist]") {
+  test::TempDir tmp("crun-persist");
+  test::ChildProcess p({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--state-persist-dir", (tmp.path / "keep").string(),
+                        CRUN_STATE_WORKER, "--steps", "30", "--state-bytes", "100000"});
+  REQUIRE(p.wait_exit(std::chrono::seconds(60)) == 0);
+  for (int r = 0; r < 2; ++r) {
+    const std::string state = read_file(tmp.path / "keep" / ("rank-" + std::to_string(r)) / "state");
+    char want[64];
+    std::snprintf(want, sizeof want, "%d 30 %llx\n", r, static_cast<unsigned long long>(test::state_digest(r, 30)));
+    CHECK(state.substr(0, state.find('\n') + 1) == want);
+    CHECK(state.size() == std::string(want).size() + 100000);
+  }
 }
 
 }  // namespace crun
