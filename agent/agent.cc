@@ -207,7 +207,7 @@ int Agent::Impl::run() {
       log_line("the keeper could not be told of " + state_root.string() + ": it stays behind if this agent is killed");
     }
     state = std::make_unique<StateDirectory>(io, state_root, config.state_max_bytes);
-    if (config.multi_node) {
+    if (config.multi_node && config.state_replication) {
       replication = std::make_shared<StateReplication>(io, *state, config.nproc_per_node,
                                                        StateReplicationOptions{config.multi_node->token});
     }

@@ -51,6 +51,9 @@ struct AgentConfig {
   std::uint64_t state_max_bytes = std::uint64_t{1} << 30;
   // --state-persist-dir (agent/state_persister.h): committed state also copied there ("": off).
   std::string state_persist_dir;
+  // Multi-node: each rank's committed state replicated to the next node (agent/state_replication.h);
+  // false: CRUN_STATE_REPLICATION=0.
+  bool state_replication = true;
 
   std::string hostname;
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (agent/log_line_prefix.h); "": "[<role><local_rank>]:".

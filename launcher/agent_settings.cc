@@ -21,6 +21,10 @@ void plan_agent_settings(const EnvSnapshot& env, const HostFacts& host, LaunchPl
     plan.state_root = {"/dev/shm", "default"};
   }
 
+  // Multi-node state replication (agent/state_replication.h); CRUN_STATE_REPLICATION=0 turns it off.
+  if (auto off = env.get("CRUN_STATE_REPLICATION"); off && *off == "0") plan.state_replication = {false, "CRUN_STATE_REPLICATION"};
+  else plan.state_replication = {true, "default"};
+
   const bool tcp_only = env.get("CRUN_STORE_TCP_ONLY") == std::optional<std::string>("1");
   plan.store_local_socket = {!tcp_only, tcp_only ? "CRUN_STORE_TCP_ONLY" : "default"};
   if (plan.multi_node) plan.multi_node->config.store_local_socket = !tcp_only;

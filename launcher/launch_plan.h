@@ -96,6 +96,7 @@ struct LaunchPlan {
   Sourced<bool> job_cgroup;                  // CRUN_NO_CGROUP turns it off
   Sourced<bool> store_local_socket;          // CRUN_STORE_TCP_ONLY=1 turns it off (c10d/static)
   Sourced<std::string> state_root;           // CRUN_STATE_ROOT: where the job's state directory goes
+  Sourced<bool> state_replication;           // multi-node: CRUN_STATE_REPLICATION=0 turns it off
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables
 };

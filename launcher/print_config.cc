@@ -73,6 +73,10 @@ std::string print_plan(const LaunchPlan& plan) {
   line("state_dir", plan.state_root.value + "/crun-state-" + plan.run_id.value + "-<agent pid>/rank-<rank>, removed at exit",
        plan.state_root.source);
   line("state_max_bytes", std::to_string(plan.state_max_bytes.value) + " per rank", plan.state_max_bytes.source);
+  if (plan.multi_node) {
+    line("state_replication", plan.state_replication.value ? "to the next node of the ring" : "off",
+         plan.state_replication.source);
+  }
   line("state_persist_dir", plan.state_persist_dir.value.empty() ? "off" : plan.state_persist_dir.value + "/rank-<rank>",
        plan.state_persist_dir.source);
   line("job_cgroup", plan.job_cgroup.value ? "on (where cgroup v2 allows one)" : "off (process groups)", plan.job_cgroup.source);

@@ -7,9 +7,10 @@
 //   --step-ms M      sleep M ms per step (default 0)
 //   --save-every K   save every K steps (default 1)
 //   --state-bytes B  the weights' bytes in each save (default 0)
+//   --work N         N rounds of arithmetic per step (a compute-bound step, for benches; default 0)
 //   --out DIR        write DIR/progress-<rank> ("<step>", renamed into place after each step) and
-//                    append "start rank=<r> step=<s> pid=<pid>" to DIR/starts-<rank>
-// At the end it prints "final rank=<r> digest=<hex> resumed_from=<step>".
+//                    append "start rank=<r> step=<s> pid=<pid> ns=<CLOCK_REALTIME ns>" to DIR/starts-<rank>
+// At the end it prints "final rank=<r> digest=<hex> resumed_from=<step> train_s=<seconds of its steps>".
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -64,7 +65,7 @@ std::string weights(std::uint64_t digest, std::size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  long steps = 100, step_ms = 0, save_every = 1;
+  long steps = 100, step_ms = 0, save_every = 1, work = 0;
   std::size_t state_bytes = 0;
   std::string out;
   for (int i = 1; i < argc; ++i) {
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
     else if (a == "--save-every") save_every = std::max(1L, std::atol(v)), ++i;
     else if (a == "--state-bytes") state_bytes = static_cast<std::size_t>(std::atoll(v)), ++i;
     else if (a == "--out") out = v, ++i;
+    else if (a == "--work") work = std::atol(v), ++i;
   }
   const char* rank_env = std::getenv("RANK");
   const char* dir_env = std::getenv("CRUN_STATE_DIR");
@@ -102,15 +104,22 @@ int main(int argc, char** argv) {
   }
   const long resumed_from = step;
   if (!out.empty()) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count();
     const std::string line = "start rank=" + std::to_string(rank) + " step=" + std::to_string(step) +
-                             " pid=" + std::to_string(::getpid()) + "\n";
+                             " pid=" + std::to_string(::getpid()) + " ns=" + std::to_string(ns) + "\n";
     const int fd = ::open((out + "/starts-" + std::to_string(rank)).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
       (void)!::write(fd, line.data(), line.size());
       ::close(fd);
     }
   }
+  const auto began = std::chrono::steady_clock::now();
+  volatile std::uint64_t sink = 0;
   while (step < steps) {
+    std::uint64_t w = digest;
+    for (long i = 0; i < work; ++i) w = crun::test::state_step(w, rank, i);
+    sink = sink + w;
     digest = crun::test::state_step(digest, rank, step);
     ++step;
     if (step % save_every == 0 || step == steps) {
@@ -129,6 +138,7 @@ int main(int argc, char** argv) {
     }
     if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
   }
-  std::printf("final rank=%d digest=%016" PRIx64 " resumed_from=%ld\n", rank, digest, resumed_from);
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  std::printf("final rank=%d digest=%016" PRIx64 " resumed_from=%ld train_s=%.4f\n", rank, digest, resumed_from, train_s);
   return 0;
 }
