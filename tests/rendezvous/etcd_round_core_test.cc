@@ -47,6 +47,7 @@ class Job {
     r.addr = "10.0.0." + id;
     r.rank_hint = rank_hint;
     r.nproc = nproc;
+    r.state_port = static_cast<std::uint16_t>(4000 + std::stoi(id));
     r.max_restarts = cfg_.max_restarts;
     r.min_nodes = cfg_.min_nodes;
     r.max_nodes = cfg_.max_nodes;
@@ -195,6 +196,10 @@ TEST_CASE("rank hints order nodes before their ids", "[etcd_core]") {
   CHECK(job["2"].answers.at(0).info.group_rank == 0);
   CHECK(job["1"].answers.at(0).info.group_rank == 1);
   CHECK(job["1"].answers.at(0).info.master_addr == "10.0.0.2");
+  // Every node's state endpoint, in node-rank order, from the running round record.
+  const std::vector<std::string> endpoints{"10.0.0.2:4002", "10.0.0.1:4001"};
+  CHECK(job["1"].answers.at(0).info.state_endpoints == endpoints);
+  CHECK(job["2"].answers.at(0).info.state_endpoints == endpoints);
 }
 
 TEST_CASE("a worker failure restarts every node, which re-form at once with the same ranks", "[etcd_core]") {
