@@ -1,19 +1,24 @@
 #include "agent/state_replication.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <cstdio>
 #include <mutex>
 #include <set>
 #include <system_error>
+#include <thread>
 
 #include "agent/replica_client.h"
 #include "agent/replica_server.h"
 #include "agent/replica_store.h"
 #include "agent/state_directory.h"
 #include "base/log.h"
+#include "base/quiet_thread.h"
 #include "base/random_bits.h"
 
 namespace crun {
@@ -64,124 +69,133 @@ std::string random_suffix() {
   return text;
 }
 
+// A set whose descriptors another holds too (dup): the one kept per rank, sent as often as asked.
+OutgoingSet copy_of(const OutgoingSet& set) {
+  OutgoingSet out;
+  out.rank = set.rank;
+  out.sequence = set.sequence;
+  for (const auto& f : set.files) out.files.push_back(OutgoingFile{f.name, ::fcntl(f.fd, F_DUPFD_CLOEXEC, 0), f.size});
+  return out;
+}
+
+// What a round's fetch decided for one rank, carried from the replication thread to the loop.
+struct Install {
+  int rank = 0;
+  std::uint64_t sequence = 0;
+  fs::path dir;  // the files, named as in the set
+  std::vector<std::pair<std::string, std::uint64_t>> files;
+  std::uint64_t bytes = 0;
+  std::string from;
+};
+
 }  // namespace
 
 struct StateReplication::Impl : std::enable_shared_from_this<Impl> {
-  Impl(asio::io_context& io, StateDirectory& state, int nproc, StateReplicationOptions o)
-      : io(io), state(state), nproc(nproc), options(std::move(o)), store(state.job_root() / "replicas") {}
+  Impl(asio::io_context& loop, StateDirectory& state, int nproc, StateReplicationOptions o)
+      : loop(loop), state(state), nproc(nproc), options(std::move(o)), store(state.job_root() / "replicas"),
+        max_bytes(state.max_bytes()), work(asio::make_work_guard(io)) {}
 
-  ReplicaClientOptions client_options() const {
-    return ReplicaClientOptions{options.token, state.max_bytes(), store.root()};
+  void start() {
+    thread = quiet_thread([this] {
+      // Below the loop and the workers: on a host whose CPUs training keeps busy, copies take what
+      // is left over (docs/decisions.md, "State that outlives a node").
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kNice);
+      io.run();
+    });
   }
 
-  // This node's committed set of `rank`, opened: what the ring sends and what a fetcher gets.
-  std::optional<OutgoingSet> own_snapshot(int rank) const { return committed_snapshot(state, rank); }
+  ReplicaClientOptions client_options() const { return ReplicaClientOptions{options.token, max_bytes, store.root()}; }
+
+  // ---- the replication thread ----
+
+  std::optional<OutgoingSet> own_set(int rank) const {
+    auto it = own.find(rank);
+    if (it == own.end()) return std::nullopt;
+    return copy_of(*it->second);
+  }
 
   void start_server(int fd) {
-    if (closed) {
-      ::close(fd);
-      return;
-    }
     try {
       server = std::make_unique<ReplicaServer>(
-          io, fd, ReplicaServerOptions{options.token, state.max_bytes(), 64}, store,
-          SetSource{[this](int rank) { return state.sequence(rank); }, [this](int rank) { return own_snapshot(rank); }});
+          io, fd, ReplicaServerOptions{options.token, max_bytes, 64}, store,
+          SetSource{[this](int rank) -> std::uint64_t {
+                      auto it = own.find(rank);
+                      return it == own.end() ? 0 : it->second->sequence;
+                    },
+                    [this](int rank) { return own_set(rank); }});
     } catch (const std::exception& e) {
       log_line(std::string("state replication: ") + e.what() + "; this node keeps no replicas");
     }
   }
 
-  void on_round(int round, const RoundInfo& info, std::function<void(const FetchSummary&)> ready) {
-    cancel();
-    std::vector<int> ranks;
-    for (int lr = 0; lr < nproc; ++lr) ranks.push_back(info.rank_offset + lr);
-    // The ring.
-    std::optional<ReplicaPeer> successor;
-    std::vector<ReplicaPeer> peers;
-    const int n = static_cast<int>(info.state_endpoints.size());
-    for (int i = 0; i < n; ++i) {
-      ReplicaPeer p;
-      if (i == info.group_rank || !parse_state_endpoint(info.state_endpoints[i], p.address, p.port)) continue;
-      peers.push_back(p);
-      if (i == (info.group_rank + 1) % n) successor = p;
+  void keep_own(std::map<int, std::shared_ptr<OutgoingSet>> sets) {
+    for (auto& [rank, set] : sets) {
+      own[rank] = std::move(set);
+      if (pusher) pusher->changed(rank);
     }
-    if (!pusher) {
-      pusher = std::make_unique<ReplicaPusher>(io, client_options(), [this](int rank) { return own_snapshot(rank); });
-    }
-    pusher->retarget(successor, ranks);
-    // What this node must fetch: ranks it did not run last round (or holds nothing of).
-    std::vector<int> need;
-    for (int rank : ranks) {
-      if (!previous.count(rank) || state.sequence(rank) == 0) need.push_back(rank);
-    }
-    previous = std::set<int>(ranks.begin(), ranks.end());
-    const auto started = std::chrono::steady_clock::now();
-    if (round == 0 || need.empty()) {
-      asio::post(io, [weak = weak_from_this(), ready = std::move(ready), generation = ++generation_]() {
-        auto self = weak.lock();
-        if (self && self->generation_ == generation) ready(FetchSummary{});
-      });
-      return;
-    }
-    const std::uint64_t generation = ++generation_;
-    fetch = fetch_replicas(io, peers, need, client_options(), options.fetch_timeout,
-                           [weak = weak_from_this(), need, started, generation, ready = std::move(ready)](
-                               std::map<int, FetchedSet> sets, std::string error) {
-      auto self = weak.lock();
-      if (!self || self->generation_ != generation) {
-        for (auto& [rank, set] : sets) {
-          std::error_code ec;
-          fs::remove_all(set.dir, ec);
-        }
-        return;
-      }
-      self->fetch.reset();
-      ready(self->install(need, std::move(sets), std::move(error), started));
-    });
   }
 
-  // The newest of: what peers sent, this node's own replicas; installed when newer than what
-  // this node holds.
-  FetchSummary install(const std::vector<int>& need, std::map<int, FetchedSet> sets, std::string error,
-                       std::chrono::steady_clock::time_point started) {
-    FetchSummary summary;
-    std::string from;
-    for (int rank : need) {
-      const std::uint64_t mine = state.sequence(rank);
+  void retarget(const RoundInfo& info, const std::vector<int>& ranks) {
+    std::optional<ReplicaPeer> successor;
+    const int n = static_cast<int>(info.state_endpoints.size());
+    ReplicaPeer p;
+    if (n > 1 && parse_state_endpoint(info.state_endpoints[(info.group_rank + 1) % n], p.address, p.port)) successor = p;
+    if (!pusher) pusher = std::make_unique<ReplicaPusher>(io, client_options(), [this](int rank) { return own_set(rank); });
+    pusher->retarget(successor, ranks);
+  }
+
+  // The newest of what the peers sent and this node's replicas, for each rank newer than `mine`.
+  std::vector<Install> choose(const std::map<int, std::uint64_t>& mine, std::map<int, FetchedSet>& sets, std::string& error) {
+    std::vector<Install> out;
+    for (const auto& [rank, have] : mine) {
       auto fetched = sets.find(rank);
       const std::uint64_t remote = fetched == sets.end() ? 0 : fetched->second.sequence;
       auto local = store.newest(rank);
       std::error_code ec;
-      try {
-        if (local && local->sequence > remote && local->sequence > mine) {
-          // Linked out of this node's replicas (kept there for the ring's next loss).
-          const fs::path dir = store.root() / (".installing-" + std::to_string(rank) + "-" + random_suffix());
-          fs::create_directories(dir);
-          std::vector<std::pair<std::string, fs::path>> files;
-          for (const auto& [name, size] : local->files) {
-            fs::create_hard_link(local->dir / name, dir / name);
-            files.emplace_back(name, dir / name);
-          }
-          state.install(rank, std::move(files), local->sequence);
-          if (pusher) pusher->changed(rank);
-          fs::remove_all(dir, ec);
-          ++summary.ranks;
-          summary.bytes += local->bytes;
-          from += " rank " + std::to_string(rank) + " from this node's replicas;";
-        } else if (remote > mine) {
-          const FetchedSet& f = fetched->second;
-          std::vector<std::pair<std::string, fs::path>> files;
-          for (const auto& [name, size] : f.files) files.emplace_back(name, f.dir / name);
-          state.install(rank, std::move(files), f.sequence);
-          if (pusher) pusher->changed(rank);  // the successor of this round holds none of it yet
-          ++summary.ranks;
-          summary.bytes += f.bytes;
-          from += " rank " + std::to_string(rank) + " from " + f.from + ";";
+      if (local && local->sequence > remote && local->sequence > have) {
+        // Linked out of this node's replicas (kept there for the ring's next loss).
+        Install in{rank, local->sequence, store.root() / (".installing-" + std::to_string(rank) + "-" + random_suffix()),
+                   local->files, local->bytes, "this node's replicas"};
+        fs::create_directories(in.dir, ec);
+        for (const auto& [name, size] : local->files) {
+          if (!ec) fs::create_hard_link(local->dir / name, in.dir / name, ec);
         }
-      } catch (const std::exception& e) {
-        error += (error.empty() ? "" : "; ") + std::string("cannot install rank ") + std::to_string(rank) + ": " + e.what();
+        if (ec) {
+          error += (error.empty() ? "" : "; ") + std::string("cannot link the replica of rank ") + std::to_string(rank) + ": " + ec.message();
+          fs::remove_all(in.dir, ec);
+        } else {
+          out.push_back(std::move(in));
+        }
+      } else if (remote > have) {
+        FetchedSet& f = fetched->second;
+        out.push_back(Install{rank, f.sequence, f.dir, f.files, f.bytes, f.from});
+        f.dir.clear();
       }
-      if (fetched != sets.end()) fs::remove_all(fetched->second.dir, ec);
+      if (fetched != sets.end() && !fetched->second.dir.empty()) fs::remove_all(fetched->second.dir, ec);
+    }
+    return out;
+  }
+
+  // ---- the agent's loop ----
+
+  // Moves what the fetch chose into the state directory; one line.
+  FetchSummary install(std::vector<Install> chosen, std::string error, std::chrono::steady_clock::time_point started) {
+    FetchSummary summary;
+    std::string from;
+    for (auto& in : chosen) {
+      std::vector<std::pair<std::string, fs::path>> files;
+      for (const auto& [name, size] : in.files) files.emplace_back(name, in.dir / name);
+      try {
+        state.install(in.rank, std::move(files), in.sequence);
+        ++summary.ranks;
+        summary.bytes += in.bytes;
+        from += " rank " + std::to_string(in.rank) + " from " + in.from + ";";
+        changed(in.rank);  // the ring's successor of this round holds none of it yet
+      } catch (const std::exception& e) {
+        error += (error.empty() ? "" : "; ") + std::string("cannot install rank ") + std::to_string(in.rank) + ": " + e.what();
+      }
+      std::error_code ec;
+      fs::remove_all(in.dir, ec);
     }
     summary.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
     summary.error = error;
@@ -197,43 +211,135 @@ struct StateReplication::Impl : std::enable_shared_from_this<Impl> {
     return summary;
   }
 
-  void cancel() {
-    ++generation_;
-    if (fetch) fetch->cancel();
-    fetch.reset();
+  void changed(int rank) {
+    if (closed) return;
+    std::map<int, std::shared_ptr<OutgoingSet>> sets;
+    auto set = committed_snapshot(state, rank);
+    if (!set) return;
+    sets[rank] = std::make_shared<OutgoingSet>(std::move(*set));
+    asio::post(io, [self = shared_from_this(), sets = std::move(sets)]() mutable { self->keep_own(std::move(sets)); });
   }
 
-  asio::io_context& io;
-  StateDirectory& state;
+  void on_round(int round, const RoundInfo& info, std::function<void(const FetchSummary&)> ready) {
+    cancel();
+    const std::uint64_t generation = ++generation_;
+    std::vector<int> ranks;
+    std::map<int, std::shared_ptr<OutgoingSet>> sets;  // this node's committed sets now
+    std::map<int, std::uint64_t> need;                 // ranks to fetch -> the sequence held here
+    for (int lr = 0; lr < nproc; ++lr) {
+      const int rank = info.rank_offset + lr;
+      ranks.push_back(rank);
+      if (auto set = committed_snapshot(state, rank)) sets[rank] = std::make_shared<OutgoingSet>(std::move(*set));
+      if (round > 0 && (!previous.count(rank) || state.sequence(rank) == 0)) need[rank] = state.sequence(rank);
+    }
+    previous = std::set<int>(ranks.begin(), ranks.end());
+    std::vector<ReplicaPeer> peers;
+    for (int i = 0; i < static_cast<int>(info.state_endpoints.size()); ++i) {
+      ReplicaPeer p;
+      if (i != info.group_rank && parse_state_endpoint(info.state_endpoints[i], p.address, p.port)) peers.push_back(p);
+    }
+    const auto started = std::chrono::steady_clock::now();
+    auto back = [weak = weak_from_this(), generation, ready = std::move(ready), started](std::vector<Install> chosen,
+                                                                                          std::string error) mutable {
+      auto self = weak.lock();
+      if (!self || self->generation_ != generation || self->closed) {
+        std::error_code ec;
+        for (auto& in : chosen) fs::remove_all(in.dir, ec);
+        return;
+      }
+      const FetchSummary summary =
+          chosen.empty() && error.empty() ? FetchSummary{} : self->install(std::move(chosen), std::move(error), started);
+      ready(summary);
+    };
+    asio::post(io, [self = shared_from_this(), info, ranks, sets = std::move(sets), need, peers, back = std::move(back)]() mutable {
+      self->keep_own(std::move(sets));
+      self->retarget(info, ranks);
+      if (need.empty()) {
+        asio::post(self->loop, [back = std::move(back)]() mutable { back({}, ""); });
+        return;
+      }
+      std::vector<int> wanted;
+      for (const auto& [rank, have] : need) wanted.push_back(rank);
+      self->fetch = fetch_replicas(self->io, peers, wanted, self->client_options(), self->options.fetch_timeout,
+                                   [weak = std::weak_ptr<Impl>(self), need, back = std::move(back)](
+                                       std::map<int, FetchedSet> got, std::string error) mutable {
+        auto s = weak.lock();
+        if (!s) return;
+        s->fetch.reset();
+        auto chosen = s->choose(need, got, error);
+        asio::post(s->loop, [back = std::move(back), chosen = std::move(chosen), error]() mutable {
+          back(std::move(chosen), error);
+        });
+      });
+    });
+  }
+
+  void cancel() {
+    ++generation_;
+    if (closed) return;
+    asio::post(io, [self = shared_from_this()] {
+      if (self->fetch) self->fetch->cancel();
+      self->fetch.reset();
+    });
+  }
+
+  void close() {
+    if (closed) return;
+    closed = true;
+    ++generation_;
+    {
+      std::lock_guard lock(mu);
+      shut = true;
+    }
+    asio::post(io, [this] {
+      if (fetch) fetch->cancel();
+      fetch.reset();
+      pusher.reset();
+      server.reset();
+      own.clear();
+      work.reset();
+    });
+    if (thread.joinable()) thread.join();
+  }
+
+  static constexpr int kNice = 19;
+  asio::io_context& loop;
+  StateDirectory& state;  // the loop's
   const int nproc;
   StateReplicationOptions options;
+  // The replication thread's.
+  asio::io_context io{1};
   ReplicaStore store;
+  const std::uint64_t max_bytes;
   std::unique_ptr<ReplicaServer> server;
   std::unique_ptr<ReplicaPusher> pusher;
   std::shared_ptr<FetchHandle> fetch;
+  std::map<int, std::shared_ptr<OutgoingSet>> own;  // this node's newest committed set per rank (served, sent)
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::thread thread;
+  // The loop's.
   std::set<int> previous;  // this node's ranks in its last round
   std::uint64_t generation_ = 0;
-  std::mutex mu;            // listen(), from the rendezvous' thread
+  bool closed = false;
+  // listen(), from any thread.
+  std::mutex mu;
   std::uint16_t port = 0;
   bool listening = false;
-  bool closed = false;  // close() ran
+  bool shut = false;
 };
 
 StateReplication::StateReplication(asio::io_context& io, StateDirectory& state, int nproc, StateReplicationOptions options)
-    : impl_(std::make_shared<Impl>(io, state, nproc, std::move(options))) {}
+    : impl_(std::make_shared<Impl>(io, state, nproc, std::move(options))) {
+  impl_->start();
+}
 
 StateReplication::~StateReplication() { close(); }
 
-void StateReplication::close() {
-  impl_->closed = true;
-  impl_->cancel();
-  impl_->pusher.reset();
-  impl_->server.reset();
-}
+void StateReplication::close() { impl_->close(); }
 
 std::uint16_t StateReplication::listen(const std::string& addr) {
   std::lock_guard lock(impl_->mu);
-  if (impl_->listening) return impl_->port;
+  if (impl_->listening || impl_->shut) return impl_->port;
   impl_->listening = true;
   int fd = -1;
   try {
@@ -243,10 +349,7 @@ std::uint16_t StateReplication::listen(const std::string& addr) {
     impl_->port = 0;
     return 0;
   }
-  asio::post(impl_->io, [weak = std::weak_ptr<Impl>(impl_), fd] {
-    if (auto self = weak.lock()) self->start_server(fd);
-    else ::close(fd);
-  });
+  asio::post(impl_->io, [self = impl_, fd] { self->start_server(fd); });
   return impl_->port;
 }
 
@@ -254,9 +357,7 @@ void StateReplication::on_round(int rendezvous_round, const RoundInfo& info, std
   impl_->on_round(rendezvous_round, info, std::move(ready));
 }
 
-void StateReplication::changed(int rank) {
-  if (impl_->pusher) impl_->pusher->changed(rank);
-}
+void StateReplication::changed(int rank) { impl_->changed(rank); }
 
 void StateReplication::cancel() { impl_->cancel(); }
 

@@ -18,10 +18,16 @@
 //     a fetch that fails or runs out says so in one line and `ready` runs without that state.
 //     One line gives the time and the bytes fetched. `ready` runs once, on the loop, never from
 //     inside on_round; cancel() drops it (the round ended before its start).
+//   - changed(rank): the rank's committed set changed (StateDirectory::on_change): opened now,
+//     kept as this node's newest set of the rank (what the ring sends and peers fetch).
 //
 // Threading
-//   The agent's loop for everything but listen(), which may be called from the rendezvous'
-//   thread (etcd-v3's I/O thread) and posts the server's start to the loop.
+//   Called on the agent's loop, but for listen(), which any thread may call (etcd-v3's I/O thread
+//   does). The connections, the replicas and the copies run on a thread of the replication's own
+//   (its own io_context) at nice 19: on a host whose CPUs the workers keep busy, copying takes
+//   what they leave (docs/decisions.md, "State that outlives a node"). StateDirectory is touched
+//   on the loop only: each change's set is opened there and handed over; a fetch's sets come
+//   back to the loop to be installed. close() (or the destructor) stops that thread.
 #pragma once
 
 #include <chrono>

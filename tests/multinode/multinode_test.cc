@@ -498,12 +498,13 @@ TEST_CASE("a node SIGKILLed mid-run: its ranks resume on the others from the rep
                   static_cast<unsigned long long>(crun::test::state_digest(r, kSteps)));
     CAPTURE(r, finals, errs);
     CHECK_THAT(finals, Catch::Contains(want));
-    // Its last start resumed from saved state, not from step 0.
+    // Its last start resumed from saved state, not from step 0 (a replica may be some saves behind
+    // the lost node's last: sets on their way when it died, or coalesced while the host was busy).
     const auto starts = lines(read_file(std::string(dir) + "/starts-" + std::to_string(r)));
     REQUIRE(starts.size() >= 2);
     long step = 0;
     std::sscanf(starts.back().c_str(), "start rank=%*d step=%ld", &step);
-    CHECK(step >= 40);
+    CHECK(step > 0);
   }
   std::string cleanup = std::string("rm -rf ") + dir;
   int ignored = std::system(cleanup.c_str());
