@@ -59,10 +59,10 @@ def wait_all(procs, timeout):
     return outs
 
 
-def throughput_run(a, replicate):
+def throughput_run(a, replicate, crun=None):
     env = {} if replicate else {"CRUN_STATE_REPLICATION": "0"}
     with tempfile.TemporaryDirectory(prefix="crun-bench-state-") as out:
-        procs = [subprocess.Popen(host_cmd(h, [a.crun] + crun_flags("2", h - 1) + worker_args(a, out, a.steps), env),
+        procs = [subprocess.Popen(host_cmd(h, [crun or a.crun] + crun_flags("2", h - 1) + worker_args(a, out, a.steps), env),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for h in (1, 2)]
         results = wait_all(procs, a.timeout)
     train = []
@@ -81,13 +81,13 @@ def progress(out, rank):
         return 0
 
 
-def kill_run(a):
+def kill_run(a, crun=None):
     with tempfile.TemporaryDirectory(prefix="crun-bench-kill-") as out:
         # host 2: node 0 (killed); host 1 (the store's): node 1; host 3: the spare (no hint: after both).
         hints = {1: 1, 2: 0, 3: None}
         procs = {}
         for h in (1, 2, 3):
-            procs[h] = subprocess.Popen(host_cmd(h, [a.crun] + crun_flags("2", hints[h]) + worker_args(a, out, a.kill_steps), {}),
+            procs[h] = subprocess.Popen(host_cmd(h, [crun or a.crun] + crun_flags("2", hints[h]) + worker_args(a, out, a.kill_steps), {}),
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if h == 2:
                 time.sleep(0.3)  # the spare joins after the round formed (it waits for room)
@@ -126,6 +126,7 @@ def main():
     ap.add_argument("--skip-kill", action="store_true")
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--crun-also", help="another crun (crun-keeper beside it) run with replication in the same loop")
     a = ap.parse_args()
     a.crun = os.path.join(a.build, "launcher", "crun")
     a.worker = os.path.join(a.build, "tests", "support", "crun_state_worker")
@@ -133,29 +134,46 @@ def main():
     subprocess.run([NETNS, "up", NAME, "3"], check=True, stdout=subprocess.DEVNULL)
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f}")
-        with_r, without_r = [], []
+        with_r, without_r, also_r = [], [], []
         for i in range(0 if a.skip_throughput else a.runs):
             for replicate in ((True, False) if i % 2 == 0 else (False, True)):
                 (with_r if replicate else without_r).append(throughput_run(a, replicate))
+            if a.crun_also:
+                also_r.append(throughput_run(a, True, a.crun_also))
         mw, mo = statistics.median(with_r or [1]), statistics.median(without_r or [1])
         if with_r:
             print(f"throughput, 2 hosts x 1 rank, {a.state_mib} MiB saved every 10 steps, median of {a.runs}:")
             print(f"  with replication     {mw:8.2f} steps/s  (runs: {', '.join(f'{x:.2f}' for x in with_r)})")
             print(f"  without (anchor)     {mo:8.2f} steps/s  (runs: {', '.join(f'{x:.2f}' for x in without_r)})")
-            print(f"  ratio with/without   {mw / mo:8.3f}  (lost: {100 * (1 - mw / mo):.1f} %)")
+            print(f"  ratio with/without   {mw / mo:8.3f}  (lost: {100 * (1 - mw / mo):.1f} %); median of the runs' "
+                  f"pairs (adjacent in time) {statistics.median(w / o for w, o in zip(with_r, without_r)):.3f}")
+            if also_r:
+                ma = statistics.median(also_r)
+                print(f"  with {a.crun_also}: {ma:8.2f} steps/s  (runs: {', '.join(f'{x:.2f}' for x in also_r)}); "
+                      f"ratio to without {ma / mo:.3f}; pairs {statistics.median(x / o for x, o in zip(also_r, without_r)):.3f}")
         if not a.skip_kill:
-            times, fetches = [], []
+            times, fetches, also_t, also_f = [], [], [], []
             for _ in range(a.runs):
                 t, f = kill_run(a)
                 times.append(t)
                 if f:
                     fetches.append(f)
+                if a.crun_also:
+                    t, f = kill_run(a, a.crun_also)
+                    also_t.append(t)
+                    if f:
+                        also_f.append(f)
             print(f"node killed (2 hosts + a spare), {a.state_mib} MiB a rank, median of {a.runs}:")
             print(f"  SIGKILL -> both ranks training again   {statistics.median(times):.3f} s  "
                   f"(runs: {', '.join(f'{x:.3f}' for x in times)})")
             if fetches:
                 print(f"  fetched over the network               {statistics.median(f[0] for f in fetches):.1f} MiB in "
                       f"{statistics.median(f[1] for f in fetches):.3f} s (median of {len(fetches)})")
+            if also_t:
+                print(f"  with {a.crun_also}: SIGKILL -> training {statistics.median(also_t):.3f} s "
+                      f"(runs: {', '.join(f'{x:.3f}' for x in also_t)}); fetched "
+                      f"{statistics.median(f[0] for f in also_f) if also_f else 0:.1f} MiB in "
+                      f"{statistics.median(f[1] for f in also_f) if also_f else 0:.3f} s")
         print(f"load average after: {os.getloadavg()[0]:.2f}")
     finally:
         subprocess.run([NETNS, "down", NAME], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
