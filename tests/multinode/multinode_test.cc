@@ -510,3 +510,44 @@ TEST_CASE("a node SIGKILLed mid-run: its ranks resume on the others from the rep
   int ignored = std::system(cleanup.c_str());
   (void)ignored;
 }
+
+TEST_CASE("train_mlp checkpointing into CRUN_STATE_DIR: node 0 SIGKILLed, a spare takes its place, weights as an uninterrupted run's",
+          "[state_replica]") {
+  auto sha = [](const std::string& out) {
+    auto at = out.find("weights_sha256=");
+    return at == std::string::npos ? std::string() : out.substr(at + 15, 64);
+  };
+  std::string reference;  // one uninterrupted run with the same world size on one host
+  {
+    ChildProcess p({CRUN_BIN, "--standalone", "--nproc-per-node", "2", CRUN_TRAIN_MLP, "--checkpoint-every", "10"});
+    REQUIRE(p.wait_exit(120s) == 0);
+    reference = sha(p.out());
+    REQUIRE(reference.size() == 64);
+  }
+  Cluster cl(3);
+  // Host 2 is node 0 (rank 0, killed), host 1 (the store's) node 1; host 3 a spare, waiting for
+  // room. After the loss host 1 is node 0 (rank 0: in its own replicas, the ring's copy of host 2's)
+  // and the spare node 1 (rank 1: host 1's own, fetched over the network). No shared directory.
+  auto flags = [](int hint) {
+    auto f = c10d("2", 1, "last_call_timeout=1,token=s3cret");
+    if (hint >= 0) f.insert(f.end(), {"--node-rank", std::to_string(hint)});
+    return f;
+  };
+  const std::vector<std::string> train{"--checkpoint-every", "10"};
+  auto& a = cl.crun_program(1, flags(1), CRUN_TRAIN_MLP, train);
+  auto& b = cl.crun_program(2, flags(0), CRUN_TRAIN_MLP, train);
+  REQUIRE(err_has(a, "round 0: node rank 1 of 2"));
+  REQUIRE(err_has(b, "round 0: node rank 0 of 2"));
+  auto& spare = cl.crun_program(3, flags(-1), CRUN_TRAIN_MLP, train);
+  REQUIRE(b.wait_for_stdout("epoch 1:", 1, 120s));  // past step 39: checkpoints saved and replicated
+  b.signal(SIGKILL);
+  REQUIRE(b.wait_exit() == 128 + SIGKILL);
+  REQUIRE(a.wait_exit(180s) == 0);
+  REQUIRE(spare.wait_exit(180s) == 0);
+  CAPTURE(a.err(), spare.err());
+  CHECK_THAT(a.err(), Catch::Contains("round 1: node rank 0 of 2"));
+  CHECK_THAT(a.err(), Catch::Contains("rank 0 from this node's replicas"));
+  CHECK_THAT(spare.err(), Catch::Contains("rank 1 from 10.77.0.1:"));
+  CHECK_THAT(a.out(), Catch::Contains("resumed from checkpoint"));
+  CHECK(sha(a.out()) == reference);
+}
