@@ -715,8 +715,9 @@ void Agent::Impl::on_round(const RoundResult& r) {
   }
   // The workers start once this node holds its ranks' state (fetched when the round moved a rank here).
   start_held = true;
-  replication->on_round(r.rendezvous_round, r.info, [this, restart = r.info.restart_count](const FetchSummary&) {
+  replication->on_round(r.rendezvous_round, r.info, [this, restart = r.info.restart_count](const FetchSummary& fetched) {
     start_held = false;
+    if (fetched.ranks > 0 || !fetched.error.empty()) view->state_fetched(fetched.ranks, fetched.bytes, fetched.took, fetched.error);
     if (!exit_code) perform(machine.on_round(restart));
   });
 }

@@ -240,6 +240,15 @@ void OperatorView::round_ended(int rendezvous_round, const std::string& detail) 
   changed();
 }
 
+void OperatorView::state_fetched(int ranks, std::uint64_t bytes, std::chrono::milliseconds took, const std::string& error) {
+  json j = event_fields(id_, node_);
+  j["ranks"] = ranks;
+  j["bytes"] = bytes;
+  j["seconds"] = static_cast<double>(took.count()) / 1000.0;
+  if (!error.empty()) j["detail"] = error;
+  events_->emit("state_fetched", members(j));
+}
+
 void OperatorView::signal(int signo, bool preemption) {
   node_.state = "stopping";
   if (!preemption) node_.health = "stopping: received " + signal_name(signo);

@@ -72,6 +72,8 @@ class OperatorView {
   // already by failure_known) or, on node rank 0, another node's.
   void failure(const FailureReport& report, bool restarting, const std::string& origin_node);
   void round_ended(int rendezvous_round, const std::string& detail);
+  // Before a start: state fetched for ranks a round moved here (agent/state_replication.h), or why not.
+  void state_fetched(int ranks, std::uint64_t bytes, std::chrono::milliseconds took, const std::string& error);
   void signal(int signo, bool preemption);
   void store_lost(const std::string& why);
   void stopped(int exit_code);

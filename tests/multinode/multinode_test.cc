@@ -466,6 +466,7 @@ TEST_CASE("a node SIGKILLed mid-run: its ranks resume on the others from the rep
   for (int h = 1; h <= 3; ++h) {
     auto flags = c10d("2:3", 2, "last_call_timeout=1,token=s3cret");
     flags.insert(flags.end(), {"--node-rank", std::to_string(hint[h - 1])});
+    if (h == 3) flags.insert(flags.end(), {"--event-log-handler", std::string("jsonl:") + dir + "/events-3.jsonl"});
     agents.push_back(&cl.crun_program(h, flags, CRUN_STATE_WORKER, args));
   }
   for (int i = 0; i < 3; ++i) REQUIRE(err_has(*agents[i], "round 0: node rank " + std::to_string(hint[i]) + " of 3"));
@@ -492,6 +493,16 @@ TEST_CASE("a node SIGKILLed mid-run: its ranks resume on the others from the rep
   CHECK_THAT(agents[0]->err(), Catch::Contains("rank 0 from this node's replicas; rank 1 from this node's replicas"));
   CHECK_THAT(agents[2]->err(), Catch::Contains("rank 2 from 10.77.0.1:"));
   CHECK_THAT(agents[2]->err(), Catch::Contains("rank 3 from 10.77.0.1:"));
+  // The event, with what the line says: two ranks, their bytes (each a 64 KiB state and its header).
+  std::string fetched;
+  for (const auto& line : lines(read_file(std::string(dir) + "/events-3.jsonl"))) {
+    if (line.find("\"state_fetched\"") != std::string::npos) fetched = line;
+  }
+  REQUIRE_FALSE(fetched.empty());
+  const auto event = nlohmann::json::parse(fetched);
+  CHECK(event["ranks"] == 2);
+  CHECK(event["bytes"].get<std::uint64_t>() > 2 * 65536);
+  CHECK_FALSE(event.contains("detail"));
   for (int r = 0; r < 4; ++r) {
     char want[96];
     std::snprintf(want, sizeof want, "final rank=%d digest=%016llx", r,
