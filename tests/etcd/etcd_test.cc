@@ -18,6 +18,8 @@
 #include "tests/support/child_process.h"
 #include "tests/support/cluster.h"
 #include "tests/support/etcd_cluster.h"
+#include "tests/support/eventually.h"
+#include "tests/support/state_digest.h"
 
 using namespace crun::test;
 
@@ -484,4 +486,52 @@ TEST_CASE("node rank 0's endpoint shows every node of an etcd-v3 job, read from 
   CHECK_THAT(etcd.etcdctl(host0, {"get", "--prefix", "--keys-only", "/crun/job/status/"}), Catch::Contains("/status/"));
   for (auto& [h, p] : agents) p->signal(SIGTERM);
   for (auto& [h, p] : agents) CHECK(p->wait_exit(60s).has_value());
+}
+
+TEST_CASE("state that outlives a node over etcd-v3: node 0's agent SIGKILLed, its ranks resume on the others from the replica",
+          "[state_replica]") {
+  constexpr long kSteps = 1000;
+  Cluster cl(3);
+  EtcdCluster etcd(cl, {1, 2, 3});
+  char dir[] = "/tmp/crun-etcd-state-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  // Host 2 is node 0 (killed), host 1 node 1, host 3 node 2: afterwards host 1 runs ranks 0 and 1
+  // (its replicas of host 2's), host 3 ranks 2 and 3 (host 1's own, fetched over the network).
+  const int hint[] = {1, 0, 2};
+  std::map<int, ChildProcess*> agents;
+  for (int h = 1; h <= 3; ++h) {
+    auto flags = etcd_v3(etcd, "2:3", 2);
+    flags.insert(flags.end(), {"--node-rank", std::to_string(hint[h - 1])});
+    agents[h] = &cl.crun_program(h, flags, CRUN_STATE_WORKER,
+                                 {"--steps", std::to_string(kSteps), "--step-ms", "10", "--state-bytes", "65536", "--out", dir});
+  }
+  for (int h = 1; h <= 3; ++h) REQUIRE(node_rank(*agents[h], 0, 3) == hint[h - 1]);
+  auto progress = [&](int rank) {
+    const std::string t = read_file(std::string(dir) + "/progress-" + std::to_string(rank));
+    return t.empty() ? 0L : std::atol(t.c_str());
+  };
+  REQUIRE(eventually([&] {
+    for (int r = 0; r < 6; ++r) if (progress(r) < 40) return false;
+    return true;
+  }, 60s));
+  agents[2]->signal(SIGKILL);
+  REQUIRE(agents[2]->wait_exit() == 128 + SIGKILL);
+  std::string finals;
+  for (int h : {1, 3}) {
+    const auto ended = agents[h]->wait_exit(120s);
+    INFO("agent on host " << h << ":\n" << agents[h]->err() << "\n" << exit_text(ended));
+    REQUIRE(ended == 0);
+    finals += agents[h]->out();
+  }
+  CHECK_THAT(agents[1]->err(), Catch::Contains("rank 0 from this node's replicas; rank 1 from this node's replicas"));
+  CHECK_THAT(agents[3]->err(), Catch::Contains("rank 2 from " + Cluster::addr(1) + ":"));
+  for (int r = 0; r < 4; ++r) {
+    char want[96];
+    std::snprintf(want, sizeof want, "final rank=%d digest=%016llx", r,
+                  static_cast<unsigned long long>(crun::test::state_digest(r, kSteps)));
+    CHECK_THAT(finals, Catch::Contains(want));
+  }
+  std::string cleanup = std::string("rm -rf ") + dir;
+  int ignored = std::system(cleanup.c_str());
+  (void)ignored;
 }
