@@ -328,3 +328,46 @@ TEST_CASE("crun --state-persist-dir: each rank's last committed state is in DIR 
 }
 
 }  // namespace crun
+
+namespace crun {
+
+TEST_CASE("connections past the server's bound are closed at once; those within it are served", "[replica_link]") {
+  test::TempDir tmp("crun-replica");
+  boost::asio::io_context io;
+  ReplicaStore store(tmp.path / "replicas");
+  FakeCommitted own{tmp.path / "own", {}};
+  ReplicaServer server(io, "127.0.0.1", {"", 1 << 20, 2}, store, own.source());
+  auto connect = [&] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(server.port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    return fd;
+  };
+  const int first = connect(), second = connect();
+  REQUIRE(run_until(io, [&] { return server.connections() == 2; }));
+  const int third = connect();
+  char byte;
+  timeval tv{5, 0};
+  ::setsockopt(third, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::thread loop([&] { io.run_for(std::chrono::seconds(2)); });
+  CHECK(::recv(third, &byte, 1, 0) == 0);  // closed by the server, nothing sent
+  loop.join();
+  CHECK(server.connections() == 2);
+  ::close(third);
+  // One within the bound still answers.
+  const std::string hello = replica::encode_hello("") + replica::encode_query(7);
+  REQUIRE(::send(first, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
+  std::string got(13, '\0');
+  std::thread again([&] { io.restart(); io.run_for(std::chrono::seconds(2)); });
+  ::setsockopt(first, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  CHECK(::recv(first, got.data(), got.size(), MSG_WAITALL) == 13);
+  again.join();
+  CHECK(got == replica::encode_have(7, 0));
+  ::close(first);
+  ::close(second);
+}
+
+}  // namespace crun
