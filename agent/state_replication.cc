@@ -1,6 +1,7 @@
 #include "agent/state_replication.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -100,6 +101,7 @@ struct StateReplication::Impl : std::enable_shared_from_this<Impl> {
       // Below the loop and the workers: on a host whose CPUs training keeps busy, copies take what
       // is left over (docs/decisions.md, "State that outlives a node").
       ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kNice);
+      ::pthread_setname_np(::pthread_self(), "crun-replica");  // ps -L, /proc/<pid>/task/*/comm
       io.run();
     });
   }

@@ -24,7 +24,7 @@
 // Threading
 //   Called on the agent's loop, but for listen(), which any thread may call (etcd-v3's I/O thread
 //   does). The connections, the replicas and the copies run on a thread of the replication's own
-//   (its own io_context) at nice 19: on a host whose CPUs the workers keep busy, copying takes
+//   (its own io_context; named crun-replica) at nice 19: on a host whose CPUs the workers keep busy, copying takes
 //   what they leave (docs/decisions.md, "State that outlives a node"). StateDirectory is touched
 //   on the loop only: each change's set is opened there and handed over; a fetch's sets come
 //   back to the loop to be installed. close() (or the destructor) stops that thread.

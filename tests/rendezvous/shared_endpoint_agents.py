@@ -132,6 +132,13 @@ def main():
         if any(sum(line.startswith("crun: hosting the rendezvous at ") for line in texts[i]) != 1 for i in hosts):
             problems.append("the host did not say exactly once that it hosts")
         def one_line(text):
+            # 1,024 agents of one user on one host take more inotify instances than the user's
+            # limit (fs.inotify.max_user_instances, 128 by default): those past it say once that
+            # they read their state directories at each start instead (agent/state_directory.h).
+            unwatched = [line for line in text if line.startswith("crun: cannot watch the state directories (inotify")]
+            if len(unwatched) > 1:
+                return False
+            text = [line for line in text if line not in unwatched]
             waited = [line for line in text if line.startswith("crun: joining the rendezvous at ")]
             ranks = [line for line in text if line.startswith("crun: round 0: node rank ")]
             return (len(ranks) == 1 and len(text) == 1 + len(waited) and len(waited) <= 1 and
