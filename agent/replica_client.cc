@@ -1,10 +1,15 @@
 #include "agent/replica_client.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <system_error>
 
@@ -29,7 +34,15 @@ void connect_link(asio::io_context& io, const ReplicaPeer& peer, const ReplicaCl
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(peer.address, ec);
   if (ec) return done(nullptr, "bad address " + peer.address);
+  // Close-on-exec from the start (Asio's open sets no flag): no worker may inherit it.
+  const int raw = ::socket(address.is_v6() ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (raw < 0) return done(nullptr, std::string("socket: ") + std::strerror(errno));
   auto socket = std::make_shared<tcp::socket>(io);
+  socket->assign(address.is_v6() ? tcp::v6() : tcp::v4(), raw, ec);
+  if (ec) {
+    ::close(raw);
+    return done(nullptr, ec.message());
+  }
   auto timer = std::make_shared<asio::steady_timer>(io, kConnectTimeout);
   timer->async_wait([socket](boost::system::error_code e) {
     if (!e) {

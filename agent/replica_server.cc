@@ -2,6 +2,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -27,13 +28,37 @@ bool same_secret(std::string_view a, std::string_view b) {
 
 struct ReplicaServer::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io, ReplicaServerOptions o, ReplicaStore& s, SetSource src)
-      : io(io), acceptor(io), options(std::move(o)), store(s), own(std::move(src)) {}
+      : io(io), acceptor(io), retry(io), options(std::move(o)), store(s), own(std::move(src)) {}
 
+  // Each connection close-on-exec from accept4 on (Asio's accept sets no flag): no worker the
+  // agent spawns meanwhile may inherit one.
   void accept() {
-    acceptor.async_accept([weak = weak_from_this()](boost::system::error_code ec, tcp::socket socket) {
+    acceptor.async_wait(tcp::acceptor::wait_read, [weak = weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
-      if (!self || !self->acceptor.is_open()) return;
-      if (!ec) self->take(std::move(socket));
+      if (!self || !self->acceptor.is_open() || ec == asio::error::operation_aborted) return;
+      for (int i = 0; i < 64; ++i) {
+        const int fd = ::accept4(self->acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+          if (errno == EINTR || errno == ECONNABORTED) continue;
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            // Out of descriptors: try again a little later rather than spin on a readable listener.
+            self->retry.expires_after(std::chrono::milliseconds(100));
+            self->retry.async_wait([weak](boost::system::error_code e) {
+              if (auto again = weak.lock(); again && !e && again->acceptor.is_open()) again->accept();
+            });
+            return;
+          }
+          break;  // EAGAIN: none left
+        }
+        tcp::socket socket(self->io);
+        boost::system::error_code aec;
+        socket.assign(self->acceptor.local_endpoint().protocol(), fd, aec);
+        if (aec) {
+          ::close(fd);
+          continue;
+        }
+        self->take(std::move(socket));
+      }
       self->accept();
     });
   }
@@ -103,6 +128,7 @@ struct ReplicaServer::Impl : std::enable_shared_from_this<Impl> {
 
   asio::io_context& io;
   tcp::acceptor acceptor;
+  asio::steady_timer retry;  // accept again after running out of descriptors
   ReplicaServerOptions options;
   ReplicaStore& store;
   SetSource own;
