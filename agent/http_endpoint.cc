@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "base/accept_connection.h"
+
 namespace crun {
 
 namespace asio = boost::asio;
@@ -171,19 +173,17 @@ void HttpEndpoint::State::accept() {
     if (self->closed || ec == asio::error::operation_aborted) return;
     // Each connection close-on-exec from accept4 on: no worker may inherit one.
     for (int i = 0; i < 64; ++i) {
-      const int fd = ::accept4(self->acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          // Out of descriptors: try again a little later rather than spin on a readable listener.
-          self->retry.expires_after(std::chrono::milliseconds(100));
-          self->retry.async_wait([self](beast::error_code e) {
-            if (!e && !self->closed) self->accept();
-          });
-          return;
-        }
-        break;  // EAGAIN: none left
+      const AcceptedConnection accepted = accept_connection(self->acceptor.native_handle());
+      if (accepted.outcome == AcceptedConnection::kOutOfDescriptors) {
+        // Try again a little later rather than spin on a readable listener.
+        self->retry.expires_after(std::chrono::milliseconds(100));
+        self->retry.async_wait([self](beast::error_code e) {
+          if (!e && !self->closed) self->accept();
+        });
+        return;
       }
+      if (accepted.outcome == AcceptedConnection::kNoneLeft) break;
+      const int fd = accepted.fd;
       if (self->sessions.size() >= self->limits.max_connections && !self->make_room()) {
         ++self->refused;  // closed at once: the limit bounds descriptors and memory
         ::close(fd);

@@ -12,6 +12,7 @@
 #include <set>
 #include <system_error>
 
+#include "base/accept_connection.h"
 #include "base/log.h"
 
 namespace crun {
@@ -30,26 +31,24 @@ struct ReplicaServer::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& io, ReplicaServerOptions o, ReplicaStore& s, SetSource src)
       : io(io), acceptor(io), retry(io), options(std::move(o)), store(s), own(std::move(src)) {}
 
-  // Each connection close-on-exec from accept4 on (Asio's accept sets no flag): no worker the
-  // agent spawns meanwhile may inherit one.
+  // Each connection close-on-exec (base/accept_connection.h): no worker the agent spawns
+  // meanwhile may inherit one.
   void accept() {
     acceptor.async_wait(tcp::acceptor::wait_read, [weak = weak_from_this()](boost::system::error_code ec) {
       auto self = weak.lock();
       if (!self || !self->acceptor.is_open() || ec == asio::error::operation_aborted) return;
       for (int i = 0; i < 64; ++i) {
-        const int fd = ::accept4(self->acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-          if (errno == EINTR || errno == ECONNABORTED) continue;
-          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            // Out of descriptors: try again a little later rather than spin on a readable listener.
-            self->retry.expires_after(std::chrono::milliseconds(100));
-            self->retry.async_wait([weak](boost::system::error_code e) {
-              if (auto again = weak.lock(); again && !e && again->acceptor.is_open()) again->accept();
-            });
-            return;
-          }
-          break;  // EAGAIN: none left
+        const AcceptedConnection accepted = accept_connection(self->acceptor.native_handle());
+        if (accepted.outcome == AcceptedConnection::kOutOfDescriptors) {
+          // Try again a little later rather than spin on a readable listener.
+          self->retry.expires_after(std::chrono::milliseconds(100));
+          self->retry.async_wait([weak](boost::system::error_code e) {
+            if (auto again = weak.lock(); again && !e && again->acceptor.is_open()) again->accept();
+          });
+          return;
         }
+        if (accepted.outcome == AcceptedConnection::kNoneLeft) break;
+        const int fd = accepted.fd;
         tcp::socket socket(self->io);
         boost::system::error_code aec;
         socket.assign(self->acceptor.local_endpoint().protocol(), fd, aec);
