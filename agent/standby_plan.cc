@@ -87,7 +87,8 @@ std::vector<std::string> per_round_keys(const AgentConfig& config, const RunDire
     const auto other = in_b.find(key);
     if (other == in_b.end() || other->second != kv) keys.emplace_back(key);
   }
-  for (const auto& [key, kv] : in_b) {  // set in the other start only
+  for (const auto& entry : in_b) {  // set in the other start only
+    const std::string& key = entry.first;
     if (std::none_of(a.begin(), a.end(), [&](const std::string& x) { return key_of(x) == key; })) keys.push_back(key);
   }
   return keys;
