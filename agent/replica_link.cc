@@ -200,9 +200,12 @@ void Link::write() {
       if (n > 0) {
         p.offset += static_cast<std::uint64_t>(n);
         p.left -= static_cast<std::uint64_t>(n);
-        if (p.left == 0) out_.pop_front();
+        if (p.left == 0) {
+          out_.pop_front();  // `p` is gone from here
+          continue;
+        }
         // A large file goes a chunk at a time, with the loop's other work between.
-        if (p.left > 0 && static_cast<std::uint64_t>(n) == kSendChunk) {
+        if (static_cast<std::uint64_t>(n) == kSendChunk) {
           writing_ = true;
           asio::post(socket_.get_executor(), [self = shared_from_this()] {
             self->writing_ = false;
