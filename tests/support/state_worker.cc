@@ -8,12 +8,15 @@
 //   --save-every K   save every K steps (default 1)
 //   --state-bytes B  the weights' bytes in each save (default 0)
 //   --work N         N rounds of arithmetic per step (a compute-bound step, for benches; default 0)
+//   --commit-fifo F  after each save, write "<CRUN_STATE_DIR>/state\n" to the FIFO F (opened at the start,
+//                    blocking until its reader opens it): the floor sender of bench/state/replication.py
 //   --out DIR        write DIR/progress-<rank> ("<step>", renamed into place after each step) and
 //                    append "start rank=<r> step=<s> pid=<pid> ns=<CLOCK_REALTIME ns>" to DIR/starts-<rank>
 // At the end it prints "final rank=<r> digest=<hex> resumed_from=<step> train_s=<seconds of its steps>".
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -67,7 +70,7 @@ std::string weights(std::uint64_t digest, std::size_t bytes) {
 int main(int argc, char** argv) {
   long steps = 100, step_ms = 0, save_every = 1, work = 0;
   std::size_t state_bytes = 0;
-  std::string out;
+  std::string out, commit_fifo;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "";
@@ -77,6 +80,7 @@ int main(int argc, char** argv) {
     else if (a == "--state-bytes") state_bytes = static_cast<std::size_t>(std::atoll(v)), ++i;
     else if (a == "--out") out = v, ++i;
     else if (a == "--work") work = std::atol(v), ++i;
+    else if (a == "--commit-fifo") commit_fifo = v, ++i;
   }
   const char* rank_env = std::getenv("RANK");
   const char* dir_env = std::getenv("CRUN_STATE_DIR");
@@ -114,6 +118,12 @@ int main(int argc, char** argv) {
       ::close(fd);
     }
   }
+  int fifo = -1;
+  if (!commit_fifo.empty() && (fifo = ::open(commit_fifo.c_str(), O_WRONLY | O_CLOEXEC)) < 0) {
+    std::fprintf(stderr, "state_worker: cannot open --commit-fifo %s: %s\n", commit_fifo.c_str(), std::strerror(errno));
+    return 2;
+  }
+  const std::string committed_line = dir + "/state\n";
   const auto began = std::chrono::steady_clock::now();
   volatile std::uint64_t sink = 0;
   while (step < steps) {
@@ -128,6 +138,10 @@ int main(int argc, char** argv) {
       if (!write_file(dir + "/.state.tmp", head + weights(digest, state_bytes)) ||
           ::rename((dir + "/.state.tmp").c_str(), (dir + "/state").c_str()) != 0) {
         std::fprintf(stderr, "state_worker: rank %d cannot save: %s\n", rank, std::strerror(errno));
+        return 4;
+      }
+      if (fifo >= 0 && ::write(fifo, committed_line.data(), committed_line.size()) != static_cast<ssize_t>(committed_line.size())) {
+        std::fprintf(stderr, "state_worker: rank %d cannot tell --commit-fifo: %s\n", rank, std::strerror(errno));
         return 4;
       }
     }
