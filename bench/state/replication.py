@@ -6,8 +6,13 @@
 1. Throughput: two network-namespace hosts (scripts/netns-cluster.sh), one rank each
    (tests/support/state_worker.cc: a compute-bound step of --work rounds, a save of --state-mib MiB
    into CRUN_STATE_DIR every 10 steps). Runs with replication (the default) and without
-   (CRUN_STATE_REPLICATION=0) alternate in one loop; each run's throughput is steps / the slowest
-   rank's training seconds. Prints the medians and the ratio (the goal: <= 5 % lost).
+   (CRUN_STATE_REPLICATION=0) and the machine's floor for the same work take turns in one loop;
+   each run's throughput is steps / the slowest rank's training seconds. The floor: replication off,
+   and after each save the committed file is sent to the other host by the plainest means
+   (bench/state/floor_copy.py: one TCP connection, sendfile, at nice 19 like crun's replication
+   thread; received into a file on /dev/shm), told of each save by the worker's --commit-fifo.
+   Prints the medians, each one's ratio to "without", and crun's loss beside the floor's (the
+   goal: <= 5 % lost).
 2. A node killed: two hosts training plus a spare (--nnodes 2, the spare waits for room), node 0
    (not the store's host) SIGKILLed at step 30. Its rank resumes on the survivor from the replica
    it holds; the survivor's old rank on the spare, fetched over the network. Prints the median time
@@ -18,6 +23,7 @@ Needs root. Reports the load average beside the figures (the machine is shared).
 import argparse
 import os
 import re
+import select
 import signal
 import statistics
 import subprocess
@@ -28,6 +34,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NETNS = os.path.join(ROOT, "scripts", "netns-cluster.sh")
 NAME = "crs-bench"
+FLOOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "floor_copy.py")
+FLOOR_PORT = 29500
 
 
 def host_cmd(host, argv, env):
@@ -40,9 +48,9 @@ def crun_flags(nnodes, hint):
     return f + (["--node-rank", str(hint)] if hint is not None else [])
 
 
-def worker_args(a, out, steps):
+def worker_args(a, out, steps, fifo=None):
     return [a.worker, "--steps", str(steps), "--save-every", "10", "--state-bytes", str(a.state_mib << 20),
-            "--work", str(a.work), "--out", out]
+            "--work", str(a.work), "--out", out] + (["--commit-fifo", fifo] if fifo else [])
 
 
 def wait_all(procs, timeout):
@@ -59,17 +67,72 @@ def wait_all(procs, timeout):
     return outs
 
 
-def throughput_run(a, replicate, crun=None):
-    env = {} if replicate else {"CRUN_STATE_REPLICATION": "0"}
-    with tempfile.TemporaryDirectory(prefix="crun-bench-state-") as out:
-        procs = [subprocess.Popen(host_cmd(h, [crun or a.crun] + crun_flags("2", h - 1) + worker_args(a, out, a.steps), env),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for h in (1, 2)]
-        results = wait_all(procs, a.timeout)
+def kill_group(p):
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.wait()
+
+
+def read_ready(p, timeout):
+    """The receiver's "ready" line, within `timeout` seconds."""
+    if not select.select([p.stdout], [], [], timeout)[0] or p.stdout.readline().strip() != "ready":
+        sys.exit(f"a floor receiver did not listen within {timeout} s:\n{p.stderr.read() if p.poll() is not None else ''}")
+
+
+def floor_copiers(out, shm):
+    """Receivers on both hosts, then a sender on each to the other (h1 -> h2, h2 -> h1); returns them
+    and each host's FIFO. Each in a process group of its own."""
+    procs, fifos = [], {}
+    for h in (1, 2):
+        into = os.path.join(shm, f"from-h{3 - h}")
+        p = subprocess.Popen(host_cmd(h, [sys.executable, FLOOR, "recv", "--listen", f"10.77.0.{h}:{FLOOR_PORT}", "--into", into], {}),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        procs.append(p)
+        read_ready(p, 30)
+    for h in (1, 2):
+        fifos[h] = os.path.join(out, f"commits-h{h}")
+        os.mkfifo(fifos[h], 0o600)
+        procs.append(subprocess.Popen(host_cmd(h, [sys.executable, FLOOR, "send", "--fifo", fifos[h], "--to", f"10.77.0.{3 - h}:{FLOOR_PORT}"], {}),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+    return procs, fifos
+
+
+def throughput_run(a, variant, crun=None):
+    """One run of `variant` ("with": crun's replication; "without"; "floor": without, plus floor_copy.py):
+    steps/s of the slowest rank; for the floor, also checks that each save was moved."""
+    env = {} if variant == "with" else {"CRUN_STATE_REPLICATION": "0"}
+    copiers, fifos = [], {}
+    with tempfile.TemporaryDirectory(prefix="crun-bench-state-") as out, \
+         tempfile.TemporaryDirectory(prefix="crun-bench-floor-", dir="/dev/shm") as shm:
+        try:
+            if variant == "floor":
+                copiers, fifos = floor_copiers(out, shm)
+            procs = [subprocess.Popen(host_cmd(h, [crun or a.crun] + crun_flags("2", h - 1) +
+                                               worker_args(a, out, a.steps, fifos.get(h)), env),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for h in (1, 2)]
+            results = wait_all(procs, a.timeout)
+            copied = [p.communicate(timeout=60) + (p.returncode,) for p in copiers]
+        except subprocess.TimeoutExpired:
+            sys.exit("a floor copier did not end within 60 s of the workers")
+        finally:
+            for p in copiers:
+                kill_group(p)
     train = []
     for rc, o, e in results:
         if rc != 0:
             sys.exit(f"a run failed ({rc}):\n{e[-2000:]}")
         train += [float(x) for x in re.findall(r"train_s=([0-9.]+)", o)]
+    for o, e, rc in copied:
+        if rc != 0:
+            sys.exit(f"a floor copier failed ({rc}):\n{e[-2000:]}")
+        m = re.search(r"sent commits=(\d+) sends=(\d+)", o)
+        if m and int(m.group(1)) != a.steps // 10:
+            sys.exit(f"a floor sender was told of {m.group(1)} saves, not {a.steps // 10}")
+        if m:
+            a.floor_sends.append(int(m.group(2)))
     return a.steps / max(train)
 
 
@@ -134,23 +197,33 @@ def main():
     subprocess.run([NETNS, "up", NAME, "3"], check=True, stdout=subprocess.DEVNULL)
     try:
         print(f"load average before: {os.getloadavg()[0]:.2f}")
-        with_r, without_r, also_r = [], [], []
+        variants = ("without", "with", "floor")
+        got = {v: [] for v in variants}
+        also_r = []
+        a.floor_sends = []
         for i in range(0 if a.skip_throughput else a.runs):
-            for replicate in ((True, False) if i % 2 == 0 else (False, True)):
-                (with_r if replicate else without_r).append(throughput_run(a, replicate))
+            for v in variants[i % 3:] + variants[:i % 3]:  # each variant first, second and last in turn
+                got[v].append(throughput_run(a, v))
             if a.crun_also:
-                also_r.append(throughput_run(a, True, a.crun_also))
-        mw, mo = statistics.median(with_r or [1]), statistics.median(without_r or [1])
-        if with_r:
-            print(f"throughput, 2 hosts x 1 rank, {a.state_mib} MiB saved every 10 steps, median of {a.runs}:")
-            print(f"  with replication     {mw:8.2f} steps/s  (runs: {', '.join(f'{x:.2f}' for x in with_r)})")
-            print(f"  without (anchor)     {mo:8.2f} steps/s  (runs: {', '.join(f'{x:.2f}' for x in without_r)})")
-            print(f"  ratio with/without   {mw / mo:8.3f}  (lost: {100 * (1 - mw / mo):.1f} %); median of the runs' "
-                  f"pairs (adjacent in time) {statistics.median(w / o for w, o in zip(with_r, without_r)):.3f}")
+                also_r.append(throughput_run(a, "with", a.crun_also))
+        if got["with"]:
+            mo = statistics.median(got["without"])
+            print(f"throughput, 2 hosts x 1 rank, {a.state_mib} MiB saved every 10 steps, median of {a.runs} "
+                  f"(the three interleaved):")
+            ratios = {}
+            for v, label in (("without", "without (anchor)"), ("with", "crun's replication"),
+                             ("floor", "floor (sendfile, nice 19)")):
+                m = statistics.median(got[v])
+                ratios[v] = m / mo
+                pairs = statistics.median(x / o for x, o in zip(got[v], got["without"]))
+                print(f"  {label:27s} {m:8.2f} steps/s  ratio {m / mo:.3f}; median of the rounds' ratios {pairs:.3f}  "
+                      f"(runs: {', '.join(f'{x:.2f}' for x in got[v])})")
+            print(f"  lost: crun {100 * (1 - ratios['with']):.1f} %, floor {100 * (1 - ratios['floor']):.1f} %  "
+                  f"(files sent per sender and run, of {a.steps // 10} saves: {', '.join(map(str, a.floor_sends))})")
             if also_r:
                 ma = statistics.median(also_r)
                 print(f"  with {a.crun_also}: {ma:8.2f} steps/s  (runs: {', '.join(f'{x:.2f}' for x in also_r)}); "
-                      f"ratio to without {ma / mo:.3f}; pairs {statistics.median(x / o for x, o in zip(also_r, without_r)):.3f}")
+                      f"ratio to without {ma / mo:.3f}; pairs {statistics.median(x / o for x, o in zip(also_r, got['without'])):.3f}")
         if not a.skip_kill:
             times, fetches, also_t, also_f = [], [], [], []
             for _ in range(a.runs):
