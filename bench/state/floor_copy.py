@@ -8,7 +8,9 @@ send: connects to the receiver, then opens the FIFO F for reading (tests/support
 --commit-fifo writes "<path>\\n" to it after each save). At each wake-up it sends the newest
 committed file named there once (commits that arrived during a send coalesce into the next, as in
 crun): an 8-byte length, then the file by sendfile, over the one TCP connection. At the FIFO's end
-(the worker exited) it closes the connection and prints "sent commits=<c> sends=<s> bytes=<b>".
+(the worker exited) it closes the connection and prints "sent commits=<c> sends=<s> bytes=<b>
+gone=<g>" (g: files removed before it opened them, when crun's end removed the state directory
+before this nice-19 sender got to the last save).
 recv: listens, prints "ready", accepts one connection; each file is received 64 KiB at a time into
 DIR/.incoming and renamed to DIR/state; at the connection's end prints "received files=<n>
 bytes=<b>". Both run at nice 19, the priority of crun's replication thread. Any error: one line on
@@ -32,14 +34,19 @@ def send(a):
     with socket.create_connection(endpoint(a.to), timeout=30) as s:
         s.settimeout(None)
         fifo = os.open(a.fifo, os.O_RDONLY | os.O_CLOEXEC)
-        commits = sends = sent = 0
+        commits = sends = sent = gone = 0
         while True:
             told = os.read(fifo, 65536)  # each line is one write below PIPE_BUF: whole lines only
             if not told:
                 break
             lines = told.decode().split()
             commits += len(lines)
-            with open(lines[-1], "rb") as f:
+            try:
+                f = open(lines[-1], "rb")
+            except FileNotFoundError:  # the job ended and crun removed its state directory first
+                gone += 1
+                continue
+            with f:
                 size = os.fstat(f.fileno()).st_size
                 s.sendall(HEADER.pack(size))
                 if s.sendfile(f, 0, size) != size:
@@ -48,7 +55,7 @@ def send(a):
             sent += size
         s.shutdown(socket.SHUT_WR)
         s.recv(1)  # the receiver's close: every byte is in
-    print(f"sent commits={commits} sends={sends} bytes={sent}", flush=True)
+    print(f"sent commits={commits} sends={sends} bytes={sent} gone={gone}", flush=True)
 
 
 def recv_exactly(conn, view):

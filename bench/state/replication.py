@@ -11,7 +11,9 @@
    and after each save the committed file is sent to the other host by the plainest means
    (bench/state/floor_copy.py: one TCP connection, sendfile, at nice 19 like crun's replication
    thread; received into a file on /dev/shm), told of each save by the worker's --commit-fifo.
-   Prints the medians, each one's ratio to "without", and crun's loss beside the floor's (the
+   Prints the medians, each one's ratio to "without", the MiB both hosts sent on eth0 a run
+   (median; 2 x 10 saves x 64 MiB = 1280 MiB when every save is moved: at nice 19, saves made
+   during a send coalesce, in crun and in the floor), and crun's loss beside the floor's (the
    goal: <= 5 % lost).
 2. A node killed: two hosts training plus a spare (--nnodes 2, the spare waits for room), node 0
    (not the store's host) SIGKILLed at step 30. Its rank resumes on the survivor from the replica
@@ -84,20 +86,33 @@ def read_ready(p, timeout):
 
 def floor_copiers(out, shm):
     """Receivers on both hosts, then a sender on each to the other (h1 -> h2, h2 -> h1); returns them
-    and each host's FIFO. Each in a process group of its own."""
+    and each host's FIFO. Each in a process group of its own but in this process's session: with
+    sched_autogroup a new session is a scheduling group of its own, where nice 19 would weigh as much
+    as the workers' group (crun's workers and its replication thread share crun's session)."""
     procs, fifos = [], {}
     for h in (1, 2):
         into = os.path.join(shm, f"from-h{3 - h}")
         p = subprocess.Popen(host_cmd(h, [sys.executable, FLOOR, "recv", "--listen", f"10.77.0.{h}:{FLOOR_PORT}", "--into", into], {}),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0)
         procs.append(p)
         read_ready(p, 30)
     for h in (1, 2):
         fifos[h] = os.path.join(out, f"commits-h{h}")
         os.mkfifo(fifos[h], 0o600)
         procs.append(subprocess.Popen(host_cmd(h, [sys.executable, FLOOR, "send", "--fifo", fifos[h], "--to", f"10.77.0.{3 - h}:{FLOOR_PORT}"], {}),
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True))
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0))
     return procs, fifos
+
+
+def sent_bytes(h):
+    """Bytes host h has sent on its eth0 (/proc/net/dev read inside its namespace)."""
+    dev = subprocess.run(["ip", "netns", "exec", f"{NAME}-h{h}", "cat", "/proc/net/dev"], capture_output=True, text=True,
+                         check=True, timeout=30).stdout
+    for line in dev.splitlines():
+        name, _, fields = line.partition(":")
+        if name.strip() == "eth0":
+            return int(fields.split()[8])
+    sys.exit(f"host {h} has no eth0")
 
 
 def throughput_run(a, variant, crun=None):
@@ -105,6 +120,7 @@ def throughput_run(a, variant, crun=None):
     steps/s of the slowest rank; for the floor, also checks that each save was moved."""
     env = {} if variant == "with" else {"CRUN_STATE_REPLICATION": "0"}
     copiers, fifos = [], {}
+    before = sent_bytes(1) + sent_bytes(2)
     with tempfile.TemporaryDirectory(prefix="crun-bench-state-") as out, \
          tempfile.TemporaryDirectory(prefix="crun-bench-floor-", dir="/dev/shm") as shm:
         try:
@@ -120,6 +136,7 @@ def throughput_run(a, variant, crun=None):
         finally:
             for p in copiers:
                 kill_group(p)
+    a.moved.setdefault(variant if crun is None else "also", []).append((sent_bytes(1) + sent_bytes(2) - before) / (1 << 20))
     train = []
     for rc, o, e in results:
         if rc != 0:
@@ -128,11 +145,11 @@ def throughput_run(a, variant, crun=None):
     for o, e, rc in copied:
         if rc != 0:
             sys.exit(f"a floor copier failed ({rc}):\n{e[-2000:]}")
-        m = re.search(r"sent commits=(\d+) sends=(\d+)", o)
+        m = re.search(r"sent commits=(\d+) sends=(\d+) bytes=\d+ gone=(\d+)", o)
         if m and int(m.group(1)) != a.steps // 10:
             sys.exit(f"a floor sender was told of {m.group(1)} saves, not {a.steps // 10}")
         if m:
-            a.floor_sends.append(int(m.group(2)))
+            a.floor_sends.append(f"{m.group(2)}" + (f"+{m.group(3)} gone" if m.group(3) != "0" else ""))
     return a.steps / max(train)
 
 
@@ -201,6 +218,7 @@ def main():
         got = {v: [] for v in variants}
         also_r = []
         a.floor_sends = []
+        a.moved = {}  # MiB both hosts sent on eth0 during each run, by variant
         for i in range(0 if a.skip_throughput else a.runs):
             for v in variants[i % 3:] + variants[:i % 3]:  # each variant first, second and last in turn
                 got[v].append(throughput_run(a, v))
@@ -216,10 +234,10 @@ def main():
                 m = statistics.median(got[v])
                 ratios[v] = m / mo
                 pairs = statistics.median(x / o for x, o in zip(got[v], got["without"]))
-                print(f"  {label:27s} {m:8.2f} steps/s  ratio {m / mo:.3f}; median of the rounds' ratios {pairs:.3f}  "
-                      f"(runs: {', '.join(f'{x:.2f}' for x in got[v])})")
+                print(f"  {label:27s} {m:8.2f} steps/s  ratio {m / mo:.3f}; median of the rounds' ratios {pairs:.3f}; "
+                      f"moved {statistics.median(a.moved[v]):6.0f} MiB a run  (runs: {', '.join(f'{x:.2f}' for x in got[v])})")
             print(f"  lost: crun {100 * (1 - ratios['with']):.1f} %, floor {100 * (1 - ratios['floor']):.1f} %  "
-                  f"(files sent per sender and run, of {a.steps // 10} saves: {', '.join(map(str, a.floor_sends))})")
+                  f"(files sent per sender and run, of {a.steps // 10} saves; the rest coalesced, or gone at the job's end: {', '.join(a.floor_sends)})")
             if also_r:
                 ma = statistics.median(also_r)
                 print(f"  with {a.crun_also}: {ma:8.2f} steps/s  (runs: {', '.join(f'{x:.2f}' for x in also_r)}); "
