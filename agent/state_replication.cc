@@ -91,6 +91,15 @@ struct Install {
 
 }  // namespace
 
+std::vector<int> ranks_to_fetch(int round, const std::set<int>& previous, const std::vector<int>& ranks) {
+  std::vector<int> out;
+  if (round == 0) return out;
+  for (int rank : ranks) {
+    if (!previous.count(rank)) out.push_back(rank);
+  }
+  return out;
+}
+
 struct StateReplication::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::io_context& loop, StateDirectory& state, int nproc, StateReplicationOptions o)
       : loop(loop), state(state), nproc(nproc), options(std::move(o)), store(state.job_root() / "replicas"),
@@ -232,8 +241,8 @@ struct StateReplication::Impl : std::enable_shared_from_this<Impl> {
       const int rank = info.rank_offset + lr;
       ranks.push_back(rank);
       if (auto set = committed_snapshot(state, rank)) sets[rank] = std::make_shared<OutgoingSet>(std::move(*set));
-      if (round > 0 && (!previous.count(rank) || state.sequence(rank) == 0)) need[rank] = state.sequence(rank);
     }
+    for (int rank : ranks_to_fetch(round, previous, ranks)) need[rank] = state.sequence(rank);
     previous = std::set<int>(ranks.begin(), ranks.end());
     std::vector<ReplicaPeer> peers;
     for (int i = 0; i < static_cast<int>(info.state_endpoints.size()); ++i) {

@@ -11,13 +11,16 @@
 //   - on_round(round, info, ready): the ring follows the round: node rank i sends to
 //     (i + 1) % nodes (nobody alone, or when that node announced no endpoint); every one of this
 //     node's ranks is sent to it once, then after each commit (StateDirectory::on_change; the
-//     agent forwards it to changed()). Then, when the round is not the job's first and gives this
-//     node a rank it did not run in its previous round or holds no state for, it asks every
+//     agent forwards it to changed()). Then, for each rank ranks_to_fetch names, it asks every
 //     peer (and its own replicas) for the rank's newest set, installs what is newer than what it
 //     holds (StateDirectory::install) and runs `ready`. The wait is bounded by `fetch_timeout`;
 //     a fetch that fails or runs out says so in one line and `ready` runs without that state.
 //     One line gives the time and the bytes fetched. `ready` runs once, on the loop, never from
 //     inside on_round; cancel() drops it (the round ended before its start).
+//   - ranks_to_fetch(round, previous, ranks): which of a round's `ranks` its start fetches: those
+//     this node did not run in its previous round (`previous`), none in the job's first round. A
+//     rank it did run keeps what it committed here, even nothing: no peer holds a newer set of
+//     it, and asking every peer at each restart would cost O(nodes²) connections a restart.
 //   - changed(rank): the rank's committed set changed (StateDirectory::on_change): opened now,
 //     kept as this node's newest set of the rank (what the ring sends and peers fetch).
 //
@@ -35,7 +38,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "agent/replica_link.h"
 
@@ -48,6 +53,8 @@ class io_context;
 namespace crun {
 
 class StateDirectory;
+
+std::vector<int> ranks_to_fetch(int round, const std::set<int>& previous, const std::vector<int>& ranks);
 
 struct StateReplicationOptions {
   std::string token;               // the rendezvous' store token ("" = none)

@@ -1,6 +1,6 @@
 // State replication between agents (agent/replica_*.h): the wire format's decoder on malformed
 // and oversized input, and real sockets on one loop: a set pushed and kept, the newest only,
-// a wrong token refused with nothing stored, a fetch from several peers picking the newest.
+// a wrong token refused with nothing stored, a fetch from several peers picking the newest; which ranks a start fetches.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -19,6 +19,7 @@
 #include "agent/replica_server.h"
 #include "agent/replica_store.h"
 #include "agent/state_persister.h"
+#include "agent/state_replication.h"
 #include "tests/support/child_process.h"
 #include "tests/support/state_digest.h"
 #include "tests/support/temp_dir.h"
@@ -371,3 +372,11 @@ TEST_CASE("connections past the server's bound are closed at once; those within 
 }
 
 }  // namespace crun
+
+TEST_CASE("a start fetches only the ranks this node did not run in its previous round", "[replica_fetch_rule]") {
+  CHECK(crun::ranks_to_fetch(0, {}, {0, 1}).empty());                                 // the job's first round
+  CHECK(crun::ranks_to_fetch(3, {0, 1}, {0, 1}).empty());                             // a restart, same ranks: nothing,
+  CHECK(crun::ranks_to_fetch(3, {2, 3}, {0, 1}) == std::vector<int>{0, 1});           // even with nothing committed
+  CHECK(crun::ranks_to_fetch(3, {0, 1}, {1, 2}) == std::vector<int>{2});              // one rank moved here
+  CHECK(crun::ranks_to_fetch(3, {}, {4, 5}) == std::vector<int>{4, 5});               // an agent new to the job
+}
