@@ -5,7 +5,9 @@
 // Contract
 //   0 success; 2 bad usage (a one-line error names what is wrong); 3 the agent could not start
 //   or could not start workers; 4-7 the multi-node rendezvous ended without a round for this node;
-//   8 the job stopped because its restarts made no progress (--max-no-progress-restarts).
+//   8 the job stopped because its restarts made no progress (--max-no-progress-restarts);
+//   9 this node is unhealthy: its node checks failed until its join timeout ended (--standalone: at
+//   once), or a worker asked to exclude a node that has no other to replace it.
 //   Otherwise crun exits with its root-cause worker's status: the worker's exit code, or 128 + N
 //   for a worker killed by signal N (also crun's own code when it stops on signal N).
 //   kExitCodes: one row per code in that order, as README.md shows it; `code` is the number, or
@@ -29,6 +31,7 @@ inline constexpr int kExitRendezvousClosed = 5;    // the job closed (ended) bef
 inline constexpr int kExitRendezvousRejected = 6;  // refused: a wrong token, or a configuration unlike the others'
 inline constexpr int kExitStoreLost = 7;           // the rendezvous store was lost (its host died, or this node was cut off)
 inline constexpr int kExitNoProgress = 8;          // restarts kept failing without progress (base/restart_policy.h): do not requeue
+inline constexpr int kExitNodeUnhealthy = 9;       // this node's checks failed (or a worker asked to exclude it) and no round can use it
 inline constexpr int kExitSignalBase = 128;        // + N: killed by (or stopped on) signal N
 
 struct ExitCodeMeaning {
@@ -56,6 +59,9 @@ inline constexpr ExitCodeMeaning kExitCodes[] = {
     {"8", "restarts made no progress (do not requeue)",
      "with heartbeats on, --max-no-progress-restarts restarts in a row (default 3) did not raise the highest heartbeat "
      "step: stopped rather than restarted, and scripts/sbatch/preemptible.sbatch does not requeue it"},
+    {"9", "this node is unhealthy",
+     "its node checks (--node-check, gpu, disk, net) still failed when its join timeout ended (--standalone: at once), "
+     "or a worker asked to exclude a node no other can replace; the line before says which check and why"},
 };
 
 // A row's code is the constant's number ("128+S": kExitSignalBase's): checked as the code is built.
@@ -76,5 +82,6 @@ static_assert(exit_codes_detail::spells(kExitCodes[6].code, kExitRendezvousClose
 static_assert(exit_codes_detail::spells(kExitCodes[7].code, kExitRendezvousRejected));
 static_assert(exit_codes_detail::spells(kExitCodes[8].code, kExitStoreLost));
 static_assert(exit_codes_detail::spells(kExitCodes[9].code, kExitNoProgress));
+static_assert(exit_codes_detail::spells(kExitCodes[10].code, kExitNodeUnhealthy));
 
 }  // namespace crun

@@ -131,6 +131,8 @@ RoundAnswer RoundAnswer::from_json(const std::string& text) {
 std::string RoundOutcome::to_json() const {
   json j{{"succeeded", succeeded}, {"exit_code", exit_code}, {"wall_time_us", wall_time_us}, {"report", report}};
   if (highest_step) j["highest_step"] = *highest_step;
+  if (!exclude_request.empty()) j["exclude_request"] = exclude_request;
+  if (!stop_request.empty()) j["stop_request"] = stop_request;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -142,6 +144,8 @@ RoundOutcome RoundOutcome::from_json(const std::string& text) {
   o.wall_time_us = field<std::int64_t>(j, "wall_time_us", "outcome");
   o.report = field<std::string>(j, "report", "outcome");
   if (j.contains("highest_step")) o.highest_step = field<std::int64_t>(j, "highest_step", "outcome");
+  if (j.contains("exclude_request")) o.exclude_request = field<std::string>(j, "exclude_request", "outcome");
+  if (j.contains("stop_request")) o.stop_request = field<std::string>(j, "stop_request", "outcome");
   return o;
 }
 

@@ -85,6 +85,11 @@ struct RoundOutcome {
   std::int64_t wall_time_us = 0;  // when the failure happened (for root-cause ordering)
   std::string report;       // the agent's failure report (its JSON), opaque to the rendezvous
   std::optional<std::int64_t> highest_step;  // the node's highest heartbeat step this round (none: no beats)
+  // A worker's request through CRUN_CONTROL_FILE (agent/control_file.h): "exclude-node REASON"
+  // (restart without this node, at once: it counts as this node's exclusion) or "stop-job REASON"
+  // (close the job with `exit_code`, the requesting rank's own, without a restart). Empty: none.
+  std::string exclude_request;
+  std::string stop_request;
 
   std::string to_json() const;
   static RoundOutcome from_json(const std::string& text);
