@@ -164,6 +164,9 @@ struct Agent::Impl {
   const FailureReport& report_for(const WorkerExit& e);
   void write_report_file(const FailureReport& report);
   void start_rendezvous();
+  // The one way this agent asks for a round: at the start, after a round ended, and when an
+  // answer came for a round already over.
+  void join_round();
   void say_joining_later(std::string line);
   void on_round(const RoundResult& r);
   void on_control(const ControlEvent& e);
@@ -325,7 +328,7 @@ void Agent::Impl::perform(const AgentActions& actions) {
     } else if (auto* exit = std::get_if<action::Exit>(&a)) {
       finish(exit->code);
     } else if (std::holds_alternative<action::JoinRound>(a)) {
-      rendezvous->request_round();
+      join_round();
     } else if (auto* pub = std::get_if<action::PublishFailure>(&a)) {
       // The coordinator decides restart or stop; the machine reports the root cause with its decision.
       RoundOutcome failure;
@@ -689,6 +692,8 @@ void Agent::Impl::say_joining_later(std::string line) {
   });
 }
 
+void Agent::Impl::join_round() { rendezvous->request_round(); }
+
 void Agent::Impl::on_round(const RoundResult& r) {
   if (exit_code) return;
   if (!r.error.empty()) {
@@ -697,7 +702,7 @@ void Agent::Impl::on_round(const RoundResult& r) {
     return;
   }
   if (r.rendezvous_round <= latest_stop_round) {  // ended before we saw it: join the next one
-    rendezvous->request_round();
+    join_round();
     return;
   }
   rendezvous_round = r.rendezvous_round;
@@ -740,7 +745,7 @@ void Agent::Impl::on_control(const ControlEvent& e) {
     start_held = false;
     replication->cancel();
     log_line("round " + std::to_string(e.round) + " ended before its workers started: " + e.detail);
-    rendezvous->request_round();
+    join_round();
     return;
   }
   print_remote_report(e);
