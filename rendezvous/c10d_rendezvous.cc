@@ -153,6 +153,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (!a.error.empty()) {
         result.error = a.error;
         result.exit_code = a.closed ? kExitRendezvousClosed : kExitRendezvousRejected;
+        result.excluded_for = std::chrono::milliseconds(a.excluded_for_ms);
+        result.excluded_reason = a.excluded_reason;
       } else {
         result.rendezvous_round = a.round;
         RoundInfo& info = result.info;
@@ -162,6 +164,8 @@ struct C10dRendezvous::Impl : std::enable_shared_from_this<Impl> {
         info.rank_offset = a.node_rank * config.nproc_per_node;
         info.state_endpoints = a.state_endpoints;
         info.world_size = a.nnodes * config.nproc_per_node;
+        result.excluded = a.excluded;
+        result.exclusions_total = a.exclusions_total;
         if (config.multi.workers_use_agent_store) {  // torchrun's agent store: the workers join the store the agents met at
           info.master_addr = config.multi.endpoint.host;
           info.master_port = config.multi.endpoint.port;

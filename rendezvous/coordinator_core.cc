@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <utility>
 
 #include "base/exit_codes.h"
@@ -12,6 +13,16 @@ namespace crun {
 namespace {
 std::string seconds(CoordinatorClock::duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d + std::chrono::milliseconds(999)).count()) + " s";
+}
+
+// "2026-11-29T03:10:00Z"
+std::string wall_text(std::int64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
 }
 
 std::string tenths(CoordinatorClock::duration d) {
@@ -108,6 +119,23 @@ CoordinatorEffects CoordinatorCore::on_join(const NodeRecord& rec, TimePoint now
     answer_error(rec, msg, false);
     return take();
   }
+  if (auto ex = exclusions_.find(rec.node_id); ex != exclusions_.end()) {
+    if (ex->second.until > now) {
+      RoundAnswer a;
+      a.error = "node " + describe(rec.node_id) + " is excluded until " + wall_text(wall_ms(ex->second.until)) + " (" +
+                seconds(ex->second.until - now) + " more): " + ex->second.reason;
+      a.excluded_for_ms = std::max<std::int64_t>(
+          1, std::chrono::duration_cast<std::chrono::milliseconds>(ex->second.until - now).count());
+      a.excluded_reason = ex->second.reason;
+      out_.push_back(fx::Answer{{{rec.node_id, rec.seq, a}}});
+      answered_[rec.node_id] = rec.seq;
+      return take();
+    }
+    if (!ex->second.reason.empty()) {
+      out_.push_back(fx::Log{"rendezvous: node " + describe(rec.node_id) + " joins again: its exclusion ended"});
+      ex->second.reason.clear();  // said once; its count stays (the next cooldown doubles)
+    }
+  }
   last_seen_[rec.node_id] = now;
   waiting_[rec.node_id] = rec;
   if (phase_ == Phase::kRunning) {
@@ -153,7 +181,14 @@ CoordinatorEffects CoordinatorCore::on_report(int r, const std::string& node, co
   reporters_[r].insert(node);
   if (!outcome || phase_ != Phase::kRunning || r != round_) return take();
   if (in_round_.count(node) == 0) return take();
-  if (outcome->succeeded) {
+  if (!outcome->stop_request.empty()) {
+    close_job(outcome->exit_code,
+              "node " + describe(node) + " asked to stop the job (exit code " + std::to_string(outcome->exit_code) +
+                  "): " + outcome->stop_request,
+              node, outcome->report);
+    return take();
+  }
+  if (outcome->succeeded && outcome->exclude_request.empty()) {
     succeeded_.insert(node);
     if (succeeded_.size() == participants_.size()) {
       close_job(0, "all " + std::to_string(participants_.size()) + " nodes succeeded", {}, {});
@@ -168,10 +203,76 @@ CoordinatorEffects CoordinatorCore::on_report(int r, const std::string& node, co
     close_job(decision.exit_code, where + decision.reason, node, outcome->report);
     return take();
   }
+  // The root cause: count it, and exclude its node when it is due and the job can go on without it.
+  const bool asked = !outcome->exclude_request.empty();
+  const int count = ++root_causes_[node];
+  std::string excluded;
+  if (asked || (cfg_.exclude_after > 0 && count >= cfg_.exclude_after)) {
+    const std::string why = asked ? "a worker asked to exclude it: " + outcome->exclude_request
+                                  : "the root cause " + std::to_string(count) + " times";
+    if (replaceable(node)) {
+      excluded = exclude(node, why, now);
+    } else if (asked) {
+      close_job(kExitNodeUnhealthy,
+                "node " + describe(node) + " asked to be excluded (" + outcome->exclude_request +
+                    "); no other node can replace it",
+                node, outcome->report);
+      return take();
+    } else {
+      out_.push_back(fx::Log{"rendezvous: node " + describe(node) + " was the root cause " + std::to_string(count) +
+                             " times; kept: no other node can replace it"});
+    }
+  }
   ++restart_count_;
-  begin_reform(true, where + decision.reason, node, outcome->report, {});
+  begin_reform(true, where + decision.reason + excluded, node, outcome->report, excluded.empty() ? std::string() : node);
   try_close(now);
   return take();
+}
+
+// The next round can reach min_nodes without `node`: the round's other live nodes and the nodes
+// waiting (spares; an excluded node never waits).
+bool CoordinatorCore::replaceable(const std::string& node) const {
+  int others = 0;
+  for (const auto& p : participants_) others += p != node && last_seen_.count(p) != 0 ? 1 : 0;
+  for (const auto& [id, rec] : waiting_) others += id != node && in_round_.count(id) == 0 ? 1 : 0;
+  return others >= cfg_.min_nodes;
+}
+
+// Keeps `node` out for its cooldown; returns the note for the round's end.
+std::string CoordinatorCore::exclude(const std::string& node, const std::string& why, TimePoint now) {
+  Exclusion& e = exclusions_[node];
+  ++e.times;
+  const auto cooldown = cfg_.exclude_cooldown * (std::int64_t{1} << std::min(e.times - 1, 20));
+  e.until = now + cooldown;
+  e.reason = why;
+  root_causes_.erase(node);
+  ++exclusions_total_;
+  const std::string note = "; node " + describe(node) + " excluded for " + seconds(cooldown) + " (exclusion " +
+                           std::to_string(e.times) + "): " + why;
+  out_.push_back(fx::Log{"rendezvous:" + note.substr(1)});
+  return note;
+}
+
+std::int64_t CoordinatorCore::wall_ms(TimePoint t) const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() + wall_offset_.count();
+}
+
+std::vector<ExcludedNode> CoordinatorCore::excluded_now(TimePoint now) const {
+  std::vector<ExcludedNode> out;
+  for (const auto& [id, e] : exclusions_) {
+    if (e.until <= now) continue;
+    ExcludedNode n;
+    n.node_id = id;
+    if (auto k = known_.find(id); k != known_.end()) {
+      n.hostname = k->second.hostname;
+      n.addr = k->second.addr;
+    }
+    n.reason = e.reason;
+    n.times = e.times;
+    n.until_unix_ms = wall_ms(e.until);
+    out.push_back(std::move(n));
+  }
+  return out;
 }
 
 void CoordinatorCore::lost(const std::string& node, const std::string& why, TimePoint now) {
@@ -223,8 +324,10 @@ void CoordinatorCore::try_close(TimePoint now) {
   int n = static_cast<int>(waiting_.size());
   bool all_expected = !expected_.empty() && std::all_of(expected_.begin(), expected_.end(),
                                                         [&](const std::string& e) { return waiting_.count(e) != 0; });
-  if (n >= cfg_.max_nodes || (n >= cfg_.min_nodes && all_expected)) {
-    close_round();
+  // Spares waiting may fill max_nodes before the survivors are back: the survivors come first
+  // (they keep their ranks), so max_nodes forms the round at once only when none is missing.
+  if ((n >= cfg_.max_nodes && (expected_.empty() || all_expected)) || (n >= cfg_.min_nodes && all_expected)) {
+    close_round(now);
     return;
   }
   if (n >= cfg_.min_nodes && !last_call_deadline_) last_call_deadline_ = now + cfg_.last_call_timeout;
@@ -232,7 +335,7 @@ void CoordinatorCore::try_close(TimePoint now) {
   schedule_progress(now);
 }
 
-void CoordinatorCore::close_round() {
+void CoordinatorCore::close_round(TimePoint now) {
   std::vector<const NodeRecord*> waiting;
   for (auto& [id, rec] : waiting_) waiting.push_back(&rec);
   const std::vector<const NodeRecord*> order = order_nodes(std::move(waiting), last_rank_, cfg_.max_nodes);
@@ -242,6 +345,7 @@ void CoordinatorCore::close_round() {
   participants_.clear();
   last_rank_.clear();
   const std::vector<std::string> endpoints = state_endpoints(order);
+  const std::vector<ExcludedNode> excluded = excluded_now(now);
   for (int i = 0; i < n; ++i) {
     RoundAnswer a;
     a.round = round_;
@@ -251,6 +355,8 @@ void CoordinatorCore::close_round() {
     a.master_addr = order[0]->addr;
     a.master_port = order[0]->free_port;
     a.state_endpoints = endpoints;
+    a.excluded = excluded;
+    a.exclusions_total = exclusions_total_;
     answers.entries.push_back({order[i]->node_id, order[i]->seq, std::move(a)});
     answered_[order[i]->node_id] = order[i]->seq;
     participants_.push_back(order[i]->node_id);
@@ -337,7 +443,7 @@ CoordinatorEffects CoordinatorCore::on_timers(TimePoint now) {
   }
   if (last_call_deadline_ && now >= *last_call_deadline_) {
     last_call_deadline_.reset();
-    if (phase_ == Phase::kForming && static_cast<int>(waiting_.size()) >= cfg_.min_nodes) close_round();
+    if (phase_ == Phase::kForming && static_cast<int>(waiting_.size()) >= cfg_.min_nodes) close_round(now);
   }
   if (progress_due_ && now >= *progress_due_) publish_progress(now);
   if (auto next = next_deadline()) due_ = std::max(now, *next);

@@ -9,8 +9,9 @@
 //       else the first node's to join) is answered with an error naming both nodes and every
 //       differing field; after the close every join is answered "closed".
 //     - Rounds: once min_nodes have joined the round forms when last_call_timeout has passed, at
-//       once when max_nodes have joined, and at once when every surviving node of the previous
-//       round has joined again. Node ranks: rendezvous/node_order.h (rank hint, then previous
+//       once when max_nodes have joined (after a round: once its survivors are back too, so that
+//       waiting spares never take a survivor's place), and at once when every surviving node of
+//       the previous round has joined again. Node ranks: rendezvous/node_order.h (rank hint, then previous
 //       rank, then node id); node rank 0's address and free port become the round's master.
 //     - While a round runs: a failure report ends it with Control{stop, restart_count + 1} or
 //       closes the job, as the restart policy decides (base/restart_policy.h: the failure's exit
@@ -19,6 +20,17 @@
 //       there is room, or a participant that is lost (alive key gone, or no heartbeat: then
 //       EndAlive), ends it without counting a restart; success reported by every participant
 //       closes the job with 0.
+//     - Exclusion (docs/rendezvous.md): a failure report that ends a round with a restart counts
+//       as its node's root cause. At exclude_after (0: never) counts since its last exclusion, or
+//       at once when the report carries a worker's exclude_request, the node is excluded for
+//       exclude_cooldown, doubled at each further exclusion of it, but only when the next round
+//       can still reach min_nodes without it (the round's other live nodes plus the nodes
+//       waiting); else one line says it is kept (an exclude_request then closes the job with
+//       kExitNodeUnhealthy). The round that follows does not expect it, so it forms at once with
+//       a waiting spare (node_order.h gives the spare the excluded node's rank). An excluded
+//       node's join is answered with an error "excluded ..." and excluded_for_ms / reason; once
+//       its cooldown ended it joins as any node. Every round answer lists the nodes excluded now.
+//     - A report's stop_request closes the job at once with the report's exit code, no restart.
 //     - Loss: a node is lost when nothing came from it for heartbeat_timeout after its next
 //       heartbeat was due, that is for heartbeat_timeout + keep_alive_interval since the last
 //       (its last beat may have gone up to keep_alive_interval before it stalled: a node stalled
@@ -134,6 +146,8 @@ class CoordinatorCore {
   // The newest round formed (-1 before the first), and the restart count of the rounds to come.
   int round() const { return round_; }
   int restart_count() const { return restart_count_; }
+  // The wall clock minus the core's clock: excluded nodes' ends are shown on the wall clock.
+  void set_wall_offset(std::chrono::milliseconds offset) { wall_offset_ = offset; }
 
  private:
   enum class Phase { kForming, kRunning, kClosed };
@@ -149,12 +163,16 @@ class CoordinatorCore {
   void begin_reform(bool failure, const std::string& detail, const std::string& origin, const std::string& report,
                     const std::string& lost_node);
   void try_close(TimePoint now);
-  void close_round();
+  void close_round(TimePoint now);
   void prune_round(int r);
   void close_job(int exit_code, const std::string& detail, const std::string& origin, const std::string& report);
   void schedule_progress(TimePoint now);
   void publish_progress(TimePoint now);
   std::string describe(const std::string& node) const;
+  bool replaceable(const std::string& node) const;
+  std::string exclude(const std::string& node, const std::string& why, TimePoint now);
+  std::vector<ExcludedNode> excluded_now(TimePoint now) const;
+  std::int64_t wall_ms(TimePoint t) const;
   CoordinatorEffects take();
 
   RendezvousKeys keys_;
@@ -185,6 +203,15 @@ class CoordinatorCore {
   TimePoint next_scan_{};
   std::string host_node_;              // the hosting agent's own node (the reference given), if any
   std::optional<TimePoint> due_;       // when on_timers() is due at the latest, as its last call left it
+  struct Exclusion {
+    int times = 0;
+    TimePoint until{};
+    std::string reason;
+  };
+  std::map<std::string, int> root_causes_;       // node -> root-cause count since its last exclusion
+  std::map<std::string, Exclusion> exclusions_;  // every node excluded in the job (its end may have passed)
+  int exclusions_total_ = 0;
+  std::chrono::milliseconds wall_offset_{0};
 };
 
 }  // namespace crun

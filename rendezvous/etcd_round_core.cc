@@ -324,7 +324,8 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now) {
     return !live(e) || std::any_of(joined.begin(), joined.end(), [&](auto* r) { return r->node_id == e; });
   });
   const bool last_call_over = last_call_ && now >= *last_call_;
-  if (!(n >= cfg_.max_nodes || all_back || last_call_over)) return std::nullopt;
+  // Spares may fill max_nodes before the previous round's nodes are back: those come first.
+  if (!((n >= cfg_.max_nodes && (s.expected.empty() || all_back)) || all_back || last_call_over)) return std::nullopt;
   joined = order_nodes(std::move(joined), previous, cfg_.max_nodes);
   EtcdRoundWrite w;
   w.next = s;

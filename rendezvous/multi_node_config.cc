@@ -16,6 +16,8 @@ NodeRecord this_node_record(const RendezvousNodeConfig& config) {
   self.min_nodes = config.multi.rendezvous.min_nodes;
   self.max_nodes = config.multi.rendezvous.max_nodes;
   self.program = config.multi.program;
+  self.exclude_after = config.multi.rendezvous.exclude_after;
+  self.exclude_cooldown_ms = config.multi.rendezvous.exclude_cooldown.count();
   return self;
 }
 

@@ -54,8 +54,14 @@ struct RoundInfo {
 struct RoundResult {
   RoundInfo info;
   int rendezvous_round = -1;  // the round's number (counts membership changes too)
-  std::string error;          // non-empty: no round; exit with `exit_code`
+  std::string error;          // non-empty: no round; exit with `exit_code`, unless excluded_for > 0
   int exit_code = 0;
+  // This node is excluded (docs/rendezvous.md, "Exclusion"): ask again once excluded_for passed.
+  std::chrono::milliseconds excluded_for{0};
+  std::string excluded_reason;
+  // With a round: the nodes excluded now and the job's number of exclusions (for operators).
+  std::vector<ExcludedNode> excluded;
+  int exclusions_total = 0;
 };
 
 struct RendezvousListener {

@@ -25,6 +25,8 @@ struct RendezvousCoordinator::Impl {
        std::function<void(const std::string&)> progress_cb)
       : keys(c.run_id), core(std::move(c), std::move(ref)), log(std::move(l)), on_failed(std::move(failed_cb)),
         on_progress(std::move(progress_cb)), store(ep, opt) {
+    core.set_wall_offset(std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::system_clock::now().time_since_epoch() - CoordinatorClock::now().time_since_epoch()));
     // What the core reads, and only that: the answers, prunes and decisions this coordinator
     // writes itself (two or three per node and round) do not come back to it.
     watches = std::make_unique<BlockingStoreChannel>(ep, opt, [this](const std::string& why) {

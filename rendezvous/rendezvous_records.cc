@@ -44,13 +44,40 @@ T field(const json& j, const char* name, const char* what) {
     throw std::invalid_argument(std::string(what) + " record has a bad '" + name + "'");
   }
 }
+
+json excluded_json(const std::vector<ExcludedNode>& nodes) {
+  json list = json::array();
+  for (const auto& n : nodes) {
+    list.push_back(json{{"node_id", n.node_id}, {"hostname", n.hostname}, {"addr", n.addr}, {"reason", n.reason},
+                        {"times", n.times}, {"until_unix_ms", n.until_unix_ms}});
+  }
+  return list;
+}
+
+std::vector<ExcludedNode> excluded_from_json(const json& list, const char* what) {
+  if (!list.is_array()) throw std::invalid_argument(std::string(what) + " record has a bad 'excluded'");
+  std::vector<ExcludedNode> out;
+  for (const auto& j : list) {
+    if (!j.is_object()) throw std::invalid_argument(std::string(what) + " record has a bad 'excluded'");
+    ExcludedNode n;
+    n.node_id = field<std::string>(j, "node_id", what);
+    n.hostname = field<std::string>(j, "hostname", what);
+    n.addr = field<std::string>(j, "addr", what);
+    n.reason = field<std::string>(j, "reason", what);
+    n.times = field<int>(j, "times", what);
+    n.until_unix_ms = field<std::int64_t>(j, "until_unix_ms", what);
+    out.push_back(std::move(n));
+  }
+  return out;
+}
 }  // namespace
 
 std::string NodeRecord::to_json() const {
   return json{{"node_id", node_id}, {"hostname", hostname}, {"addr", addr}, {"free_port", free_port},
               {"rank_hint", rank_hint}, {"seq", seq}, {"nproc", nproc}, {"role", role},
               {"max_restarts", max_restarts}, {"min_nodes", min_nodes}, {"max_nodes", max_nodes},
-              {"program", program}, {"state_port", state_port}}
+              {"program", program}, {"state_port", state_port}, {"exclude_after", exclude_after},
+              {"exclude_cooldown_ms", exclude_cooldown_ms}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -70,6 +97,8 @@ NodeRecord NodeRecord::from_json(const std::string& text) {
   r.max_nodes = field<int>(j, "max_nodes", "join");
   r.program = field<std::string>(j, "program", "join");
   if (j.contains("state_port")) r.state_port = field<std::uint16_t>(j, "state_port", "join");
+  if (j.contains("exclude_after")) r.exclude_after = field<int>(j, "exclude_after", "join");
+  if (j.contains("exclude_cooldown_ms")) r.exclude_cooldown_ms = field<std::int64_t>(j, "exclude_cooldown_ms", "join");
   return r;
 }
 
@@ -86,6 +115,8 @@ std::string NodeRecord::mismatch(const NodeRecord& o) const {
   add("nnodes", std::to_string(min_nodes) + ":" + std::to_string(max_nodes),
       std::to_string(o.min_nodes) + ":" + std::to_string(o.max_nodes));
   add("program", program, o.program);
+  add("exclude-after", std::to_string(exclude_after), std::to_string(o.exclude_after));
+  add("exclude-cooldown", std::to_string(exclude_cooldown_ms / 1000) + " s", std::to_string(o.exclude_cooldown_ms / 1000) + " s");
   return out;
 }
 
@@ -93,6 +124,12 @@ std::string RoundAnswer::to_json() const {
   json j{{"error", error}, {"closed", closed}, {"round", round}, {"restart_count", restart_count},
          {"node_rank", node_rank}, {"nnodes", nnodes}, {"master_addr", master_addr}, {"master_port", master_port}};
   if (!state_endpoints.empty()) j["state_endpoints"] = state_endpoints;
+  if (excluded_for_ms > 0) {
+    j["excluded_for_ms"] = excluded_for_ms;
+    j["excluded_reason"] = excluded_reason;
+  }
+  if (!excluded.empty()) j["excluded"] = excluded_json(excluded);
+  if (exclusions_total > 0) j["exclusions_total"] = exclusions_total;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -125,6 +162,12 @@ RoundAnswer RoundAnswer::from_json(const std::string& text) {
   a.master_addr = field<std::string>(j, "master_addr", "answer");
   a.master_port = field<std::uint16_t>(j, "master_port", "answer");
   if (j.contains("state_endpoints")) a.state_endpoints = field<std::vector<std::string>>(j, "state_endpoints", "answer");
+  if (j.contains("excluded_for_ms")) {
+    a.excluded_for_ms = field<std::int64_t>(j, "excluded_for_ms", "answer");
+    a.excluded_reason = field<std::string>(j, "excluded_reason", "answer");
+  }
+  if (j.contains("excluded")) a.excluded = excluded_from_json(j.at("excluded"), "answer");
+  if (j.contains("exclusions_total")) a.exclusions_total = field<int>(j, "exclusions_total", "answer");
   return a;
 }
 
@@ -190,6 +233,9 @@ std::string EtcdRoundRecord::to_json() const {
   if (best_step) j["best_step"] = *best_step;
   if (cause) j["cause"] = cause->to_json();
   if (!state_endpoints.empty()) j["state_endpoints"] = state_endpoints;
+  if (!excluded.empty()) j["excluded"] = excluded_json(excluded);
+  if (!root_causes.empty()) j["root_causes"] = root_causes;
+  if (exclusions_total > 0) j["exclusions_total"] = exclusions_total;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -212,6 +258,9 @@ EtcdRoundRecord EtcdRoundRecord::from_json(const std::string& text) {
   if (j.contains("best_step")) r.best_step = field<std::int64_t>(j, "best_step", "round");
   if (j.contains("cause")) r.cause = ControlEvent::from_json(field<std::string>(j, "cause", "round"));
   if (j.contains("state_endpoints")) r.state_endpoints = field<std::vector<std::string>>(j, "state_endpoints", "round");
+  if (j.contains("excluded")) r.excluded = excluded_from_json(j.at("excluded"), "round");
+  if (j.contains("root_causes")) r.root_causes = field<std::map<std::string, int>>(j, "root_causes", "round");
+  if (j.contains("exclusions_total")) r.exclusions_total = field<int>(j, "exclusions_total", "round");
   if (r.round < 0 || r.restart_count < 0 || r.no_progress_streak < 0) throw std::invalid_argument("round record has a negative count");
   if (r.phase == Phase::kRunning && r.participants.empty()) throw std::invalid_argument("round record runs no node");
   return r;

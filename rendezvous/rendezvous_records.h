@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,20 @@ struct RendezvousConfig {
   std::chrono::milliseconds close_timeout{30000};
   std::chrono::milliseconds heartbeat_timeout{15000};
   std::chrono::milliseconds keep_alive_interval{5000};
+  // Exclusion (docs/rendezvous.md, "Exclusion"): a node that was the root cause this many times
+  // (0: never) is kept out for exclude_cooldown, doubled at each further exclusion of it.
+  int exclude_after = 2;
+  std::chrono::milliseconds exclude_cooldown{600000};
+};
+
+// A node kept out of the job's rounds for a while (docs/rendezvous.md, "Exclusion").
+struct ExcludedNode {
+  std::string node_id;
+  std::string hostname;
+  std::string addr;
+  std::string reason;          // one line: why
+  int times = 0;               // how many times this node was excluded in the job
+  std::int64_t until_unix_ms = 0;  // when its cooldown ends, wall clock (ms since the epoch)
 };
 
 // What a node says about itself when it joins a round.
@@ -53,6 +68,8 @@ struct NodeRecord {
   int min_nodes = 1;
   int max_nodes = 1;
   std::string program;
+  int exclude_after = 2;
+  std::int64_t exclude_cooldown_ms = 600000;
 
   std::string to_json() const;
   static NodeRecord from_json(const std::string& text);
@@ -73,6 +90,13 @@ struct RoundAnswer {
   // By node rank: each node's state replication endpoint, "addr:port" ("" none); empty when no
   // node announced one.
   std::vector<std::string> state_endpoints;
+  // The joining node is excluded (error says "excluded until T: reason"): how long its cooldown
+  // still runs, and why. 0: not excluded.
+  std::int64_t excluded_for_ms = 0;
+  std::string excluded_reason;
+  // A round's answer: the nodes excluded now (for operators), and how many exclusions the job had.
+  std::vector<ExcludedNode> excluded;
+  int exclusions_total = 0;
 
   std::string to_json() const;
   static RoundAnswer from_json(const std::string& text);
@@ -153,6 +177,12 @@ struct EtcdRoundRecord {
   std::optional<std::int64_t> best_step;  // the job's progress ledger (base/restart_policy.h)
   int no_progress_streak = 0;
   std::optional<ControlEvent> cause;      // why the previous round ended (kStop) or the job closed (kClosed)
+  // Exclusion: every node excluded so far (its cooldown's end on the wall clock; a node whose end
+  // passed may join again), each node's root-cause count since its last exclusion, and the
+  // job's number of exclusions.
+  std::vector<ExcludedNode> excluded;
+  std::map<std::string, int> root_causes;
+  int exclusions_total = 0;
 
   std::string to_json() const;
   static EtcdRoundRecord from_json(const std::string& text);

@@ -557,3 +557,191 @@ TEST_CASE("core: every answer carries each node's state endpoint in node-rank or
   CHECK(none["a"].state_endpoints.empty());
   CHECK(none["a"].to_json().find("state_endpoints") == std::string::npos);  // nothing added to the wire
 }
+
+// ---- Exclusion and hot spares ----
+
+namespace {
+
+RendezvousConfig excluding(int min_nodes, int max_nodes, int exclude_after, std::chrono::milliseconds cooldown = 10s) {
+  RendezvousConfig c = config(min_nodes, max_nodes, 10);
+  c.exclude_after = exclude_after;
+  c.exclude_cooldown = cooldown;
+  return c;
+}
+
+NodeRecord excl_member(const RendezvousConfig& c, const std::string& id, int seq) {
+  NodeRecord r = member(c, id, seq);
+  r.exclude_after = c.exclude_after;
+  r.exclude_cooldown_ms = c.exclude_cooldown.count();
+  return r;
+}
+
+std::optional<ControlEvent> control(const CoordinatorEffects& effects) {
+  auto ctl = all<fx::Control>(effects);
+  if (ctl.empty()) return std::nullopt;
+  return ctl.back().event;
+}
+
+}  // namespace
+
+TEST_CASE("core: the root cause twice is excluded; the waiting spare takes its node rank at once", "[coordinator_core][exclusion]") {
+  auto c = excluding(2, 2, 2);
+  CoordinatorCore core(c, std::nullopt);
+  auto r0 = answers(join_all(core, {excl_member(c, "a", 1), excl_member(c, "b", 1)}, t0));
+  REQUIRE(r0["b"].node_rank == 1);
+  CHECK(answers(join_all(core, {excl_member(c, "s", 1)}, t0)).empty());  // the spare waits: the round is full
+
+  // First root cause: counted, nobody excluded; the same two nodes form round 1.
+  auto first = core.on_report(0, "b", failed(1), t0 + 1s);
+  CHECK_FALSE(logged(first, "excluded"));
+  auto r1 = answers(join_all(core, {excl_member(c, "a", 2), excl_member(c, "b", 2)}, t0 + 2s));
+  REQUIRE(r1.size() == 2);
+  CHECK(r1["b"].node_rank == 1);
+  CHECK(r1["a"].excluded.empty());
+
+  // Second: b is excluded; the round ends with a restart that names it.
+  auto second = core.on_report(1, "b", failed(1), t0 + 3s);
+  CHECK(logged(second, "node host-b (10.0.0.b, b) excluded for 10 s (exclusion 1): the root cause 2 times"));
+  auto stop = control(second);
+  REQUIRE(stop);
+  CHECK(stop->failure);
+  CHECK(stop->restart_count == 2);
+  CHECK(stop->detail.find("excluded for 10 s") != std::string::npos);
+
+  // a alone is back with the spare waiting: the round forms at once (no last call), s in b's rank.
+  auto formed = join_all(core, {excl_member(c, "a", 3)}, t0 + 4s);
+  auto r2 = answers(formed);
+  REQUIRE(r2.size() == 2);
+  CHECK(r2["a"].node_rank == 0);
+  CHECK(r2["s"].node_rank == 1);
+  CHECK(r2["s"].restart_count == 2);
+  REQUIRE(r2["a"].excluded.size() == 1);
+  CHECK(r2["a"].excluded[0].node_id == "b");
+  CHECK(r2["a"].excluded[0].hostname == "host-b");
+  CHECK(r2["a"].excluded[0].times == 1);
+  CHECK(r2["a"].excluded[0].until_unix_ms == std::chrono::duration_cast<std::chrono::milliseconds>((t0 + 13s).time_since_epoch()).count());
+  CHECK(r2["a"].exclusions_total == 1);
+
+  // b's own join is answered: excluded, for how long and why; it does not wait in the round.
+  auto b = answers(join_all(core, {excl_member(c, "b", 3)}, t0 + 5s));
+  REQUIRE(b.count("b"));
+  CHECK(b["b"].excluded_for_ms == 8000);
+  CHECK(b["b"].excluded_reason == "the root cause 2 times");
+  CHECK(b["b"].error.find("is excluded until") != std::string::npos);
+  CHECK_FALSE(b["b"].closed);
+}
+
+TEST_CASE("core: after its cooldown a node joins again; its next cooldown doubles", "[coordinator_core][exclusion]") {
+  auto c = excluding(1, 2, 1);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {excl_member(c, "a", 1), excl_member(c, "b", 1)}, t0);
+  auto ex = core.on_report(0, "b", failed(1), t0 + 1s);
+  CHECK(logged(ex, "excluded for 10 s (exclusion 1)"));
+  auto alone = answers(join_all(core, {excl_member(c, "a", 2)}, t0 + 2s));  // a alone reaches min_nodes 1
+  REQUIRE(alone.size() == 1);
+  CHECK(alone["a"].nnodes == 1);
+  CHECK(answers(join_all(core, {excl_member(c, "b", 2)}, t0 + 3s))["b"].excluded_for_ms == 8000);
+
+  // Cooldown over: b joins as any node (here it scales the job up again).
+  auto back = join_all(core, {excl_member(c, "b", 3)}, t0 + 12s);
+  CHECK(logged(back, "node host-b (10.0.0.b, b) joins again: its exclusion ended"));
+  auto r = answers(join_all(core, {excl_member(c, "a", 3)}, t0 + 12s));
+  REQUIRE(r.size() == 2);
+  CHECK(r["b"].excluded.empty());
+  CHECK(r["b"].exclusions_total == 1);
+
+  // Its next exclusion lasts twice as long.
+  auto again = core.on_report(core.round(), "b", failed(1), t0 + 13s);
+  CHECK(logged(again, "excluded for 20 s (exclusion 2)"));
+  join_all(core, {excl_member(c, "a", 4)}, t0 + 14s);
+  CHECK(answers(join_all(core, {excl_member(c, "b", 4)}, t0 + 32s))["b"].excluded_for_ms == 1000);
+  CHECK(answers(join_all(core, {excl_member(c, "b", 5)}, t0 + 34s))["b"].error.empty());
+}
+
+TEST_CASE("core: a node no other can replace is kept, and one line says so", "[coordinator_core][exclusion]") {
+  auto c = excluding(2, 2, 2);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {excl_member(c, "a", 1), excl_member(c, "b", 1)}, t0);
+  core.on_report(0, "b", failed(1), t0 + 1s);
+  join_all(core, {excl_member(c, "a", 2), excl_member(c, "b", 2)}, t0 + 2s);
+  auto second = core.on_report(1, "b", failed(1), t0 + 3s);
+  CHECK(logged(second, "node host-b (10.0.0.b, b) was the root cause 2 times; kept: no other node can replace it"));
+  CHECK_FALSE(logged(second, "excluded for"));
+  auto r = answers(join_all(core, {excl_member(c, "a", 3), excl_member(c, "b", 3)}, t0 + 4s));
+  REQUIRE(r.size() == 2);
+  CHECK(r["b"].error.empty());
+  CHECK(r["b"].node_rank == 1);
+}
+
+TEST_CASE("core: exclude_after 0 never excludes", "[coordinator_core][exclusion]") {
+  auto c = excluding(1, 2, 0);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {excl_member(c, "a", 1), excl_member(c, "b", 1)}, t0);
+  for (int i = 0; i < 4; ++i) {
+    auto e = core.on_report(core.round(), "b", failed(1), t0 + std::chrono::seconds(2 * i + 1));
+    CHECK_FALSE(logged(e, "excluded"));
+    CHECK_FALSE(logged(e, "kept"));
+    auto r = answers(join_all(core, {excl_member(c, "a", i + 2), excl_member(c, "b", i + 2)}, t0 + std::chrono::seconds(2 * i + 2)));
+    CHECK(r.size() == 2);
+  }
+}
+
+TEST_CASE("core: a worker's exclude_request excludes its node at once, or closes the job with kExitNodeUnhealthy",
+          "[coordinator_core][exclusion]") {
+  auto c = excluding(2, 2, 5);
+  SECTION("a spare can take its place") {
+    CoordinatorCore core(c, std::nullopt);
+    join_all(core, {excl_member(c, "a", 1), excl_member(c, "b", 1), excl_member(c, "s", 1)}, t0);
+    RoundOutcome o = failed(1);
+    o.exclude_request = "XID 79 on GPU 3";
+    auto e = core.on_report(0, "b", o, t0 + 1s);
+    CHECK(logged(e, "excluded for 10 s (exclusion 1): a worker asked to exclude it: XID 79 on GPU 3"));
+    auto r = answers(join_all(core, {excl_member(c, "a", 2), excl_member(c, "b", 2)}, t0 + 2s));
+    CHECK(r["s"].node_rank == 1);
+    CHECK(r["b"].excluded_reason == "a worker asked to exclude it: XID 79 on GPU 3");
+  }
+  SECTION("no node can replace it") {
+    CoordinatorCore core(c, std::nullopt);
+    join_all(core, {excl_member(c, "a", 1), excl_member(c, "b", 1)}, t0);
+    RoundOutcome o = failed(1);
+    o.exclude_request = "XID 79 on GPU 3";
+    auto e = core.on_report(0, "b", o, t0 + 1s);
+    CHECK(core.closed());
+    auto closing = control(e);
+    REQUIRE(closing);
+    CHECK(closing->kind == ControlEvent::Kind::kClosed);
+    CHECK(closing->exit_code == kExitNodeUnhealthy);
+    CHECK(closing->detail.find("XID 79 on GPU 3") != std::string::npos);
+    CHECK(closing->origin_node == "b");
+  }
+}
+
+TEST_CASE("core: a worker's stop_request closes the job at once with its rank's exit code", "[coordinator_core][exclusion]") {
+  auto c = excluding(2, 2, 2);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {excl_member(c, "a", 1), excl_member(c, "b", 1)}, t0);
+  RoundOutcome o = failed(3);
+  o.stop_request = "loss is NaN";
+  auto e = core.on_report(0, "b", o, t0 + 1s);
+  CHECK(core.closed());
+  CHECK(core.restart_count() == 0);
+  auto closing = control(e);
+  REQUIRE(closing);
+  CHECK(closing->kind == ControlEvent::Kind::kClosed);
+  CHECK(closing->exit_code == 3);
+  CHECK(closing->detail.find("asked to stop the job (exit code 3): loss is NaN") != std::string::npos);
+}
+
+TEST_CASE("core: a lost node's waiting spare takes its rank without a last call", "[coordinator_core][exclusion]") {
+  auto c = excluding(2, 3, 2);
+  CoordinatorCore core(c, std::nullopt);
+  join_all(core, {excl_member(c, "a", 1), excl_member(c, "b", 1), excl_member(c, "c", 1)}, t0);  // max: at once
+  join_all(core, {excl_member(c, "s", 1)}, t0);  // waits
+  core.on_alive_gone("a", t0 + 1s);              // rank 0 lost
+  join_all(core, {excl_member(c, "b", 2)}, t0 + 2s);
+  auto r = answers(join_all(core, {excl_member(c, "c", 2)}, t0 + 2s));
+  REQUIRE(r.size() == 3);  // b, c and the spare: max nodes, formed at once
+  CHECK(r["s"].node_rank == 0);
+  CHECK(r["b"].node_rank == 1);
+  CHECK(r["c"].node_rank == 2);
+}
