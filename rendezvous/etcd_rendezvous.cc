@@ -113,7 +113,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
           },
           [this](std::exception_ptr error) { lose(error); }, [this](std::int64_t) { watches_created(); });
       watch = client->watch(
-          keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()), 0, true,
+          keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()), 0, false,
           [this](std::int64_t, std::vector<EtcdEvent> events) {
             for (auto& e : events) gone_events.push_back(std::move(e));
             apply_events();
@@ -149,6 +149,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
         address = self.addr;
       }
       core = std::make_unique<EtcdRoundCore>(config.multi.rendezvous, keys, self);
+      core->set_wall_offset(std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch() - Clock::now().time_since_epoch()));
       std::optional<std::pair<std::string, std::int64_t>> record;
       if (r.succeeded) record = std::pair{created, r.revision};
       std::vector<std::string> nodes;
@@ -171,7 +173,11 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (e.deleted) core->on_round_gone(e.kv.mod_revision);
       else core->on_round(e.kv.value, e.kv.mod_revision);
     }
-    for (const auto& e : gone_events) core->on_node_gone(e.kv.key.substr(keys.alive_prefix().size()));
+    for (const auto& e : gone_events) {
+      const std::string node = e.kv.key.substr(keys.alive_prefix().size());
+      if (e.deleted) core->on_node_gone(node);
+      else core->on_node_alive(node);  // an agent started: a possible spare (exclusion counts it)
+    }
     round_events.clear();
     gone_events.clear();
     decide();
@@ -381,7 +387,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::unique_ptr<EtcdClient> client;
-  std::unique_ptr<EtcdWatch> watch;        // the alive keys' deletes
+  std::unique_ptr<EtcdWatch> watch;        // the alive keys' puts and deletes
   std::unique_ptr<EtcdWatch> round_watch;  // the round record
   std::unique_ptr<EtcdRoundCore> core;
   asio::steady_timer keep_alive_timer{io};

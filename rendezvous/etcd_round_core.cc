@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 #include "base/exit_codes.h"
 #include "base/restart_policy.h"
@@ -30,6 +31,7 @@ void EtcdRoundCore::load(const std::optional<std::pair<std::string, std::int64_t
   if (round) on_round(round->first, round->second);
   else on_round_gone(revision);
   // The record's nodes whose alive key was already gone when we looked are gone for good.
+  alive_ = std::set<std::string>(alive.begin(), alive.end());
   if (state_) {
     const std::set<std::string> now(alive.begin(), alive.end());
     for (const auto* list : {&state_->participants, &state_->expected}) {
@@ -63,7 +65,44 @@ void EtcdRoundCore::on_round_gone(std::int64_t revision) {
 }
 
 void EtcdRoundCore::on_node_gone(const std::string& node) {
+  alive_.erase(node);
   if (gone_.insert(node).second && joins_) reread_ = true;
+}
+
+void EtcdRoundCore::on_node_alive(const std::string& node) {
+  if (live(node)) alive_.insert(node);
+}
+
+std::int64_t EtcdRoundCore::wall_ms(TimePoint now) const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() + wall_offset_.count();
+}
+
+const ExcludedNode* EtcdRoundCore::exclusion_of(const std::string& node, TimePoint now) const {
+  if (!state_) return nullptr;
+  for (const auto& e : state_->excluded) {
+    if (e.node_id == node && e.until_unix_ms > wall_ms(now)) return &e;
+  }
+  return nullptr;
+}
+
+std::vector<ExcludedNode> EtcdRoundCore::excluded_now(TimePoint now) const {
+  std::vector<ExcludedNode> out;
+  if (!state_) return out;
+  for (const auto& e : state_->excluded) {
+    if (e.until_unix_ms > wall_ms(now)) out.push_back(e);
+  }
+  return out;
+}
+
+// The next round reaches min_nodes without this agent: the round's other live nodes, and the
+// live nodes outside it that are not excluded (spares waiting for a round with room).
+bool EtcdRoundCore::replaceable(const EtcdRoundRecord& s, TimePoint now) const {
+  int others = 0;
+  for (const auto& p : s.participants) others += p != self_.node_id && live(p) ? 1 : 0;
+  for (const auto& n : alive_) {
+    others += n != self_.node_id && live(n) && !in(s.participants, n) && exclusion_of(n, now) == nullptr ? 1 : 0;
+  }
+  return others >= cfg_.min_nodes;
 }
 
 void EtcdRoundCore::on_join_count(int round, std::int64_t count, TimePoint now) {
@@ -88,6 +127,7 @@ void EtcdRoundCore::on_report_count(int round, std::int64_t count) {
 
 void EtcdRoundCore::request_round(TimePoint now, std::uint16_t free_port) {
   waiting_ = true;
+  excluded_wait_ = false;
   join_deadline_ = now + cfg_.join_timeout;
   join_round_ = -1;  // join again, with this request's port
   self_.free_port = free_port;
@@ -124,6 +164,7 @@ EtcdRoundActions EtcdRoundCore::decide(TimePoint now) {
     out.write = next_write(now);
     write_in_flight_ = out.write.has_value();
   }
+  if (!kept_line_.empty()) out.progress.push_back(std::exchange(kept_line_, {}));
   if (!out.write) maybe_read_joins(now, out);
   if (waiting_) {
     out.deadline = join_deadline_;
@@ -133,6 +174,13 @@ EtcdRoundActions EtcdRoundCore::decide(TimePoint now) {
 }
 
 void EtcdRoundCore::deliver_controls(EtcdRoundActions& out) {
+  if (excluded_wait_ && state_ && state_->phase == EtcdRoundRecord::Phase::kClosed && !waiting_) {
+    ControlEvent e = state_->cause.value_or(ControlEvent{});
+    e.kind = ControlEvent::Kind::kClosed;
+    out.controls.push_back(e);
+    excluded_wait_ = false;
+    return;
+  }
   if (running_round_ < 0 || !state_) return;
   const EtcdRoundRecord& s = *state_;
   if (s.phase == EtcdRoundRecord::Phase::kClosed) {
@@ -191,6 +239,19 @@ void EtcdRoundCore::answer_or_join(TimePoint now, EtcdRoundActions& out) {
       return;
     }
   }
+  if (const ExcludedNode* e = exclusion_of(self_.node_id, now)) {
+    RoundResult r;
+    const std::int64_t left = e->until_unix_ms - wall_ms(now);
+    r.error = "node " + self_.hostname + " (" + self_.node_id + ") is excluded for " + std::to_string((left + 999) / 1000) +
+              " s more: " + e->reason;
+    r.exit_code = kExitNodeUnhealthy;
+    r.excluded_for = std::chrono::milliseconds(left);
+    r.excluded_reason = e->reason;
+    out.answers.push_back(r);
+    waiting_ = false;
+    excluded_wait_ = true;
+    return;
+  }
   if (s.phase == EtcdRoundRecord::Phase::kForming) {
     if (join_round_ != s.round) {
       EtcdJoinRecord j;
@@ -232,6 +293,8 @@ void EtcdRoundCore::answer_or_join(TimePoint now, EtcdRoundActions& out) {
   info.master_addr = s.master_addr;
   info.master_port = s.master_port;
   info.state_endpoints = s.state_endpoints;
+  r.excluded = excluded_now(now);
+  r.exclusions_total = s.exclusions_total;
   out.answers.push_back(r);
   waiting_ = false;
   running_round_ = s.round;
@@ -262,7 +325,7 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::next_write(TimePoint now) {
     return reform(s, rest, c);
   }
   if (failure_ && in(s.participants, self_.node_id)) {
-    auto w = fail(failure_->second);
+    auto w = fail(failure_->second, now);
     failure_.reset();
     return w;
   }
@@ -311,15 +374,17 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now) {
   std::vector<const NodeRecord*> joined;
   for (const auto& j : *joins_) {
     const std::string& node = j.node.node_id;
-    if (j.round == s.round && live(node) && (node == reference.node_id || j.node.mismatch(reference).empty())) {
+    if (j.round == s.round && live(node) && exclusion_of(node, now) == nullptr &&
+        (node == reference.node_id || j.node.mismatch(reference).empty())) {
       joined.push_back(&j.node);
     }
   }
   const int n = static_cast<int>(joined.size());
   if (n == 0 || n < cfg_.min_nodes) return std::nullopt;
-  // The previous round's nodes are listed in node-rank order.
+  // The previous round's nodes, in node-rank order: its survivors keep their ranks.
   std::map<std::string, int> previous;
-  for (std::size_t i = 0; i < s.expected.size(); ++i) previous[s.expected[i]] = static_cast<int>(i);
+  const auto& ranked = s.previous.empty() ? s.expected : s.previous;
+  for (std::size_t i = 0; i < ranked.size(); ++i) previous[ranked[i]] = static_cast<int>(i);
   const bool all_back = !s.expected.empty() && std::all_of(s.expected.begin(), s.expected.end(), [&](const std::string& e) {
     return !live(e) || std::any_of(joined.begin(), joined.end(), [&](auto* r) { return r->node_id == e; });
   });
@@ -331,6 +396,7 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::freeze(TimePoint now) {
   w.next = s;
   w.next.phase = EtcdRoundRecord::Phase::kRunning;
   w.next.expected.clear();
+  w.next.previous.clear();
   w.next.participants.clear();
   for (auto* r : joined) w.next.participants.push_back(r->node_id);
   w.next.master_addr = joined.front()->addr;
@@ -346,6 +412,7 @@ EtcdRoundWrite EtcdRoundCore::reform(const EtcdRoundRecord& s, std::vector<std::
   w.next.phase = EtcdRoundRecord::Phase::kForming;
   w.next.round = s.round + 1;
   w.next.expected = std::move(expected);
+  w.next.previous = s.participants;
   w.next.participants.clear();
   w.next.master_addr.clear();
   w.next.master_port = 0;
@@ -378,8 +445,14 @@ EtcdRoundWrite EtcdRoundCore::close(const EtcdRoundRecord& s, int exit_code, con
   return w;
 }
 
-std::optional<EtcdRoundWrite> EtcdRoundCore::fail(const RoundOutcome& o) {
+std::optional<EtcdRoundWrite> EtcdRoundCore::fail(const RoundOutcome& o, TimePoint now) {
   const EtcdRoundRecord& s = *state_;
+  const std::string me = self_.hostname + " (" + (self_.addr.empty() ? "" : self_.addr + ", ") + self_.node_id + ")";
+  if (!o.stop_request.empty()) {
+    return close(s, o.exit_code,
+                 "node " + me + " asked to stop the job (exit code " + std::to_string(o.exit_code) + "): " + o.stop_request,
+                 self_.node_id, o.report);
+  }
   const std::string where = "worker failure on node " + self_.node_id + " (exit code " + std::to_string(o.exit_code) + "); ";
   // The job's ledger lives in the round record: every agent decides with the same one.
   ProgressLedger ledger(cfg_.no_progress_limit, s.best_step, s.no_progress_streak);
@@ -399,7 +472,35 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::fail(const RoundOutcome& o) {
   next.restart_count = s.restart_count + 1;
   next.best_step = ledger.best();
   next.no_progress_streak = ledger.streak();
-  auto w = reform(next, s.participants, c);
+  // The root cause: count it, and exclude this node when it is due and the job can go on without it.
+  const bool asked = !o.exclude_request.empty();
+  const int count = ++next.root_causes[self_.node_id];
+  std::vector<std::string> expected = s.participants;
+  if (asked || (cfg_.exclude_after > 0 && count >= cfg_.exclude_after)) {
+    const std::string why = asked ? "a worker asked to exclude it: " + o.exclude_request : "the root cause " + std::to_string(count) + " times";
+    if (replaceable(s, now)) {
+      auto it = std::find_if(next.excluded.begin(), next.excluded.end(), [&](const ExcludedNode& e) { return e.node_id == self_.node_id; });
+      if (it == next.excluded.end()) it = next.excluded.insert(next.excluded.end(), ExcludedNode{});
+      it->node_id = self_.node_id;
+      it->hostname = self_.hostname;
+      it->addr = self_.addr;
+      it->reason = why;
+      ++it->times;
+      const auto cooldown = cfg_.exclude_cooldown * (std::int64_t{1} << std::min(it->times - 1, 20));
+      it->until_unix_ms = wall_ms(now) + cooldown.count();
+      next.root_causes.erase(self_.node_id);
+      ++next.exclusions_total;
+      expected.erase(std::remove(expected.begin(), expected.end(), self_.node_id), expected.end());
+      c.detail += "; node " + me + " excluded for " + seconds(cooldown) + " (exclusion " + std::to_string(it->times) + "): " + why;
+    } else if (asked) {
+      return close(s, kExitNodeUnhealthy,
+                   "node " + me + " asked to be excluded (" + o.exclude_request + "); no other node can replace it",
+                   self_.node_id, o.report);
+    } else {
+      kept_line_ = "node " + me + " was the root cause " + std::to_string(count) + " times; kept: no other node can replace it";
+    }
+  }
+  auto w = reform(next, expected, c);
   w.if_revision = state_revision_;
   return w;
 }

@@ -27,6 +27,18 @@
 //         failure, the restart policy (base/restart_policy.h, its ledger kept in the round record)
 //         either ends it with restart_count + 1 or closes the job with the failure's exit code (or
 //         kExitNoProgress); success reported by every participant closes it with 0.
+//       · exclusion (docs/rendezvous.md), as c10d's: the failing agent counts its own root cause in
+//         the record (root_causes) and, at exclude_after or on a worker's exclude_request, writes
+//         itself into the record's excluded set (wall-clock end, reason, times; the cooldown
+//         doubling each time) in the same compare-and-swap that ends the round, when the others
+//         still reach min_nodes without it (the round's other live nodes plus the live nodes
+//         outside it that are not excluded: spares); else it is kept (one progress line), or, on
+//         an exclude_request, the job closes with kExitNodeUnhealthy. A stop_request closes the
+//         job with the report's exit code. An agent that finds itself excluded is answered with
+//         an error and excluded_for, without joining; once answered so, a close of the job
+//         reaches it as a control event (kClosed). Each round's answer carries the nodes
+//         excluded now. The ends are on the wall clock: set_wall_offset() (agents' clocks are
+//         assumed in step to well under a cooldown).
 //
 // Threading
 //   Not thread-safe; owned and driven by one thread (the backend's I/O thread, or a test).
@@ -84,6 +96,10 @@ class EtcdRoundCore {
   void on_round(const std::string& value, std::int64_t revision);
   void on_round_gone(std::int64_t revision);
   void on_node_gone(const std::string& node);
+  // A node's alive key appeared (an agent started): counted as a possible spare.
+  void on_node_alive(const std::string& node);
+  // The wall clock minus the core's clock (ms): excluded nodes' ends are on the wall clock.
+  void set_wall_offset(std::chrono::milliseconds offset) { wall_offset_ = offset; }
   void on_join_count(int round, std::int64_t count, TimePoint now);
   void on_joins(int round, const std::vector<EtcdJoinRecord>& joins);
   void on_report_count(int round, std::int64_t count);
@@ -104,13 +120,17 @@ class EtcdRoundCore {
   std::optional<EtcdRoundWrite> next_write(TimePoint now);
   std::optional<EtcdRoundWrite> freeze(TimePoint now);
   void maybe_read_joins(TimePoint now, EtcdRoundActions& out);
-  std::optional<EtcdRoundWrite> fail(const RoundOutcome& o);
+  std::optional<EtcdRoundWrite> fail(const RoundOutcome& o, TimePoint now);
   EtcdRoundWrite reform(const EtcdRoundRecord& s, std::vector<std::string> expected, ControlEvent cause) const;
   EtcdRoundWrite close(const EtcdRoundRecord& s, int exit_code, const std::string& detail, const std::string& origin,
                        const std::string& report) const;
   void progress(TimePoint now, const std::string& line, EtcdRoundActions& out);
   void answer_error(const std::string& error, int exit_code, EtcdRoundActions& out);
   bool live(const std::string& node) const { return gone_.count(node) == 0; }
+  std::int64_t wall_ms(TimePoint now) const;
+  const ExcludedNode* exclusion_of(const std::string& node, TimePoint now) const;
+  std::vector<ExcludedNode> excluded_now(TimePoint now) const;
+  bool replaceable(const EtcdRoundRecord& s, TimePoint now) const;
   int live_expected() const;
 
   RendezvousConfig cfg_;
@@ -124,6 +144,10 @@ class EtcdRoundCore {
   std::int64_t state_revision_ = 0;   // its mod revision (0: no record)
   std::int64_t state_seen_ = 0;       // the newest revision applied to it (put or delete)
   std::set<std::string> gone_;        // nodes whose alive key went (they never come back)
+  std::set<std::string> alive_;       // nodes whose alive key exists (as far as the watch told)
+  std::chrono::milliseconds wall_offset_{0};
+  bool excluded_wait_ = false;        // answered "excluded": a close still reaches this agent
+  std::string kept_line_;             // a progress line to give: this node was kept, not excluded
 
   // This agent.
   bool waiting_ = false;

@@ -233,6 +233,7 @@ std::string EtcdRoundRecord::to_json() const {
   if (best_step) j["best_step"] = *best_step;
   if (cause) j["cause"] = cause->to_json();
   if (!state_endpoints.empty()) j["state_endpoints"] = state_endpoints;
+  if (!previous.empty()) j["previous"] = previous;
   if (!excluded.empty()) j["excluded"] = excluded_json(excluded);
   if (!root_causes.empty()) j["root_causes"] = root_causes;
   if (exclusions_total > 0) j["exclusions_total"] = exclusions_total;
@@ -258,6 +259,7 @@ EtcdRoundRecord EtcdRoundRecord::from_json(const std::string& text) {
   if (j.contains("best_step")) r.best_step = field<std::int64_t>(j, "best_step", "round");
   if (j.contains("cause")) r.cause = ControlEvent::from_json(field<std::string>(j, "cause", "round"));
   if (j.contains("state_endpoints")) r.state_endpoints = field<std::vector<std::string>>(j, "state_endpoints", "round");
+  if (j.contains("previous")) r.previous = field<std::vector<std::string>>(j, "previous", "round");
   if (j.contains("excluded")) r.excluded = excluded_from_json(j.at("excluded"), "round");
   if (j.contains("root_causes")) r.root_causes = field<std::map<std::string, int>>(j, "root_causes", "round");
   if (j.contains("exclusions_total")) r.exclusions_total = field<int>(j, "exclusions_total", "round");

@@ -170,6 +170,7 @@ struct EtcdRoundRecord {
   int restart_count = 0;
   std::vector<std::string> expected;      // kForming: the previous round's nodes, in node-rank order
   std::vector<std::string> participants;  // kRunning: node ids, in node-rank order
+  std::vector<std::string> previous;      // kForming: the previous round's nodes, in node-rank order (their ranks)
   std::string master_addr;                // kRunning: node rank 0's address and free port
   std::uint16_t master_port = 0;
   std::vector<std::string> state_endpoints;  // kRunning: as RoundAnswer's

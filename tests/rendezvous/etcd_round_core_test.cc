@@ -53,6 +53,7 @@ class Job {
     r.max_nodes = cfg_.max_nodes;
     r.program = "train";
     kv_[keys_.alive(id)] = {"host-" + id, ++revision_};
+    for (auto& [other, o] : agents_) o.core->on_node_alive(id);
     auto& a = agents_[id];
     a.core = std::make_unique<EtcdRoundCore>(cfg_, keys_, r);
     std::optional<std::pair<std::string, std::int64_t>> round;
@@ -272,10 +273,11 @@ TEST_CASE("a lost node, node rank 0 included, ends the round without a restart; 
   }
   request(job, {"2", "3"}, t0 + 3s);
   job.settle(t0 + 3s);  // the survivors are all back: at once
-  CHECK(job["2"].answers.back().info.group_rank == 0);
-  CHECK(job["3"].answers.back().info.group_rank == 1);
+  // 2 keeps its rank 1; 3's rank 2 is past the round's size: it takes the hole 1 left (node_order.h).
+  CHECK(job["2"].answers.back().info.group_rank == 1);
+  CHECK(job["3"].answers.back().info.group_rank == 0);
   CHECK(job["3"].answers.back().info.group_world_size == 2);
-  CHECK(job["3"].answers.back().info.master_addr == "10.0.0.2");
+  CHECK(job["3"].answers.back().info.master_addr == "10.0.0.3");
   CHECK(job["3"].answers.back().info.restart_count == 0);
 }
 
@@ -374,6 +376,7 @@ TEST_CASE("no round within the join timeout ends the request with exit 4", "[etc
 TEST_CASE("restarts that make no progress close the job with kExitNoProgress", "[etcd_core]") {
   RendezvousConfig cfg = config(1, 2, 10);
   cfg.no_progress_limit = 2;
+  cfg.exclude_after = 0;  // node 1 fails every time: with node 2 able to go on alone it would be excluded
   Job job(cfg);
   job.add("1");
   job.add("2");
@@ -455,4 +458,200 @@ TEST_CASE("a record left by a dead job: its nodes count as gone, the new agents 
   REQUIRE(job["2"].answers.size() == 1);
   CHECK(job["2"].answers.front().info.group_rank == 0);
   CHECK(job["2"].answers.front().info.group_world_size == 1);
+}
+
+// ---- Exclusion and hot spares ----
+
+namespace {
+
+RendezvousConfig excluding(int min_nodes, int max_nodes, int exclude_after, std::chrono::milliseconds cooldown = 10s) {
+  RendezvousConfig c = config(min_nodes, max_nodes, 10);
+  c.exclude_after = exclude_after;
+  c.exclude_cooldown = cooldown;
+  return c;
+}
+
+RoundOutcome failure(int code = 1) {
+  RoundOutcome o;
+  o.exit_code = code;
+  o.report = "{}";
+  return o;
+}
+
+std::int64_t wall(TimePoint t) { return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count(); }
+
+}  // namespace
+
+TEST_CASE("etcd: the root cause twice is excluded; the waiting spare takes its rank at once", "[etcd_core][exclusion]") {
+  Job job(excluding(2, 2, 2));
+  for (const char* id : {"1", "2", "3"}) job.add(id);
+  request(job, {"1", "2", "3"}, t0);
+  job.settle(t0);
+  REQUIRE(job["2"].answers.size() == 1);
+  CHECK(job["2"].answers.back().info.group_rank == 1);
+  CHECK(job["3"].answers.empty());  // the spare waits: the round is full
+
+  job["2"].core->publish_failure(0, failure());
+  job.settle(t0 + 1s);
+  CHECK(job.record()->root_causes.at("2") == 1);
+  request(job, {"1", "2"}, t0 + 2s);
+  job.settle(t0 + 2s);  // the spare joined too, yet the previous round's nodes come first
+  REQUIRE(job["2"].answers.size() == 2);
+  CHECK(job["2"].answers.back().info.group_rank == 1);
+  CHECK(job["3"].answers.empty());
+
+  job["2"].core->publish_failure(1, failure());
+  job.settle(t0 + 3s);
+  auto rec = job.record();
+  REQUIRE(rec);
+  REQUIRE(rec->excluded.size() == 1);
+  CHECK(rec->excluded[0].node_id == "2");
+  CHECK(rec->excluded[0].hostname == "host-2");
+  CHECK(rec->excluded[0].reason == "the root cause 2 times");
+  CHECK(rec->excluded[0].times == 1);
+  CHECK(rec->excluded[0].until_unix_ms == wall(t0 + 13s));
+  CHECK(rec->exclusions_total == 1);
+  CHECK(rec->restart_count == 2);
+  REQUIRE(job["1"].controls.size() == 2);
+  CHECK(job["1"].controls.back().detail.find("excluded for 10 s (exclusion 1)") != std::string::npos);
+
+  request(job, {"1", "2"}, t0 + 4s);
+  job.settle(t0 + 4s);  // 1 is back, the spare with it: the round forms without a last call
+  REQUIRE(job["3"].answers.size() == 1);
+  CHECK(job["3"].answers.back().info.group_rank == 1);
+  CHECK(job["3"].answers.back().info.restart_count == 2);
+  CHECK(job["1"].answers.back().info.group_rank == 0);
+  REQUIRE(job["1"].answers.back().excluded.size() == 1);
+  CHECK(job["1"].answers.back().exclusions_total == 1);
+  // The excluded node is answered without joining.
+  REQUIRE(job["2"].answers.size() == 3);
+  const RoundResult& ex = job["2"].answers.back();
+  CHECK(ex.excluded_for == 9000ms);
+  CHECK(ex.excluded_reason == "the root cause 2 times");
+  CHECK(ex.error.find("is excluded for 9 s more") != std::string::npos);
+}
+
+TEST_CASE("etcd: after its cooldown a node joins again; its next cooldown doubles", "[etcd_core][exclusion]") {
+  Job job(excluding(1, 2, 1));
+  job.add("1");
+  job.add("2");
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  job["2"].core->publish_failure(0, failure());
+  job.settle(t0 + 1s);
+  request(job, {"1", "2"}, t0 + 2s);
+  job.settle(t0 + 2s);
+  CHECK(job["1"].answers.back().info.group_world_size == 1);
+  CHECK(job["2"].answers.back().excluded_for == 9000ms);
+
+  request(job, {"2"}, t0 + 12s);  // cooldown over: it joins, scaling the job up
+  job.settle(t0 + 12s);
+  request(job, {"1"}, t0 + 12s);
+  job.settle(t0 + 12s);
+  REQUIRE(job["2"].answers.back().error.empty());
+  CHECK(job["2"].answers.back().info.group_world_size == 2);
+
+  job["2"].core->publish_failure(job["2"].answers.back().rendezvous_round, failure());
+  job.settle(t0 + 13s);
+  auto rec = job.record();
+  REQUIRE(rec->excluded.size() == 1);
+  CHECK(rec->excluded[0].times == 2);
+  CHECK(rec->excluded[0].until_unix_ms == wall(t0 + 33s));  // 20 s: doubled
+  CHECK(rec->exclusions_total == 2);
+}
+
+TEST_CASE("etcd: a node no other can replace is kept, and one line says so", "[etcd_core][exclusion]") {
+  Job job(excluding(2, 2, 2));
+  job.add("1");
+  job.add("2");
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  job["2"].core->publish_failure(0, failure());
+  job.settle(t0 + 1s);
+  request(job, {"1", "2"}, t0 + 2s);
+  job.settle(t0 + 2s);
+  job["2"].core->publish_failure(1, failure());
+  auto act = job["2"].core->decide(t0 + 3s);
+  REQUIRE(act.write);
+  job.apply(job["2"], *act.write);
+  auto after = job["2"].core->decide(t0 + 3s);
+  bool said = false;
+  for (const auto& l : act.progress) said = said || l.find("was the root cause 2 times; kept: no other node can replace it") != std::string::npos;
+  for (const auto& l : after.progress) said = said || l.find("was the root cause 2 times; kept: no other node can replace it") != std::string::npos;
+  CHECK(said);
+  CHECK(job.record()->excluded.empty());
+  job.settle(t0 + 3s);
+  request(job, {"1", "2"}, t0 + 4s);
+  job.settle(t0 + 4s);
+  CHECK(job["2"].answers.back().error.empty());
+  CHECK(job["2"].answers.back().info.group_rank == 1);
+}
+
+TEST_CASE("etcd: exclude_request excludes at once, or closes with kExitNodeUnhealthy; stop_request closes",
+          "[etcd_core][exclusion]") {
+  SECTION("a spare can take its place") {
+    Job job(excluding(2, 2, 5));
+    for (const char* id : {"1", "2", "3"}) job.add(id);
+    request(job, {"1", "2", "3"}, t0);
+    job.settle(t0);
+    RoundOutcome o = failure();
+    o.exclude_request = "XID 79";
+    job["1"].core->publish_failure(0, o);
+    job.settle(t0 + 1s);
+    request(job, {"1", "2"}, t0 + 2s);
+    job.settle(t0 + 2s);
+    CHECK(job["1"].answers.back().excluded_reason == "a worker asked to exclude it: XID 79");
+    CHECK(job["3"].answers.back().info.group_rank == 0);  // the spare takes node rank 0
+    CHECK(job["2"].answers.back().info.group_rank == 1);
+    CHECK(job["3"].answers.back().info.master_addr == "10.0.0.3");
+  }
+  SECTION("no node can replace it") {
+    Job job(excluding(2, 2, 5));
+    job.add("1");
+    job.add("2");
+    request(job, {"1", "2"}, t0);
+    job.settle(t0);
+    RoundOutcome o = failure();
+    o.exclude_request = "XID 79";
+    job["1"].core->publish_failure(0, o);
+    job.settle(t0 + 1s);
+    REQUIRE(job["2"].controls.size() == 1);
+    CHECK(job["2"].controls.back().kind == ControlEvent::Kind::kClosed);
+    CHECK(job["2"].controls.back().exit_code == kExitNodeUnhealthy);
+    CHECK(job["2"].controls.back().detail.find("XID 79") != std::string::npos);
+  }
+  SECTION("stop_request") {
+    Job job(excluding(2, 2, 5));
+    job.add("1");
+    job.add("2");
+    request(job, {"1", "2"}, t0);
+    job.settle(t0);
+    RoundOutcome o = failure(3);
+    o.stop_request = "loss is NaN";
+    job["2"].core->publish_failure(0, o);
+    job.settle(t0 + 1s);
+    REQUIRE(job["1"].controls.size() == 1);
+    CHECK(job["1"].controls.back().kind == ControlEvent::Kind::kClosed);
+    CHECK(job["1"].controls.back().exit_code == 3);
+    CHECK(job["1"].controls.back().detail.find("asked to stop the job (exit code 3): loss is NaN") != std::string::npos);
+    CHECK(job.record()->restart_count == 0);
+  }
+}
+
+TEST_CASE("etcd: the job closing while a node waits excluded reaches it as a close", "[etcd_core][exclusion]") {
+  Job job(excluding(1, 2, 1));
+  job.add("1");
+  job.add("2");
+  request(job, {"1", "2"}, t0);
+  job.settle(t0);
+  job["2"].core->publish_failure(0, failure());
+  job.settle(t0 + 1s);
+  request(job, {"1", "2"}, t0 + 2s);
+  job.settle(t0 + 2s);
+  REQUIRE(job["2"].answers.back().excluded_for > 0ms);
+  job["1"].core->publish_success(job["1"].answers.back().rendezvous_round);
+  job.settle(t0 + 3s);
+  REQUIRE_FALSE(job["2"].controls.empty());
+  CHECK(job["2"].controls.back().kind == ControlEvent::Kind::kClosed);
+  CHECK(job["2"].controls.back().exit_code == 0);
 }
