@@ -111,7 +111,8 @@ struct Agent::Impl {
         hang_timer(io),
         hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout},
         share_timer(io),
-        join_notice(io) {}
+        join_notice(io),
+        exclusion_wait(io) {}
 
   AgentConfig config;
   asio::io_context io;
@@ -151,6 +152,7 @@ struct Agent::Impl {
   std::unique_ptr<HttpEndpoint> endpoint;  // --health-check-port, when given
   asio::steady_timer share_timer;          // multi-node with the endpoint: re-publishes this node's status
   asio::steady_timer join_notice;          // a joiner's line when its first round is slow to form
+  asio::steady_timer exclusion_wait;       // this node is excluded: it asks again when its cooldown ends
 
   int run();
   void wait_signal();
@@ -169,6 +171,7 @@ struct Agent::Impl {
   void join_round();
   void say_joining_later(std::string line);
   void on_round(const RoundResult& r);
+  void wait_excluded(const RoundResult& r);
   void on_control(const ControlEvent& e);
   void print_remote_report(const ControlEvent& e);
   void finish(int code);
@@ -696,6 +699,10 @@ void Agent::Impl::join_round() { rendezvous->request_round(); }
 
 void Agent::Impl::on_round(const RoundResult& r) {
   if (exit_code) return;
+  if (!r.error.empty() && r.excluded_for.count() > 0) {
+    wait_excluded(r);
+    return;
+  }
   if (!r.error.empty()) {
     log_line(r.error);
     perform(machine.on_job_closed(r.exit_code, AgentClock::now()));
@@ -714,6 +721,13 @@ void Agent::Impl::on_round(const RoundResult& r) {
         ", master " + r.info.master_addr + ":" + std::to_string(r.info.master_port));
   }
   view->round(r.rendezvous_round, r.info, rendezvous->node_id(), rendezvous->node_address());
+  if (config.multi_node) {
+    std::vector<ExcludedNodeStatus> excluded;
+    for (const auto& e : r.excluded) {
+      excluded.push_back({e.node_id, e.hostname, e.addr, e.reason, e.times, static_cast<double>(e.until_unix_ms) / 1000.0});
+    }
+    view->excluded_nodes(std::move(excluded), r.exclusions_total);
+  }
   if (!replication) {
     perform(machine.on_round(r.info.restart_count));
     return;
@@ -765,6 +779,7 @@ void Agent::Impl::print_remote_report(const ControlEvent& e) {
   }
   report->restarting = e.kind == ControlEvent::Kind::kStop;
   report->no_progress = e.kind == ControlEvent::Kind::kClosed && e.exit_code == kExitNoProgress;
+  report->excluded = e.excluded;
   log_line("root cause reported by node " + e.origin_node + ":");
   log_text(report->format_text());
   view->failure(*report, report->restarting, e.origin_node);
@@ -796,6 +811,21 @@ void Agent::Impl::share_status_later() {
     if (ec || exit_code) return;
     view->share();
     share_status_later();
+  });
+}
+
+// The coordinator keeps this node out until its cooldown ends (docs/rendezvous.md, "Exclusion"):
+// one line, its status, then the one way to ask again (join_round: its node checks run first).
+// The job closing meanwhile reaches it as a control event (on_control).
+void Agent::Impl::wait_excluded(const RoundResult& r) {
+  log_line(r.error + "; asking again in " + seconds_text(r.excluded_for));
+  const double until = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch() + r.excluded_for).count();
+  view->self_excluded(r.excluded_reason, until);
+  exclusion_wait.expires_after(r.excluded_for);
+  exclusion_wait.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || exit_code) return;
+    log_line("this node's exclusion ended: asking for a round again");
+    join_round();
   });
 }
 

@@ -80,6 +80,7 @@ std::string FailureReport::format_text() const {
      << ", at " << iso_time(time) << ", attempt " << restart_count << "; "
      << (restarting ? "restarting the group" : no_progress ? "stopping: the restarts make no progress" : "no restarts left") << "\n";
   if (!watchdog.empty()) os << "crun:   watchdog: " << watchdog << "\n";
+  if (!excluded.empty()) os << "crun:   node " << excluded << "\n";
   if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
   const auto traceback = split_lines(error_traceback);
   if (!traceback.empty() && !tail_shows(stderr_tail, traceback.back())) {
@@ -102,6 +103,7 @@ std::string FailureReport::to_json() const {
   j["attempt"] = restart_count;
   j["restarting"] = restarting;
   j["no_progress"] = no_progress;
+  if (!excluded.empty()) j["excluded"] = excluded;
   j["rank"] = rank;
   j["local_rank"] = local_rank;
   j["host"] = host;
@@ -158,6 +160,7 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
     r.restart_count = *attempt;
     r.restarting = j.at("restarting").get<bool>();
     if (auto n = j.find("no_progress"); n != j.end()) r.no_progress = n->get<bool>();
+    if (auto n = j.find("excluded"); n != j.end()) r.excluded = n->get<std::string>();
     r.rank = *rank;
     r.local_rank = *local_rank;
     r.host = j.at("host").get<std::string>();

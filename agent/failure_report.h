@@ -51,6 +51,9 @@ struct FailureReport {
   // What crun's watchdog saw when it stopped this worker itself (a file-timer scope past its
   // deadline); "" when the worker ended on its own.
   std::string watchdog;
+  // The coordinator excluded this node for it (docs/rendezvous.md, "Exclusion"): "excluded for
+  // 600 s (exclusion 1): the root cause 2 times"; "" when it did not.
+  std::string excluded;
 
   std::string format_text() const;
   std::string to_json() const;

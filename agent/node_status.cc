@@ -22,6 +22,15 @@ json worker_json(const WorkerStatus& w) {
   return j;
 }
 
+json excluded_json(const std::vector<ExcludedNodeStatus>& nodes) {
+  json list = json::array();
+  for (const auto& n : nodes) {
+    list.push_back({{"node_id", n.node_id}, {"hostname", n.hostname}, {"addr", n.addr}, {"reason", n.reason},
+                    {"times", n.times}, {"until_unix", round_to_millis(n.until_unix)}});
+  }
+  return list;
+}
+
 json node_json(const NodeStatus& s) {
   json workers = json::array();
   for (const auto& w : s.workers) workers.push_back(worker_json(w));
@@ -43,7 +52,10 @@ json node_json(const NodeStatus& s) {
           {"health", s.health},
           {"workers", std::move(workers)},
           {"last_failure", std::move(failure)},
-          {"updated_unix", round_to_millis(s.updated_unix)}};
+          {"updated_unix", round_to_millis(s.updated_unix)},
+          {"excluded", s.excluded},
+          {"excluded_nodes", excluded_json(s.excluded_nodes)},
+          {"exclusions_total", s.exclusions_total}};
 }
 
 template <typename T>
@@ -96,6 +108,20 @@ std::optional<NodeStatus> parse_node(const json& j) {
       s.last_failure = f.dump(-1, ' ', false, json::error_handler_t::replace);
     }
     s.updated_unix = field<double>(j, "updated_unix");
+    if (j.contains("excluded")) s.excluded = field<std::string>(j, "excluded");
+    if (j.contains("exclusions_total")) s.exclusions_total = field<int>(j, "exclusions_total");
+    if (j.contains("excluded_nodes")) {
+      for (const auto& ej : j.at("excluded_nodes")) {
+        ExcludedNodeStatus e;
+        e.node_id = field<std::string>(ej, "node_id");
+        e.hostname = field<std::string>(ej, "hostname");
+        e.addr = field<std::string>(ej, "addr");
+        e.reason = field<std::string>(ej, "reason");
+        e.times = field<int>(ej, "times");
+        e.until_unix = field<double>(ej, "until_unix");
+        s.excluded_nodes.push_back(std::move(e));
+      }
+    }
     return s;
   } catch (const json::exception&) {
     return std::nullopt;

@@ -34,6 +34,17 @@ struct WorkerStatus {
   bool operator==(const WorkerStatus&) const = default;
 };
 
+// A node the coordinator keeps out of the job's rounds for a while (docs/rendezvous.md, "Exclusion").
+struct ExcludedNodeStatus {
+  std::string node_id;
+  std::string hostname;
+  std::string addr;
+  std::string reason;
+  int times = 0;            // exclusions of this node in the job
+  double until_unix = 0;    // when its cooldown ends (seconds since the epoch)
+  bool operator==(const ExcludedNodeStatus&) const = default;
+};
+
 struct NodeStatus {
   std::string run_id;
   std::string role;
@@ -51,6 +62,11 @@ struct NodeStatus {
   std::vector<WorkerStatus> workers;
   std::string last_failure;  // the newest root cause's FailureReport JSON (agent/failure_report.h); "": none
   double updated_unix = 0;   // when this record was made (seconds since the epoch)
+  // Exclusion: why and until when this node is kept out ("" while it is not); node rank 0: the
+  // job's excluded nodes now, and the job's number of exclusions so far.
+  std::string excluded;
+  std::vector<ExcludedNodeStatus> excluded_nodes;
+  int exclusions_total = 0;
   bool operator==(const NodeStatus&) const = default;
 
   std::string to_json() const;

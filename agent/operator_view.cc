@@ -123,6 +123,7 @@ void OperatorView::round(int rendezvous_round, const RoundInfo& info, const std:
   node_.restart_count = info.restart_count;
   node_.state = "starting";
   node_.health.clear();
+  node_.excluded.clear();
   node_.workers.clear();
   for (int lr = 0; lr < id_.nproc_per_node; ++lr) {
     WorkerStatus w;
@@ -332,6 +333,10 @@ std::string OperatorView::metrics_text() const {
       {"crun_nodes", "gauge", "Nodes in the current round.", one(s.nodes)},
       {"crun_node_rank", "gauge", "This node's rank in the current round (GROUP_RANK).", one(s.node_rank)},
       {"crun_world_size", "gauge", "Workers in the whole job (WORLD_SIZE).", one(s.world_size)},
+      {"crun_nodes_excluded", "gauge", "Nodes the coordinator keeps out of the job now (node rank 0's view).",
+       one(static_cast<double>(s.excluded_nodes.size()))},
+      {"crun_node_exclusions_total", "counter", "Exclusions of nodes in the job so far (node rank 0's view).",
+       one(s.exclusions_total)},
       {"crun_last_failure_timestamp_seconds", "gauge",
        "When the newest root cause this agent knows of failed, in seconds since the epoch (0: none yet).",
        one(last_failure_unix_.value_or(0))},
@@ -364,6 +369,44 @@ HttpReply OperatorView::serve(const std::string& path) const {
     r.body = "not found: " + path + " (try /healthz, /metrics, /status or /)\n";
   }
   return r;
+}
+
+void OperatorView::self_excluded(const std::string& reason, double until_unix) {
+  node_.state = "excluded";
+  node_.excluded = reason;
+  node_.workers.clear();
+  ExcludedNodeStatus self;
+  self.node_id = node_.node_id;
+  self.hostname = id_.hostname;
+  self.addr = node_.addr;
+  self.reason = reason;
+  self.until_unix = until_unix;
+  json j = event_fields(id_, node_);
+  j["node_id"] = node_.node_id;
+  j["detail"] = reason;
+  j["until_unix"] = until_unix;
+  j["self"] = true;
+  events_->emit("node_excluded", members(j));
+  changed();
+}
+
+void OperatorView::excluded_nodes(std::vector<ExcludedNodeStatus> nodes, int total) {
+  if (node_.node_rank == 0) {
+    for (const auto& n : nodes) {
+      if (!announced_exclusions_.emplace(n.node_id, n.times).second) continue;
+      json j = event_fields(id_, node_);
+      j["node_id"] = n.node_id;
+      j["excluded_host"] = n.hostname;
+      j["addr"] = n.addr;
+      j["detail"] = n.reason;
+      j["times"] = n.times;
+      j["until_unix"] = n.until_unix;
+      events_->emit("node_excluded", members(j));
+    }
+  }
+  node_.excluded_nodes = std::move(nodes);
+  node_.exclusions_total = total;
+  changed();
 }
 
 }  // namespace crun

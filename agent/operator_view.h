@@ -7,7 +7,7 @@
 //     watchdog's verdicts, a root cause, a signal, the store lost, the end); each call updates
 //     the node's status and emits the matching event (agent/event_log.h): rendezvous_round,
 //     restart, worker_start, worker_exit, hang, failure, round_ended, preemption, signal,
-//     store_lost, stop.
+//     store_lost, stop, node_excluded.
 //   - serve(path) answers the HTTP endpoint (agent/http_endpoint.h): "/healthz" (200 "ok ..."
 //     while healthy, 503 with the reason once the agent cannot go on: a failure with no restart
 //     left, from the moment it is known (while the group still stops), the job closed by the
@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,13 @@ class OperatorView {
   void signal(int signo, bool preemption);
   void store_lost(const std::string& why);
   void stopped(int exit_code);
+  // Exclusion (docs/rendezvous.md): this node's join was answered "excluded" until `until_unix`
+  // (state "excluded", event node_excluded); it asks again then.
+  void self_excluded(const std::string& reason, double until_unix);
+  // With each round: the job's excluded nodes now and its number of exclusions so far (status,
+  // crun_nodes_excluded, crun_node_exclusions_total); on node rank 0 a node new in the list is a
+  // node_excluded event.
+  void excluded_nodes(std::vector<ExcludedNodeStatus> nodes, int total);
 
   using HeartbeatReader = std::function<std::optional<Heartbeat>(int local_rank)>;
   void set_heartbeats(HeartbeatReader read) { heartbeats_ = std::move(read); }
@@ -106,6 +114,7 @@ class OperatorView {
   std::optional<double> last_failure_unix_;
   std::uint64_t worker_starts_ = 0;
   double started_unix_ = 0;
+  std::set<std::pair<std::string, int>> announced_exclusions_;  // (node, times) already an event
 };
 
 }  // namespace crun

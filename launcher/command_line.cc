@@ -75,6 +75,10 @@ const std::vector<SettingSpec>& launch_settings() {
        "each rank's committed bytes in its CRUN_STATE_DIR (256MiB, 1GiB, bytes); a save over it is refused", "1GiB"},
       {"state_persist_dir", "--state-persist-dir,--state_persist_dir",
        "also copy each rank's committed CRUN_STATE_DIR files to DIR/rank-<rank>/ in the background (\"\": off)", ""},
+      {"exclude_after", "--exclude-after,--exclude_after",
+       "multi-node: exclude a node once it was the root cause of this many restarts (0: never)", "2"},
+      {"exclude_cooldown", "--exclude-cooldown,--exclude_cooldown",
+       "seconds an excluded node stays out; doubled at each further exclusion of it", "600"},
   };
   return specs;
 }

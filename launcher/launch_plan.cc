@@ -60,6 +60,16 @@ std::string random_run_id() {
   return id;
 }
 
+// --exclude-after N (an integer >= 0) and --exclude-cooldown SECONDS (> 0, at most a year).
+void plan_exclusion(const SettingTexts& s, RendezvousFlags& rf) {
+  const int after = int_setting(s, "exclude_after", "--exclude-after");
+  if (after < 0) usage("--exclude-after: must be >= 0 (0: never), got " + std::to_string(after));
+  const double cooldown = number_setting(s, "exclude_cooldown", "--exclude-cooldown");
+  if (!(cooldown >= 0.001) || cooldown > 31536000) usage("--exclude-cooldown: expected seconds > 0 (at most a year)");
+  rf.exclude_after = after;
+  rf.exclude_cooldown = std::chrono::milliseconds(static_cast<long long>(cooldown * 1000.0));
+}
+
 // The rendezvous group: nnodes, rdzv_*, node_rank, master_addr/port, local_addr; the job's shape
 // and who hosts the store.
 void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vector<std::string>& program,
@@ -125,6 +135,7 @@ void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vect
   rf.token = env.get("CRUN_RDZV_TOKEN").value_or("");
   rf.share_store = env.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE").value_or("0") != "1";
   rf.program = program;
+  plan_exclusion(s, rf);
   plan.multi_node = make_multi_node(rf, max_restarts, host);
 
   const auto& id = s.at("rdzv_id");

@@ -203,6 +203,8 @@ std::optional<MultiNodePlan> make_multi_node(const RendezvousFlags& f, int max_r
   m.rendezvous.min_nodes = static_cast<int>(f.min_nodes);
   m.rendezvous.max_nodes = static_cast<int>(f.max_nodes);
   m.rendezvous.max_restarts = max_restarts;
+  m.rendezvous.exclude_after = f.exclude_after;
+  m.rendezvous.exclude_cooldown = f.exclude_cooldown;
   m.local_addr = f.local_addr;
   m.program = program_fingerprint(f.program);
   m.token = f.token;

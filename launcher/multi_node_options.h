@@ -26,6 +26,7 @@
 //   Pure function of its arguments (blocks in host.resolve).
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <utility>
@@ -60,6 +61,8 @@ struct RendezvousFlags {
   std::string token;                                       // $CRUN_RDZV_TOKEN
   bool share_store = true;                                 // TORCH_DISABLE_SHARE_RDZV_TCP_STORE != 1
   std::vector<std::string> program;                        // as the user wrote it
+  int exclude_after = 2;                                   // --exclude-after (0: never)
+  std::chrono::milliseconds exclude_cooldown{600000};      // --exclude-cooldown
 };
 
 struct MultiNodePlan {

@@ -9,6 +9,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -157,6 +158,20 @@ std::string format_job_status(const std::string& status_json) {
   std::vector<std::vector<std::string>> rank_rows{{"RANK", "NODE", "LOCAL", "PID", "STATE", "RESTARTS", "HEARTBEAT", "STEP", "EXIT"}};
   for (auto& [rank, row] : ranks) rank_rows.push_back(std::move(row));
   out += columns(node_rows) + "\n" + columns(rank_rows);
+  if (!self->excluded_nodes.empty() || self->exclusions_total > 0) {  // node rank 0's view of the job
+    out += "\nexcluded nodes (" + std::to_string(self->exclusions_total) + " exclusion(s) so far):\n";
+    std::vector<std::vector<std::string>> rows{{"HOST", "ADDRESS", "NODE ID", "TIMES", "UNTIL", "WHY"}};
+    for (const auto& e : self->excluded_nodes) {
+      const std::time_t until = static_cast<std::time_t>(e.until_unix);
+      std::tm tm{};
+      ::gmtime_r(&until, &tm);
+      char when[32];
+      std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      rows.push_back({e.hostname, e.addr.empty() ? "-" : e.addr, e.node_id, std::to_string(e.times), when, e.reason});
+    }
+    if (rows.size() > 1) out += columns(rows);
+    else out += "  none now\n";
+  }
   if (failure) {  // the agent's own words for it, without its "crun: " prefixes
     out += "\nlast failure:\n";
     std::size_t at = 0;

@@ -224,7 +224,8 @@ CoordinatorEffects CoordinatorCore::on_report(int r, const std::string& node, co
     }
   }
   ++restart_count_;
-  begin_reform(true, where + decision.reason + excluded, node, outcome->report, excluded.empty() ? std::string() : node);
+  begin_reform(true, where + decision.reason + (excluded.empty() ? "" : "; node " + describe(node) + " " + excluded), node,
+               outcome->report, excluded.empty() ? std::string() : node, excluded);
   try_close(now);
   return take();
 }
@@ -247,9 +248,8 @@ std::string CoordinatorCore::exclude(const std::string& node, const std::string&
   e.reason = why;
   root_causes_.erase(node);
   ++exclusions_total_;
-  const std::string note = "; node " + describe(node) + " excluded for " + seconds(cooldown) + " (exclusion " +
-                           std::to_string(e.times) + "): " + why;
-  out_.push_back(fx::Log{"rendezvous:" + note.substr(1)});
+  const std::string note = "excluded for " + seconds(cooldown) + " (exclusion " + std::to_string(e.times) + "): " + why;
+  out_.push_back(fx::Log{"rendezvous: node " + describe(node) + " " + note});
   return note;
 }
 
@@ -296,7 +296,7 @@ void CoordinatorCore::lost(const std::string& node, const std::string& why, Time
 
 // Ends the running round: agents stop their workers and join again.
 void CoordinatorCore::begin_reform(bool failure, const std::string& detail, const std::string& origin,
-                                   const std::string& report, const std::string& lost_node) {
+                                   const std::string& report, const std::string& lost_node, const std::string& excluded) {
   ControlEvent ev;
   ev.kind = ControlEvent::Kind::kStop;
   ev.round = round_;
@@ -305,6 +305,7 @@ void CoordinatorCore::begin_reform(bool failure, const std::string& detail, cons
   ev.detail = detail;
   ev.origin_node = origin;
   ev.report = report;
+  ev.excluded = excluded;
   out_.push_back(fx::Control{std::move(ev)});
   out_.push_back(fx::Log{"rendezvous: round " + std::to_string(round_) + " ends: " + detail});
   phase_ = Phase::kForming;

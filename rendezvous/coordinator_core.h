@@ -161,7 +161,7 @@ class CoordinatorCore {
   void lost(const std::string& node, const std::string& why, TimePoint now);
   void answer_error(const NodeRecord& rec, const std::string& error, bool closed);
   void begin_reform(bool failure, const std::string& detail, const std::string& origin, const std::string& report,
-                    const std::string& lost_node);
+                    const std::string& lost_node, const std::string& excluded = {});
   void try_close(TimePoint now);
   void close_round(TimePoint now);
   void prune_round(int r);

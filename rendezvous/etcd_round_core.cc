@@ -491,7 +491,8 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::fail(const RoundOutcome& o, TimePoi
       next.root_causes.erase(self_.node_id);
       ++next.exclusions_total;
       expected.erase(std::remove(expected.begin(), expected.end(), self_.node_id), expected.end());
-      c.detail += "; node " + me + " excluded for " + seconds(cooldown) + " (exclusion " + std::to_string(it->times) + "): " + why;
+      c.excluded = "excluded for " + seconds(cooldown) + " (exclusion " + std::to_string(it->times) + "): " + why;
+      c.detail += "; node " + me + " " + c.excluded;
     } else if (asked) {
       return close(s, kExitNodeUnhealthy,
                    "node " + me + " asked to be excluded (" + o.exclude_request + "); no other node can replace it",

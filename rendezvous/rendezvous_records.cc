@@ -195,7 +195,7 @@ RoundOutcome RoundOutcome::from_json(const std::string& text) {
 std::string ControlEvent::to_json() const {
   return json{{"kind", kind == Kind::kStop ? "stop" : "closed"}, {"round", round}, {"restart_count", restart_count},
               {"failure", failure}, {"exit_code", exit_code}, {"detail", detail}, {"origin_node", origin_node},
-              {"report", report}}
+              {"report", report}, {"excluded", excluded}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -212,6 +212,7 @@ ControlEvent ControlEvent::from_json(const std::string& text) {
   e.detail = field<std::string>(j, "detail", "control");
   e.origin_node = field<std::string>(j, "origin_node", "control");
   e.report = field<std::string>(j, "report", "control");
+  if (j.contains("excluded")) e.excluded = field<std::string>(j, "excluded", "control");
   return e;
 }
 

@@ -130,6 +130,7 @@ struct ControlEvent {
   std::string detail;       // one line: why
   std::string origin_node;  // the node whose failure caused this, if any
   std::string report;       // that node's failure report (its JSON)
+  std::string excluded;     // kStop: that node was excluded: "excluded for 600 s (exclusion 1): why"; "" not
 
   std::string to_json() const;
   static ControlEvent from_json(const std::string& text);

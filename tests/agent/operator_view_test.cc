@@ -72,9 +72,13 @@ TEST_CASE("node status: JSON round trip; anything else is refused", "[operator_v
   r.status = ExitStatus::exited(3);
   r.stderr_tail = {"boom", "\xff not utf-8"};
   s.last_failure = FailureReport::from_json(r.to_json())->to_json();
+  s.excluded_nodes = {{"h2:7:b", "h2", "10.0.0.3", "the root cause 2 times", 2, 1795659816.25}};
+  s.exclusions_total = 3;
   const auto back = NodeStatus::from_json(s.to_json());
   REQUIRE(back.has_value());
   CHECK(back->workers == s.workers);
+  CHECK(back->excluded_nodes == s.excluded_nodes);
+  CHECK(back->exclusions_total == 3);
   CHECK(back->node_rank == 1);
   CHECK(json::parse(back->last_failure)["rank"] == 3);
   for (const char* bad : {"", "[]", "{}", "null", "{\"run_id\":1}", "not json"}) CHECK_FALSE(NodeStatus::from_json(bad));
@@ -249,4 +253,37 @@ TEST_CASE("operator view: a failure with no restart left is unhealthy and counte
   joined.job_closed("worker failure on node b (exit code 3); no restarts left (max 3)");
   CHECK(joined.serve("/healthz").status == 503);
   CHECK_THAT(joined.serve("/healthz").body, Catch::StartsWith("failed: the job closed: worker failure on node b"));
+}
+
+TEST_CASE("operator view: excluded nodes in the status, the metrics and node_excluded events", "[operator_view]") {
+  const crun::test::TempDir dir("crun-opview");
+  const std::string events_path = (dir.path / "events.jsonl").string();
+  OperatorView view({"job", "trainer", "h0", 1, 3}, EventLog::open("jsonl:" + events_path));
+  RoundInfo info;
+  info.group_world_size = 2;
+  view.round(2, info, "h0:1:a", "10.0.0.1");
+  const ExcludedNodeStatus b{"h2:7:b", "h2", "10.0.0.3", "the root cause 2 times", 1, 1795659816.0};
+  view.excluded_nodes({b}, 1);
+  view.excluded_nodes({b}, 1);  // the same exclusion again (the next round): one event
+  const std::string metrics = view.serve("/metrics").body;
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_nodes_excluded 1\n") && Catch::Contains("\ncrun_node_exclusions_total 1\n"));
+  const auto status = json::parse(view.serve("/status").body);
+  CHECK(status["node"]["excluded_nodes"][0]["hostname"] == "h2");
+  CHECK(status["node"]["excluded_nodes"][0]["reason"] == "the root cause 2 times");
+  CHECK(status["node"]["exclusions_total"] == 1);
+  // The excluded node's own view: its state and why.
+  OperatorView excluded({"job", "trainer", "h2", 1, 3}, EventLog::open("jsonl:" + events_path));
+  excluded.self_excluded("the root cause 2 times", 1795659816.0);
+  const auto own = json::parse(excluded.serve("/status").body);
+  CHECK(own["node"]["state"] == "excluded");
+  CHECK(own["node"]["excluded"] == "the root cause 2 times");
+  CHECK(excluded.serve("/healthz").status == 200);  // waiting out its cooldown is not a failure
+  std::vector<std::string> kinds;
+  std::istringstream events(slurp(events_path));
+  std::string line;
+  while (std::getline(events, line)) {
+    const auto j = json::parse(line);
+    if (j["event"] == "node_excluded") kinds.push_back(j.value("excluded_host", std::string("self")));
+  }
+  CHECK(kinds == std::vector<std::string>{"h2", "self"});
 }

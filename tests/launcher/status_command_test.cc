@@ -116,3 +116,23 @@ TEST_CASE("crun status: an answer that is not a /status document is exit 1; --js
   CHECK(raw.code == 0);
   CHECK(raw.out == doc + "\n");
 }
+
+TEST_CASE("crun status: node rank 0's excluded nodes: who, why, until when, how many times", "[status_cli]") {
+  LoopbackSocket agent(LoopbackSocket::Mode::kListening);
+  const std::string url = "127.0.0.1:" + std::to_string(agent.port);
+  const std::string node =
+      R"({"run_id":"job","role":"default","hostname":"h0","node_id":"h0:1:a","addr":"10.0.0.1","node_rank":0,"nodes":2,)"
+      R"("world_size":2,"rendezvous_round":3,"restart_count":2,"max_restarts":5,"state":"running","health":"",)"
+      R"("workers":[],"last_failure":null,"updated_unix":1795659216.5,"excluded":"",)"
+      R"("excluded_nodes":[{"node_id":"h2:7:b","hostname":"h2","addr":"10.0.0.3","reason":"the root cause 2 times",)"
+      R"("times":1,"until_unix":1795659816.0}],"exclusions_total":1})";
+  const std::string doc = R"({"node":)" + node + R"(,"job":{"nodes":[)" + node + "]}}";
+  auto peer = answer_once(agent.fd, doc);
+  const auto tables = status({url});
+  peer.join();
+  INFO(tables.err);
+  CHECK(tables.code == 0);
+  CHECK_THAT(tables.out, Catch::Contains("excluded nodes (1 exclusion(s) so far):"));
+  CHECK_THAT(tables.out, Catch::Contains("h2") && Catch::Contains("10.0.0.3") && Catch::Contains("h2:7:b") &&
+                             Catch::Contains("2026-11-26T02:23:36Z") && Catch::Contains("the root cause 2 times"));
+}

@@ -14,6 +14,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/cluster.h"
 #include "tests/support/eventually.h"
+#include "tests/support/exclusion_job.h"
 #include "tests/support/state_digest.h"
 
 using namespace crun::test;
@@ -561,4 +562,42 @@ TEST_CASE("train_mlp checkpointing into CRUN_STATE_DIR: node 0 SIGKILLed, a spar
   CHECK_THAT(spare.err(), Catch::Contains("rank 1 from 10.77.0.1:"));
   CHECK_THAT(a.out(), Catch::Contains("resumed from checkpoint"));
   CHECK(sha(a.out()) == reference);
+}
+
+// Hosts 1 and 2 run a 2:2 job, host 3 waits as a spare; host 2's worker fails twice: host 2 is
+// excluded, the spare takes its node rank (restart 2); after the 3 s cooldown host 2 asks again
+// and waits (the round is full) until host 3 is lost: then it takes its rank back, without a
+// restart, and the job finishes.
+TEST_CASE("a host that is the root cause twice is excluded; the spare takes its node rank; it comes back after the cooldown",
+          "[exclusion]") {
+  Cluster cl(3);
+  ExclusionJob job;
+  auto flags = c10d("2:2", 1, "", 5);
+  flags.insert(flags.end(), {"--exclude-cooldown", "3"});
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.script()}, job.env(1, false));
+  auto& b = cl.crun_program(2, flags, "/bin/sh", {job.script()}, job.env(2, true));
+  const int b_rank = node_rank_of(b, 0, 2, 0);
+  REQUIRE(b_rank >= 0);
+  auto& spare = cl.crun_program(3, flags, "/bin/sh", {job.script()}, job.env(3, false));
+  REQUIRE(err_has(a, "waits: the round is at its maximum of 2 nodes"));
+  ExclusionJob::touch(job.go);
+  // The first failure restarts the same two hosts; the second excludes host 2.
+  CHECK(node_rank_of(b, 1, 2, 1) == b_rank);
+  REQUIRE(err_has(a, "excluded for 3 s (exclusion 1): the root cause 2 times"));
+  CHECK(node_rank_of(spare, 2, 2, 2) == b_rank);
+  REQUIRE(err_has(b, "is excluded until"));
+  // The cooldown ends: host 2 asks again (the coordinator says so) and waits, the round being full.
+  REQUIRE(err_has(b, "this node's exclusion ended: asking for a round again"));
+  REQUIRE(err_has(a, "joins again: its exclusion ended"));
+  // The spare is lost: host 2, waiting, forms the next round with host 1 at once, in its old rank.
+  spare.signal(SIGKILL);
+  CHECK(node_rank_of(b, 3, 2, 2) == b_rank);
+  ExclusionJob::touch(job.done);
+  CHECK(a.wait_exit() == 0);
+  CHECK(b.wait_exit() == 0);
+  CHECK(count(read_file(job.fails), "failed") == 2);
+  const std::string stamps = read_file(job.stamps);
+  INFO(stamps);
+  CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
+  CHECK(count(stamps, "start host=2 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
 }
