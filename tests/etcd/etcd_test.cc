@@ -19,6 +19,7 @@
 #include "tests/support/cluster.h"
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/eventually.h"
+#include "tests/support/exclusion_job.h"
 #include "tests/support/state_digest.h"
 
 using namespace crun::test;
@@ -534,4 +535,48 @@ TEST_CASE("state that outlives a node over etcd-v3: node 0's agent SIGKILLed, it
   std::string cleanup = std::string("rm -rf ") + dir;
   int ignored = std::system(cleanup.c_str());
   (void)ignored;
+}
+
+// ---- exclusion and hot spares -------------------------------------------------------------------
+
+// As tests/multinode's: hosts 1 and 2 run a 2:2 job, host 3 waits as a spare; host 2's worker fails
+// twice: host 2 is written into the round record's excluded set, the spare takes its node rank;
+// after the 3 s cooldown host 2 asks again and waits until host 3 is lost (its lease expires), then
+// takes its rank back without a restart.
+TEST_CASE("etcd-v3: a host that is the root cause twice is excluded; the spare takes its node rank; it comes back",
+          "[exclusion]") {
+  Cluster cl(3);
+  EtcdCluster etcd(cl, {1});
+  ExclusionJob job;
+  auto flags = etcd_v3(etcd, "2:2", 1, 5);
+  flags.insert(flags.end(), {"--exclude-cooldown", "3"});
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.script()}, job.env(1, false));
+  auto& b = cl.crun_program(2, flags, "/bin/sh", {job.script()}, job.env(2, true));
+  const int b_rank = node_rank_of(b, 0, 2, 0);
+  REQUIRE(b_rank >= 0);
+  REQUIRE(node_rank_of(a, 0, 2, 0) == 1 - b_rank);
+  auto& spare = cl.crun_program(3, flags, "/bin/sh", {job.script()}, job.env(3, false));
+  REQUIRE(err_has(spare, "round 0 is full (2 nodes); waiting for the next one"));
+  ExclusionJob::touch(job.go);
+  CHECK(node_rank_of(b, 1, 2, 1) == b_rank);
+  REQUIRE(err_has(a, "excluded for 3 s (exclusion 1): the root cause 2 times"));
+  CHECK(node_rank_of(spare, 2, 2, 2) == b_rank);
+  REQUIRE(err_has(b, "is excluded for"));
+  // The round record holds the excluded set: who, why, until when, how many times.
+  const std::string record = etcd.etcdctl(1, {"get", "--print-value-only", "/crun/job/round"});
+  INFO(record);
+  CHECK_THAT(record, Catch::Contains("\"excluded\"") && Catch::Contains("the root cause 2 times") &&
+                         Catch::Contains("\"times\":1") && Catch::Contains("until_unix_ms"));
+  REQUIRE(err_has(b, "this node's exclusion ended: asking for a round again"));
+  REQUIRE(err_has(b, "is full (2 nodes); waiting for the next one"));
+  spare.signal(SIGKILL);  // its lease expires within about 3 s
+  CHECK(node_rank_of(b, 3, 2, 2) == b_rank);
+  ExclusionJob::touch(job.done);
+  CHECK(a.wait_exit() == 0);
+  CHECK(b.wait_exit() == 0);
+  CHECK(count(read_file(job.fails), "failed") == 2);
+  const std::string stamps = read_file(job.stamps);
+  INFO(stamps);
+  CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
+  CHECK(count(stamps, "start host=2 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
 }
