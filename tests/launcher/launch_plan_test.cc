@@ -1078,3 +1078,34 @@ TEST_CASE("CRUN_STATE_ROOT and --state-max-bytes reach the agent; a bad value is
   CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"CRUN_STATE_ROOT", "shm"}}}, h) ==
         "CRUN_STATE_ROOT: expected an absolute path, got 'shm'");
 }
+
+TEST_CASE("--exclude-after and --exclude-cooldown reach the rendezvous; bad values are one line", "[launch_plan]") {
+  const std::vector<std::string> c10d{"--nnodes", "2:3", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.5:29400"};
+  auto defaults = c10d;
+  defaults.insert(defaults.end(), {"--no-python", "/bin/true"});
+  const auto d = parse(defaults).agent.multi_node->rendezvous;
+  CHECK(d.exclude_after == 2);
+  CHECK(d.exclude_cooldown == std::chrono::milliseconds(600000));
+
+  auto given = c10d;
+  given.insert(given.end(), {"--exclude-after", "0", "--no-python", "/bin/true"});
+  const auto g = parse(given, EnvSnapshot{{{"PET_EXCLUDE_COOLDOWN", "2.5"}}}).agent.multi_node->rendezvous;
+  CHECK(g.exclude_after == 0);
+  CHECK(g.exclude_cooldown == std::chrono::milliseconds(2500));
+  auto print = c10d;
+  print.insert(print.end(), {"--exclude-after", "3", "--print-config", "/bin/true"});
+  const std::string printed = *parse(print).exit_now;
+  CHECK_THAT(printed, Catch::Contains("exclude_after = 3  (--exclude-after)") &&
+                          Catch::Contains("exclude_cooldown = 600  (default)"));
+
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--exclude-after", "-1"}, {"--exclude-after", "two"}, {"--exclude-cooldown", "0"},
+           {"--exclude-cooldown", "-5"}, {"--exclude-cooldown", "soon"}, {"--exclude-cooldown", "1e12"}}) {
+    auto bad = c10d;
+    bad.insert(bad.end(), {flag, value, "--no-python", "/bin/true"});
+    const std::string error = usage_error(bad);
+    INFO(flag << " " << value << ": " << error);
+    CHECK_THAT(error, Catch::Contains(flag));
+    CHECK(error.find('\n') == std::string::npos);
+  }
+}

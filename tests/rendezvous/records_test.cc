@@ -144,6 +144,45 @@ TEST_CASE("records: mismatch names every differing field, and only those", "[rec
                          "program /usr/bin/python3 train.py vs b.out");
   CHECK(b.mismatch(a) == "nproc 4 vs 8, role eval vs trainer, max-restarts 0 vs 2, nnodes 1:4 vs 2:4, "
                          "program b.out vs /usr/bin/python3 train.py");
+  // Exclusion's settings too: with etcd-v3 every agent decides by its own.
+  NodeRecord c = a;
+  c.exclude_after = 0;
+  c.exclude_cooldown_ms = 3000;
+  CHECK(a.mismatch(c) == "exclude-after 2 vs 0, exclude-cooldown 600 s vs 3 s");
+  CHECK(NodeRecord::from_json(c.to_json()).mismatch(c).empty());
+}
+
+TEST_CASE("records: the exclusion fields of answers and of the etcd round record round-trip", "[records]") {
+  RoundAnswer a;
+  a.error = "excluded";
+  a.excluded_for_ms = 2500;
+  a.excluded_reason = "the root cause 2 times";
+  a.excluded = {{"n1", "h1", "10.0.0.1", "why", 2, 1795659816000}};
+  a.exclusions_total = 3;
+  const RoundAnswer back = RoundAnswer::from_json(a.to_json());
+  CHECK(back.excluded_for_ms == 2500);
+  CHECK(back.excluded_reason == a.excluded_reason);
+  REQUIRE(back.excluded.size() == 1);
+  CHECK(back.excluded[0].until_unix_ms == 1795659816000);
+  CHECK(back.excluded[0].times == 2);
+  CHECK(back.exclusions_total == 3);
+  EtcdRoundRecord r;
+  r.excluded = a.excluded;
+  r.root_causes = {{"n2", 1}};
+  r.exclusions_total = 1;
+  r.previous = {"n1", "n2"};
+  const EtcdRoundRecord rb = EtcdRoundRecord::from_json(r.to_json());
+  CHECK(rb.excluded.at(0).reason == "why");
+  CHECK(rb.root_causes.at("n2") == 1);
+  CHECK(rb.previous == r.previous);
+  CHECK(rb.exclusions_total == 1);
+  CHECK_THROWS_WITH(EtcdRoundRecord::from_json(R"({"phase":"forming","round":0,"restart_count":0,"expected":[],)"
+                                                 R"("participants":[],"master_addr":"","master_port":0,"reference":"",)"
+                                                 R"("no_progress_streak":0,"excluded":[{"node_id":1}]})"),
+                    Catch::Contains("round record"));
+  ControlEvent e;
+  e.excluded = "excluded for 600 s (exclusion 1): why";
+  CHECK(ControlEvent::from_json(e.to_json()).excluded == e.excluded);
 }
 
 TEST_CASE("records: every key of a run lives under crun/rdzv/<run>/", "[records]") {
