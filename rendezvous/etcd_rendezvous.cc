@@ -113,7 +113,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
           },
           [this](std::exception_ptr error) { lose(error); }, [this](std::int64_t) { watches_created(); });
       watch = client->watch(
-          keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()), 0, false,
+          keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()), 0, true,
           [this](std::int64_t, std::vector<EtcdEvent> events) {
             for (auto& e : events) gone_events.push_back(std::move(e));
             apply_events();
@@ -173,11 +173,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       if (e.deleted) core->on_round_gone(e.kv.mod_revision);
       else core->on_round(e.kv.value, e.kv.mod_revision);
     }
-    for (const auto& e : gone_events) {
-      const std::string node = e.kv.key.substr(keys.alive_prefix().size());
-      if (e.deleted) core->on_node_gone(node);
-      else core->on_node_alive(node);  // an agent started: a possible spare (exclusion counts it)
-    }
+    for (const auto& e : gone_events) core->on_node_gone(e.kv.key.substr(keys.alive_prefix().size()));
     round_events.clear();
     gone_events.clear();
     decide();
@@ -275,6 +271,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     if (a.join) put_and_count(*a.join, true);
     if (a.report) put_and_count(*a.report, false);
     if (a.read_joins) read_joins(*a.read_joins);
+    if (a.read_alive) read_alive();
     if (a.write) write(std::move(*a.write));
     if (a.deadline) {
       decide_timer.expires_at(*a.deadline);
@@ -297,6 +294,22 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
       const std::int64_t n = r.counts.empty() ? 0 : r.counts.front();
       if (join) core->on_join_count(round, n, Clock::now());
       else core->on_report_count(round, n);
+      decide();
+    });
+  }
+
+  // Who is alive (keys only), for an exclusion about to be decided (EtcdRoundCore::on_alive_list).
+  void read_alive() {
+    EtcdOp alive = EtcdOp::range(keys.alive_prefix(), etcd_prefix_end(keys.alive_prefix()));
+    alive.keys_only = true;
+    EtcdTxn t;
+    t.success = {alive};
+    client->txn(std::move(t), [this](std::exception_ptr error, EtcdTxnResult r) {
+      if (error) return lose(error);
+      if (gone) return;
+      std::vector<std::string> nodes;
+      for (const auto& kv : r.kvs) nodes.push_back(kv.key.substr(keys.alive_prefix().size()));
+      core->on_alive_list(nodes);
       decide();
     });
   }
@@ -387,7 +400,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work = asio::make_work_guard(io);
   std::unique_ptr<EtcdClient> client;
-  std::unique_ptr<EtcdWatch> watch;        // the alive keys' puts and deletes
+  std::unique_ptr<EtcdWatch> watch;        // the alive keys' deletes
   std::unique_ptr<EtcdWatch> round_watch;  // the round record
   std::unique_ptr<EtcdRoundCore> core;
   asio::steady_timer keep_alive_timer{io};

@@ -69,8 +69,14 @@ void EtcdRoundCore::on_node_gone(const std::string& node) {
   if (gone_.insert(node).second && joins_) reread_ = true;
 }
 
-void EtcdRoundCore::on_node_alive(const std::string& node) {
-  if (live(node)) alive_.insert(node);
+void EtcdRoundCore::on_alive_list(const std::vector<std::string>& nodes) {
+  alive_.clear();
+  for (const auto& n : nodes) {
+    if (live(n)) alive_.insert(n);
+  }
+  alive_read_in_flight_ = false;
+  alive_fresh_ = true;
+  need_alive_ = false;
 }
 
 std::int64_t EtcdRoundCore::wall_ms(TimePoint now) const {
@@ -165,6 +171,10 @@ EtcdRoundActions EtcdRoundCore::decide(TimePoint now) {
     write_in_flight_ = out.write.has_value();
   }
   if (!kept_line_.empty()) out.progress.push_back(std::exchange(kept_line_, {}));
+  if (need_alive_ && !alive_read_in_flight_) {
+    out.read_alive = true;
+    alive_read_in_flight_ = true;
+  }
   if (!out.write) maybe_read_joins(now, out);
   if (waiting_) {
     out.deadline = join_deadline_;
@@ -325,8 +335,19 @@ std::optional<EtcdRoundWrite> EtcdRoundCore::next_write(TimePoint now) {
     return reform(s, rest, c);
   }
   if (failure_ && in(s.participants, self_.node_id)) {
-    auto w = fail(failure_->second, now);
+    // An exclusion may be due: who could replace this node is read first (rare: no watch).
+    const RoundOutcome& o = failure_->second;
+    const auto counted = s.root_causes.find(self_.node_id);
+    const int count = (counted == s.root_causes.end() ? 0 : counted->second) + 1;
+    const bool due = o.stop_request.empty() &&
+                     (!o.exclude_request.empty() || (cfg_.exclude_after > 0 && count >= cfg_.exclude_after));
+    if (due && !alive_fresh_) {
+      need_alive_ = true;
+      return std::nullopt;
+    }
+    auto w = fail(o, now);
     failure_.reset();
+    alive_fresh_ = false;
     return w;
   }
   if (report_complete_ == s.round) {

@@ -10,7 +10,8 @@
 //     join timeout, closed, mismatch), control events for the round this agent runs (the round
 //     ended: kStop; the job closed: kClosed), progress lines, this agent's keys to put (its join
 //     of a round, its success report; each with a count of that round's keys: on_join_count,
-//     on_report_count), a read of a round's joins (on_joins), and at most one compare-and-swap of
+//     on_report_count), a read of a round's joins (on_joins), a read of the alive keys when this
+//     agent's failure may exclude it (on_alive_list), and at most one compare-and-swap of
 //     the round record at a time (write_done() says it finished, whatever its result).
 //   - No agent watches the others' joins or reports (that would be O(nodes^2) messages a round):
 //     a joiner learns the number of joins from its own put; the one that completes the round
@@ -32,7 +33,8 @@
 //         itself into the record's excluded set (wall-clock end, reason, times; the cooldown
 //         doubling each time) in the same compare-and-swap that ends the round, when the others
 //         still reach min_nodes without it (the round's other live nodes plus the live nodes
-//         outside it that are not excluded: spares); else it is kept (one progress line), or, on
+//         outside it that are not excluded: spares, from a read of alive/ made for this
+//         decision alone: watching alive/'s puts cost every agent every other's start); else it is kept (one progress line), or, on
 //         an exclude_request, the job closes with kExitNodeUnhealthy. A stop_request closes the
 //         job with the report's exit code. An agent that finds itself excluded is answered with
 //         an error and excluded_for, without joining; once answered so, a close of the job
@@ -79,6 +81,7 @@ struct EtcdRoundActions {
   std::optional<EtcdRoundPut> join;    // answer: on_join_count
   std::optional<EtcdRoundPut> report;  // answer: on_report_count
   std::optional<int> read_joins;       // read join/<round>/: answer on_joins
+  bool read_alive = false;             // list alive/ (keys only): answer on_alive_list
   std::optional<EtcdRoundWrite> write;
   std::optional<std::chrono::steady_clock::time_point> deadline;  // call decide() again by then
 };
@@ -96,8 +99,8 @@ class EtcdRoundCore {
   void on_round(const std::string& value, std::int64_t revision);
   void on_round_gone(std::int64_t revision);
   void on_node_gone(const std::string& node);
-  // A node's alive key appeared (an agent started): counted as a possible spare.
-  void on_node_alive(const std::string& node);
+  // The answer to read_alive: the nodes whose alive key exists (possible spares).
+  void on_alive_list(const std::vector<std::string>& nodes);
   // The wall clock minus the core's clock (ms): excluded nodes' ends are on the wall clock.
   void set_wall_offset(std::chrono::milliseconds offset) { wall_offset_ = offset; }
   void on_join_count(int round, std::int64_t count, TimePoint now);
@@ -144,7 +147,10 @@ class EtcdRoundCore {
   std::int64_t state_revision_ = 0;   // its mod revision (0: no record)
   std::int64_t state_seen_ = 0;       // the newest revision applied to it (put or delete)
   std::set<std::string> gone_;        // nodes whose alive key went (they never come back)
-  std::set<std::string> alive_;       // nodes whose alive key exists (as far as the watch told)
+  std::set<std::string> alive_;       // nodes whose alive key existed at the last read (load, read_alive)
+  bool alive_fresh_ = false;          // alive_ was read for the failure this agent decides now
+  bool need_alive_ = false;           // that failure may exclude this node: read alive/ first
+  bool alive_read_in_flight_ = false;
   std::chrono::milliseconds wall_offset_{0};
   bool excluded_wait_ = false;        // answered "excluded": a close still reaches this agent
   std::string kept_line_;             // a progress line to give: this node was kept, not excluded

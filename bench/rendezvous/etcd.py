@@ -2,13 +2,14 @@
 """etcd-v3 rendezvous beside c10d, in one run (issue 13's figures).
 
     /usr/bin/python3 bench/rendezvous/etcd.py [--build build] [--runs 5] [--scale 8,32,128]
-        [--ttl 2,5] [--loss-runs 5]
+        [--ttl 2,5] [--loss-runs 5] [--crun-also OTHER_CRUN]
 
 1. Round time on loopback: N agents (`--nnodes N --nproc-per-node 1`, worker `rdzv_worker`, which
    stamps its start and exits 0) started by rdzv_spawn, once with `--rdzv-backend c10d` (one agent
    is_host=1) and once with `--rdzv-backend etcd-v3` against one local etcd member (data on tmpfs),
    alternating, median of --runs. Figures: first launch -> last worker started ("round"), and ->
-   every agent exited.
+   every agent exited. With --crun-also, OTHER_CRUN (e.g. the binary before a change) runs both
+   backends too, interleaved in the same loop, and the ratios this build / OTHER_CRUN are printed.
 2. Node-0 loss: 3 agents on etcd-v3 with lease_ttl T (`--nnodes 2:3`), workers held; SIGKILL of
    the agent with node rank 0; figure = the last survivor worker's start stamp of the new round -
    the kill. Goal: <= T + 1 s.
@@ -86,16 +87,17 @@ def stamps(path):
     return out
 
 
-def round_once(backend, n, etcd_port, tag):
+def round_once(backend, n, etcd_port, tag, crun=None):
     d = tempfile.mkdtemp(prefix="crun-etcdbench-")
     stamp = os.path.join(d, "stamps")
     env = dict(os.environ, RDZV_STAMP=stamp)
     common = ["--nnodes", str(n), "--nproc-per-node", "1", "--rdzv-id", tag, "--no-python", WORKER]
+    crun = crun or CRUN
     if backend == "c10d":
-        cmd = [CRUN, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+        cmd = [crun, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
                "--rdzv-conf", "is_host={IS_HOST}", *common]
     else:
-        cmd = [CRUN, "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", f"127.0.0.1:{etcd_port}", *common]
+        cmd = [crun, "--rdzv-backend", "etcd-v3", "--rdzv-endpoint", f"127.0.0.1:{etcd_port}", *common]
     out = subprocess.run([SPAWN, str(n), "120", os.path.join(d, "pids"), os.path.join(d, "log"), "--", *cmd],
                          env=env, capture_output=True, text=True, timeout=150)
     f = out.stdout.split()
@@ -165,6 +167,7 @@ def main():
     ap.add_argument("--scale", default="8,32,128")
     ap.add_argument("--ttl", default="2,5")
     ap.add_argument("--loss-runs", type=int, default=5)
+    ap.add_argument("--crun-also", default="")
     a = ap.parse_args()
     CRUN = os.path.join(a.build, "launcher", "crun")
     SPAWN = os.path.join(a.build, "bench", "rendezvous", "rdzv_spawn")
@@ -174,13 +177,16 @@ def main():
     try:
         print(f"# etcd-v3 vs c10d rendezvous, {os.cpu_count()} cores, load {loadavg()}", flush=True)
         for n in [int(x) for x in a.scale.split(",")]:
-            res = {"c10d": [], "etcd-v3": []}
+            variants = [("c10d", None), ("etcd-v3", None)]
+            if a.crun_also:
+                variants += [("c10d", a.crun_also), ("etcd-v3", a.crun_also)]
+            res = {(b, c): [] for b, c in variants}
             for r in range(a.runs):
-                for backend in ("c10d", "etcd-v3"):
-                    started, exited = round_once(backend, n, etcd.port, f"s{n}-{backend}-{r}")
-                    res[backend].append((started, exited))
-                    print(f"  {n:4} agents {backend:7} run {r}: round {started:8.1f} ms, all exited {exited:8.1f} ms"
-                          f" (load {loadavg()})", flush=True)
+                for backend, crun in variants:
+                    started, exited = round_once(backend, n, etcd.port, f"s{n}-{backend}-{r}-{bool(crun)}", crun)
+                    res[(backend, crun)].append((started, exited))
+                    print(f"  {n:4} agents {backend:7}{' other' if crun else ''} run {r}: round {started:8.1f} ms, "
+                          f"all exited {exited:8.1f} ms (load {loadavg()})", flush=True)
             rows.append((n, res))
         for ttl in [int(x) for x in a.ttl.split(",") if x and a.loss_runs > 0]:
             vals = []
@@ -194,9 +200,16 @@ def main():
     print(f"\n# results (median; load average now {loadavg()})")
     print(f"{'N agents':>9} {'c10d round':>11} {'etcd round':>11} {'ratio':>6} {'c10d exit':>10} {'etcd exit':>10} {'ratio':>6}")
     for n, res in rows:
-        c = [statistics.median(x[i] for x in res["c10d"]) for i in (0, 1)]
-        e = [statistics.median(x[i] for x in res["etcd-v3"]) for i in (0, 1)]
+        c = [statistics.median(x[i] for x in res[("c10d", None)]) for i in (0, 1)]
+        e = [statistics.median(x[i] for x in res[("etcd-v3", None)]) for i in (0, 1)]
         print(f"{n:9} {c[0]:9.0f}ms {e[0]:9.0f}ms {e[0] / c[0]:5.2f}x {c[1]:8.0f}ms {e[1]:8.0f}ms {e[1] / c[1]:5.2f}x")
+    if a.crun_also:
+        print(f"\n# this build / {a.crun_also} (median round, ms; ratio)")
+        for n, res in rows:
+            for b in ("c10d", "etcd-v3"):
+                this = statistics.median(x[0] for x in res[(b, None)])
+                other = statistics.median(x[0] for x in res[(b, a.crun_also)])
+                print(f"{n:9} {b:7} {this:8.0f}ms {other:8.0f}ms {this / other:5.2f}x ({this - other:+.1f} ms)")
     for ttl, vals in losses:
         print(f"node-0 loss -> survivors running, lease_ttl {ttl} s: median {statistics.median(vals):.0f} ms, "
               f"max {max(vals):.0f} ms (goal <= {ttl * 1000 + 1000} ms)")

@@ -53,7 +53,6 @@ class Job {
     r.max_nodes = cfg_.max_nodes;
     r.program = "train";
     kv_[keys_.alive(id)] = {"host-" + id, ++revision_};
-    for (auto& [other, o] : agents_) o.core->on_node_alive(id);
     auto& a = agents_[id];
     a.core = std::make_unique<EtcdRoundCore>(cfg_, keys_, r);
     std::optional<std::pair<std::string, std::int64_t>> round;
@@ -85,11 +84,13 @@ class Job {
           a.core->on_joins(*act.read_joins, joins);
           ++reads;
         }
+        if (act.read_alive) a.core->on_alive_list(with_prefix(keys_.alive_prefix(), true));
         if (act.write) {
           cas(a, *act.write);
           ++writes;
         }
-        any = any || !act.answers.empty() || !act.controls.empty() || act.join || act.report || act.read_joins || act.write;
+        any = any || !act.answers.empty() || !act.controls.empty() || act.join || act.report || act.read_joins ||
+              act.read_alive || act.write;
       }
       if (!any) return;
     }
@@ -571,6 +572,10 @@ TEST_CASE("etcd: a node no other can replace is kept, and one line says so", "[e
   request(job, {"1", "2"}, t0 + 2s);
   job.settle(t0 + 2s);
   job["2"].core->publish_failure(1, failure());
+  auto read = job["2"].core->decide(t0 + 3s);  // an exclusion is due: who is alive is read first
+  REQUIRE(read.read_alive);
+  CHECK_FALSE(read.write);
+  job["2"].core->on_alive_list({"1", "2"});
   auto act = job["2"].core->decide(t0 + 3s);
   REQUIRE(act.write);
   job.apply(job["2"], *act.write);
