@@ -262,7 +262,15 @@ EtcdRoundRecord EtcdRoundRecord::from_json(const std::string& text) {
   if (j.contains("state_endpoints")) r.state_endpoints = field<std::vector<std::string>>(j, "state_endpoints", "round");
   if (j.contains("previous")) r.previous = field<std::vector<std::string>>(j, "previous", "round");
   if (j.contains("excluded")) r.excluded = excluded_from_json(j.at("excluded"), "round");
-  if (j.contains("root_causes")) r.root_causes = field<std::map<std::string, int>>(j, "root_causes", "round");
+  if (j.contains("root_causes")) {
+    const json& counts = j.at("root_causes");
+    if (!counts.is_object()) throw std::invalid_argument("round record has a bad 'root_causes'");
+    for (const auto& [node, n] : counts.items()) {
+      const int count = field<int>(json{{"count", n}}, "count", "round");  // an integer in range, as every count
+      if (count < 0) throw std::invalid_argument("round record has a negative count");
+      r.root_causes[node] = count;
+    }
+  }
   if (j.contains("exclusions_total")) r.exclusions_total = field<int>(j, "exclusions_total", "round");
   if (r.round < 0 || r.restart_count < 0 || r.no_progress_streak < 0) throw std::invalid_argument("round record has a negative count");
   if (r.phase == Phase::kRunning && r.participants.empty()) throw std::invalid_argument("round record runs no node");

@@ -573,7 +573,7 @@ TEST_CASE("a host that is the root cause twice is excluded; the spare takes its 
   Cluster cl(3);
   ExclusionJob job;
   auto flags = c10d("2:2", 1, "", 5);
-  flags.insert(flags.end(), {"--exclude-cooldown", "3"});
+  flags.insert(flags.end(), {"--exclude-cooldown", "3", "--health-check-port", "8080", "--health-check-addr", "0.0.0.0"});
   auto& a = cl.crun_program(1, flags, "/bin/sh", {job.script()}, job.env(1, false));
   auto& b = cl.crun_program(2, flags, "/bin/sh", {job.script()}, job.env(2, true));
   const int b_rank = node_rank_of(b, 0, 2, 0);
@@ -585,7 +585,16 @@ TEST_CASE("a host that is the root cause twice is excluded; the spare takes its 
   CHECK(node_rank_of(b, 1, 2, 1) == b_rank);
   REQUIRE(err_has(a, "excluded for 3 s (exclusion 1): the root cause 2 times"));
   CHECK(node_rank_of(spare, 2, 2, 2) == b_rank);
+  REQUIRE(node_rank_of(a, 2, 2, 2) == 1 - b_rank);
   REQUIRE(err_has(b, "is excluded until"));
+  // Node rank 0 (host 1, or the spare in host 2's rank 0) shows who is excluded, why, until when.
+  const std::string url = "http://" + Cluster::addr(b_rank == 0 ? 3 : 1) + ":8080";
+  const std::string table = cl.run(1, {CRUN_BIN, "status", url});
+  INFO(table);
+  CHECK_THAT(table, Catch::Contains("excluded nodes (1 exclusion(s) so far):") && Catch::Contains(Cluster::addr(2)) &&
+                        Catch::Contains("the root cause 2 times"));
+  const std::string metrics = cl.run(1, {"/usr/bin/curl", "-s", url + "/metrics"});
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_nodes_excluded 1\n") && Catch::Contains("\ncrun_node_exclusions_total 1\n"));
   // The cooldown ends: host 2 asks again (the coordinator says so) and waits, the round being full.
   REQUIRE(err_has(b, "this node's exclusion ended: asking for a round again"));
   REQUIRE(err_has(a, "joins again: its exclusion ended"));
