@@ -660,3 +660,23 @@ TEST_CASE("etcd: the job closing while a node waits excluded reaches it as a clo
   CHECK(job["2"].controls.back().kind == ControlEvent::Kind::kClosed);
   CHECK(job["2"].controls.back().exit_code == 0);
 }
+
+TEST_CASE("etcd: a lost node's waiting spare takes its rank without a last call", "[etcd_core][exclusion]") {
+  Job job(excluding(2, 3, 2));  // last call 30 s
+  for (const char* id : {"1", "2", "3", "4"}) job.add(id);
+  request(job, {"1", "2", "3"}, t0);
+  job.settle(t0);
+  request(job, {"4"}, t0);
+  job.settle(t0);
+  REQUIRE(job["4"].answers.empty());  // the spare waits
+  const int lost_rank = job["1"].answers.back().info.group_rank;
+  job.kill("1");
+  job.settle(t0 + 1s);
+  request(job, {"2", "3"}, t0 + 1s);
+  job.settle(t0 + 1s);  // no time passes: no last call
+  REQUIRE(job["4"].answers.size() == 1);
+  CHECK(job["4"].answers.back().info.group_rank == lost_rank);
+  CHECK(job["4"].answers.back().info.group_world_size == 3);
+  CHECK(job["2"].answers.back().info.group_rank == 1);
+  CHECK(job["3"].answers.back().info.group_rank == 2);
+}
