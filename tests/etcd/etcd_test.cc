@@ -549,7 +549,7 @@ TEST_CASE("etcd-v3: a host that is the root cause twice is excluded; the spare t
   EtcdCluster etcd(cl, {1});
   ExclusionJob job;
   auto flags = etcd_v3(etcd, "2:2", 1, 5);
-  flags.insert(flags.end(), {"--exclude-cooldown", "3"});
+  flags.insert(flags.end(), {"--exclude-cooldown", "3", "--health-check-port", "8080", "--health-check-addr", "0.0.0.0"});
   auto& a = cl.crun_program(1, flags, "/bin/sh", {job.script()}, job.env(1, false));
   auto& b = cl.crun_program(2, flags, "/bin/sh", {job.script()}, job.env(2, true));
   const int b_rank = node_rank_of(b, 0, 2, 0);
@@ -561,7 +561,13 @@ TEST_CASE("etcd-v3: a host that is the root cause twice is excluded; the spare t
   CHECK(node_rank_of(b, 1, 2, 1) == b_rank);
   REQUIRE(err_has(a, "excluded for 3 s (exclusion 1): the root cause 2 times"));
   CHECK(node_rank_of(spare, 2, 2, 2) == b_rank);
+  REQUIRE(node_rank_of(a, 2, 2, 2) == 1 - b_rank);
   REQUIRE(err_has(b, "is excluded for"));
+  // Node rank 0 shows the excluded host, from the round record.
+  const std::string table = cl.run(1, {CRUN_BIN, "status", "http://" + Cluster::addr(b_rank == 0 ? 3 : 1) + ":8080"});
+  INFO(table);
+  CHECK_THAT(table, Catch::Contains("excluded nodes (1 exclusion(s) so far):") && Catch::Contains(Cluster::addr(2)) &&
+                        Catch::Contains("the root cause 2 times"));
   // The round record holds the excluded set: who, why, until when, how many times.
   const std::string record = etcd.etcdctl(1, {"get", "--print-value-only", "/crun/job/round"});
   INFO(record);
