@@ -562,7 +562,7 @@ TEST_CASE("etcd-v3: a host that is the root cause twice is excluded; the spare t
   REQUIRE(err_has(a, "excluded for 3 s (exclusion 1): the root cause 2 times"));
   CHECK(node_rank_of(spare, 2, 2, 2) == b_rank);
   REQUIRE(node_rank_of(a, 2, 2, 2) == 1 - b_rank);
-  REQUIRE(err_has(b, "is excluded for"));
+  REQUIRE(err_has(b, "is excluded until"));
   // Node rank 0 shows the excluded host, from the round record.
   const std::string table = cl.run(1, {CRUN_BIN, "status", "http://" + Cluster::addr(b_rank == 0 ? 3 : 1) + ":8080"});
   INFO(table);

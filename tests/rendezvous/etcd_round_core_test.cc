@@ -529,7 +529,7 @@ TEST_CASE("etcd: the root cause twice is excluded; the waiting spare takes its r
   const RoundResult& ex = job["2"].answers.back();
   CHECK(ex.excluded_for == 9000ms);
   CHECK(ex.excluded_reason == "the root cause 2 times");
-  CHECK(ex.error.find("is excluded for 9 s more") != std::string::npos);
+  CHECK(ex.error.find("is excluded until 1970-01-01T01:00:13Z (9 s more): the root cause 2 times") != std::string::npos);
 }
 
 TEST_CASE("etcd: after its cooldown a node joins again; its next cooldown doubles", "[etcd_core][exclusion]") {
