@@ -593,6 +593,9 @@ TEST_CASE("a host that is the root cause twice is excluded; the spare takes its 
   INFO(table);
   CHECK_THAT(table, Catch::Contains("excluded nodes (1 exclusion(s) so far):") && Catch::Contains(Cluster::addr(2)) &&
                         Catch::Contains("the root cause 2 times"));
+  // Node rank 0 of the round that excluded it (host 1, when host 2 was rank 1) prints the root
+  // cause's report with the exclusion.
+  if (b_rank == 1) CHECK(err_has(a, "crun:   node excluded for 3 s (exclusion 1): the root cause 2 times\n"));
   const std::string metrics = cl.run(1, {"/usr/bin/curl", "-s", url + "/metrics"});
   CHECK_THAT(metrics, Catch::Contains("\ncrun_nodes_excluded 1\n") && Catch::Contains("\ncrun_node_exclusions_total 1\n"));
   // The cooldown ends: host 2 asks again (the coordinator says so) and waits, the round being full.
