@@ -15,6 +15,7 @@
 
 #include "agent/agent_state_machine.h"
 #include "agent/console_sink.h"
+#include "agent/control_file.h"
 #include "agent/failure_report.h"
 #include "agent/file_timer_server.h"
 #include "agent/hang_watch.h"
@@ -185,6 +186,7 @@ struct Agent::Impl {
   bool start_operator_view();
   void share_status_later();
   std::optional<std::int64_t> highest_step() const;
+  std::optional<WorkerRequest> read_requests(const WorkerExit& e);
 };
 
 Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
@@ -340,6 +342,11 @@ void Agent::Impl::perform(const AgentActions& actions) {
           std::chrono::duration_cast<std::chrono::microseconds>(pub->root_cause.wall_time.time_since_epoch()).count();
       failure.report = report_for(pub->root_cause).to_json();
       failure.highest_step = highest_step();
+      if (const auto& request = pub->root_cause.request) {
+        failure.exit_code = published_exit_code(pub->root_cause);
+        const std::string reason = request->reason.empty() ? "no reason given" : request->reason;
+        (request->kind == WorkerRequest::Kind::kStopJob ? failure.stop_request : failure.exclude_request) = reason;
+      }
       rendezvous->publish_failure(rendezvous_round, failure);
     } else if (std::holds_alternative<action::PublishSuccess>(a)) {
       rendezvous->publish_success(rendezvous_round);
@@ -398,8 +405,10 @@ void Agent::Impl::start_group(int restart_count) {
           if (heartbeats) {  // the worker's last step, for the no-progress rule
             if (auto beat = heartbeats->read(e.local_rank); beat && beat->monotonic_ns != 0) machine.record_step(beat->step);
           }
-          asio::post(io, [this, e] {
-            if (!exit_code) perform(machine.on_worker_exit(e));
+          WorkerExit exit = e;
+          exit.request = read_requests(e);  // a request takes effect as its worker exits
+          asio::post(io, [this, exit = std::move(exit)] {
+            if (!exit_code) perform(machine.on_worker_exit(exit));
           });
         },
         containment.get());
@@ -444,6 +453,14 @@ WorkerLaunch Agent::Impl::make_launch(const WorkerLaunchPlan& plan, const std::s
                                       const std::shared_ptr<DuplicateSink>& duplicate_stderr) {
   fs::create_directories(plan.dir);
   fs::remove(plan.error_file);
+  // CRUN_CONTROL_FILE, empty at each start (a membership round reuses attempt_<restart>).
+  fs::remove(plan.control_file);
+  if (const int fd = ::open(plan.control_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600); fd >= 0) {
+    ::close(fd);
+  } else {
+    log_line("cannot create " + plan.control_file + ": " + std::strerror(errno) + "; local rank " +
+             std::to_string(plan.local_rank) + " cannot send requests");
+  }
   if (!plan.heartbeat_file.empty()) heartbeats->make(plan.local_rank, plan.heartbeat_file);
   WorkerLaunch launch;
   launch.program = plan.program;
@@ -473,6 +490,10 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
   report.restarting = r.restarting;
   report.no_progress = r.no_progress;
   log_text(report.format_text());
+  if (r.root_cause.request && r.root_cause.request->kind == WorkerRequest::Kind::kExcludeNode && !config.multi_node) {
+    log_line("rank " + std::to_string(report.rank) + " asked to exclude this node, and on one node none can take its place: exit " +
+             std::to_string(kExitNodeUnhealthy) + " (this node is unhealthy)");
+  }
   view->failure(report, r.restarting, "");
   const std::string& parent_error_file = config.launcher_error_file;
   if (!r.restarting && !parent_error_file.empty()) {
@@ -512,6 +533,7 @@ const FailureReport& Agent::Impl::report_for(const WorkerExit& e) {
     facts.stderr_tail.assign(tail.begin(), tail.end());
   }
   if (auto note = watchdog_notes.find(e.local_rank); note != watchdog_notes.end()) facts.watchdog = note->second;
+  if (e.request) facts.request = request_text(*e.request);
   root_report = assemble_failure_report(e, std::move(facts));
   return *root_report;
 }
@@ -827,6 +849,32 @@ void Agent::Impl::wait_excluded(const RoundResult& r) {
     log_line("this node's exclusion ended: asking for a round again");
     join_round();
   });
+}
+
+// A worker's CRUN_CONTROL_FILE, read as it exits: one line for every request (its rank and its
+// reason) and for every line ignored; the governing request goes to the state machine.
+std::optional<WorkerRequest> Agent::Impl::read_requests(const WorkerExit& e) {
+  const ControlFileReading reading = read_control_file(run_dir.control_file(e.restart_count, e.local_rank).string());
+  const int rank = current_round.rank_offset + e.local_rank;
+  const std::string who = "rank " + std::to_string(rank) + " (local rank " + std::to_string(e.local_rank) + ", pid " +
+                          std::to_string(e.pid) + ")";
+  for (const auto& why : reading.ignored) log_line(who + ": CRUN_CONTROL_FILE " + why + "; ignored");
+  if (reading.more_ignored > 0) {
+    log_line(who + ": CRUN_CONTROL_FILE: " + std::to_string(reading.more_ignored) + " more lines ignored");
+  }
+  for (const auto& r : reading.requests) {
+    const bool stop = r.kind == WorkerRequest::Kind::kStopJob;
+    log_line(who + " asks crun to " + (stop ? "stop the job" : "exclude this node") + " (" + std::string(verb_of(r.kind)) +
+             "): " + (r.reason.empty() ? "no reason given" : r.reason));
+    view->worker_request(rank, e.local_rank, e.pid, request_text(r));
+  }
+  if (reading.more_requests > 0) {
+    log_line(who + ": CRUN_CONTROL_FILE: " + std::to_string(reading.more_requests) + " more requests");
+  }
+  if (reading.governing && reading.requests.size() + reading.more_requests > 1) {
+    log_line(who + ": the request that counts: " + request_text(*reading.governing));
+  }
+  return reading.governing;
 }
 
 }  // namespace crun

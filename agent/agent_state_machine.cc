@@ -6,6 +6,11 @@ namespace crun {
 
 bool is_preemption_notice(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
 
+int published_exit_code(const WorkerExit& e) {
+  const int code = e.crun_exit_code();
+  return code == 0 && e.request && e.request->kind == WorkerRequest::Kind::kExcludeNode ? kExitNodeUnhealthy : code;
+}
+
 AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy), progress_(policy.no_progress_limit) {}
 
 void AgentStateMachine::record_step(std::int64_t step) {
@@ -78,6 +83,7 @@ AgentActions AgentStateMachine::start_round() {
   root_cause_.reset();
   attempt_step_.reset();
   failure_reported_ = false;
+  requester_.reset();
   return {action::StartGroup{restart_count_}};
 }
 
@@ -85,7 +91,9 @@ AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
   if (exit.restart_count != restart_count_ || (state_ != State::kRunning && state_ != State::kStopping)) return {};
   ++exited_;
   AgentActions actions;
-  if (state_ == State::kRunning && exit.failed()) {
+  if (exit.request) {
+    take_request(exit, actions);
+  } else if (state_ == State::kRunning && exit.failed()) {
     root_cause_ = exit;
     actions.push_back(failure_known(exit));
     if (policy_.coordinated) actions.push_back(action::PublishFailure{exit});
@@ -100,7 +108,44 @@ AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
 }
 
 action::FailureKnown AgentStateMachine::failure_known(const WorkerExit& root) const {
-  return {root, !policy_.coordinated && !restarts_remain(restart_count_, policy_.max_restarts)};
+  return {root, !policy_.coordinated && (root.request || !restarts_remain(restart_count_, policy_.max_restarts))};
+}
+
+void AgentStateMachine::take_request(const WorkerExit& exit, AgentActions& actions) {
+  const bool stop_job = exit.request->kind == WorkerRequest::Kind::kStopJob;
+  // A stop-job from a worker that exited 0 is no failure: it ends the group without a root cause.
+  const bool failure = exit.failed() || !stop_job;
+  if (state_ == State::kRunning) {
+    requester_ = exit;
+    if (failure) {
+      root_cause_ = exit;
+      actions.push_back(failure_known(exit));
+    }
+    if (policy_.coordinated) actions.push_back(action::PublishFailure{exit});
+    auto stop = begin_stop(0, exit.when);
+    actions.insert(actions.end(), stop.begin(), stop.end());
+    return;
+  }
+  // One node, stopping for a failure or a hang: the request still decides what follows.
+  if (state_ != State::kStopping || policy_.coordinated || stop_signal_ != 0 || closing_code_) return;
+  if (requester_ && (requester_->request->kind == WorkerRequest::Kind::kStopJob || !stop_job)) return;
+  requester_ = exit;
+  if (failure) root_cause_ = exit;
+}
+
+void AgentStateMachine::finish_request(AgentActions& actions) {
+  state_ = State::kDone;
+  if (requester_->request->kind == WorkerRequest::Kind::kExcludeNode) {
+    actions.push_back(action::ReportFailure{*root_cause_, false});
+    actions.push_back(action::Exit{kExitNodeUnhealthy});
+    return;
+  }
+  if (!root_cause_) {  // stop-job from an exit 0, nothing failed before it
+    actions.push_back(action::Exit{0});
+    return;
+  }
+  actions.push_back(action::ReportFailure{*root_cause_, false});
+  actions.push_back(action::Exit{root_cause_->crun_exit_code()});
 }
 
 AgentActions AgentStateMachine::begin_stop(int signo, AgentClock::time_point now) {
@@ -184,6 +229,10 @@ AgentActions AgentStateMachine::on_all_exited() {
     report_decision(actions, /*restarting=*/false, *closing_code_ == kExitNoProgress);
     state_ = State::kDone;
     actions.push_back(action::Exit{*closing_code_});
+    return actions;
+  }
+  if (!policy_.coordinated && requester_) {
+    finish_request(actions);
     return actions;
   }
   if (policy_.coordinated) {

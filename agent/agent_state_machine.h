@@ -44,6 +44,23 @@
 //   A second signal while stopping is forwarded; crun then exits for it, unless the first was a
 //   preemption notice (SIGUSR1/SIGUSR2), whose code stands.
 //
+//   A worker's request (WorkerExit::request: what its CRUN_CONTROL_FILE governs, agent/control_file.h),
+//   acted on when its worker exits:
+//     - while the group runs, any exit with a request ends the group, exit code 0 included: the
+//       requester is the root cause (FailureKnown{last} on one node, unless a stop-job from an exit
+//       0, which is no failure), PublishFailure when coordinated (the agent fills the outcome's
+//       exclude_request / stop_request), and the stop as for a failure
+//     - one node, while stopping for a failure or a hang (not a signal): a request still counts;
+//       a stop-job outranks an exclude-node, otherwise the first stands; the requester becomes the
+//       root cause, except a stop-job from an exit 0, which keeps the root cause there was
+//     - one node, once every worker is gone: no restart, whatever --max-restarts leaves;
+//       exclude-node -> ReportFailure + Exit{kExitNodeUnhealthy} (no other node can take this
+//       one's place); stop-job -> ReportFailure + Exit{root cause's code}, or Exit{0} without a
+//       report when the requester exited 0 and nothing failed before it
+//     - coordinated: the coordinator decides, as for any failure; a request that comes while the
+//       group already stops is not acted on (the coordinator ended the round at the first failure)
+//   Requests of a group stopped by a signal, or by the coordinator, change nothing.
+//
 // Threading
 //   Not thread-safe; owned and driven by the agent's event-loop thread (or a test).
 #pragma once
@@ -55,6 +72,7 @@
 #include <variant>
 #include <vector>
 
+#include "agent/control_file.h"
 #include "agent/exit_status.h"
 #include "base/exit_codes.h"
 #include "base/restart_policy.h"
@@ -71,6 +89,7 @@ struct WorkerExit {
   ExitStatus status;       // exit code or signal
   AgentClock::time_point when{};
   std::chrono::system_clock::time_point wall_time{};
+  std::optional<WorkerRequest> request;  // what its CRUN_CONTROL_FILE asked for (the governing line)
 
   bool failed() const { return status.failed(); }
   // The code crun exits with when this is the root cause: exit code, or 128 + signal.
@@ -118,6 +137,10 @@ using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action
                                  action::PublishFailure, action::PublishSuccess>;
 using AgentActions = std::vector<AgentAction>;
 
+// The exit code a coordinated node publishes for `e`: its own, or kExitNodeUnhealthy for an
+// exclude-node request from a worker that exited 0 (a failure is never published as code 0).
+int published_exit_code(const WorkerExit& e);
+
 // SIGUSR1 and SIGUSR2: a scheduler's preemption notice (Slurm's --signal=USR1@60).
 bool is_preemption_notice(int signo);
 
@@ -159,6 +182,10 @@ class AgentStateMachine {
   AgentActions on_all_exited();
   action::FailureKnown failure_known(const WorkerExit& root) const;
   AgentActions start_round();
+  // A worker's exit that carries a request (see the contract).
+  void take_request(const WorkerExit& exit, AgentActions& actions);
+  // One node: the outcome of a group a request ended, once every worker is gone.
+  void finish_request(AgentActions& actions);
   // Coordinated: ReportFailure for this round's root cause, once, with the coordinator's decision.
   void report_decision(AgentActions& actions, bool restarting, bool no_progress = false);
 
@@ -174,6 +201,7 @@ class AgentStateMachine {
   std::optional<std::int64_t> attempt_step_;  // the highest step of the current group
   ProgressLedger progress_;                    // attempts in a row without progress (single node)
   bool failure_reported_ = false;     // ReportFailure went out for root_cause_
+  std::optional<WorkerExit> requester_;  // the exit whose request governs this group
 };
 
 }  // namespace crun

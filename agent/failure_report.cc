@@ -78,9 +78,14 @@ std::string FailureReport::format_text() const {
   os << "crun: worker failed (root cause): rank " << rank << " (local rank " << local_rank
      << ", role " << role << ") on " << host << (addr.empty() ? "" : " (" + addr + ")") << ", pid " << pid << ", " << status.describe()
      << ", at " << iso_time(time) << ", attempt " << restart_count << "; "
-     << (restarting ? "restarting the group" : no_progress ? "stopping: the restarts make no progress" : "no restarts left") << "\n";
+     << (restarting ? "restarting the group"
+         : no_progress ? "stopping: the restarts make no progress"
+         : !request.empty() ? "no restart: the worker asked for none"
+                            : "no restarts left")
+     << "\n";
   if (!watchdog.empty()) os << "crun:   watchdog: " << watchdog << "\n";
   if (!excluded.empty()) os << "crun:   node " << excluded << "\n";
+  if (!request.empty()) os << "crun:   request (CRUN_CONTROL_FILE): " << request << "\n";
   if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
   const auto traceback = split_lines(error_traceback);
   if (!traceback.empty() && !tail_shows(stderr_tail, traceback.back())) {
@@ -129,6 +134,7 @@ std::string FailureReport::to_json() const {
   } else {
     j["watchdog"] = watchdog;
   }
+  if (!request.empty()) j["request"] = request;
   // A worker's stderr need not be UTF-8: invalid bytes become U+FFFD instead of an exception.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -177,6 +183,7 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
     r.error_traceback = j.at("error_traceback").get<std::string>();
     r.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
     if (auto w = j.find("watchdog"); w != j.end() && !w->is_null()) r.watchdog = w->get<std::string>();
+    if (auto q = j.find("request"); q != j.end() && !q->is_null()) r.request = q->get<std::string>();
     return r;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

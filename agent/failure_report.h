@@ -3,7 +3,8 @@
 // Contract
 //   - format_text() is short: one header line naming rank, local rank, host (with the node's
 //     address when it has one: two hosts may share a hostname), pid, exit code or signal name,
-//     and time, then what the watchdog saw (when crun stopped the worker), the error-file message (if any), the error file's traceback
+//     and time, then what the watchdog saw (when crun stopped the worker), the worker's request
+//     (CRUN_CONTROL_FILE), the error-file message (if any), the error file's traceback
 //     (its last 40 lines; left out when the stderr tail already ends the same way, i.e. Python
 //     printed it) and the last stderr lines.
 //   - to_json() carries the same fields (written to --log-dir as failure_report.json, and what a
@@ -54,6 +55,9 @@ struct FailureReport {
   // The coordinator excluded this node for it (docs/rendezvous.md, "Exclusion"): "excluded for
   // 600 s (exclusion 1): the root cause 2 times"; "" when it did not.
   std::string excluded;
+  // The worker's request through CRUN_CONTROL_FILE that ended the group ("stop-job REASON",
+  // agent/control_file.h); "" when none. Shown on its own line, and why no restart follows.
+  std::string request;
 
   std::string format_text() const;
   std::string to_json() const;

@@ -19,6 +19,7 @@ json worker_json(const WorkerStatus& w) {
             {"exit", w.exit},             {"restarts", w.restarts}};
   j["heartbeat_age_s"] = w.heartbeat_age_s ? json(round_to_millis(*w.heartbeat_age_s)) : json(nullptr);
   j["step"] = w.step ? json(*w.step) : json(nullptr);
+  if (!w.request.empty()) j["request"] = w.request;
   return j;
 }
 
@@ -101,6 +102,7 @@ std::optional<NodeStatus> parse_node(const json& j) {
       w.restarts = field<int>(wj, "restarts");
       if (!wj.at("heartbeat_age_s").is_null()) w.heartbeat_age_s = field<double>(wj, "heartbeat_age_s");
       if (!wj.at("step").is_null()) w.step = field<std::int64_t>(wj, "step");
+      if (wj.contains("request")) w.request = field<std::string>(wj, "request");
       s.workers.push_back(std::move(w));
     }
     if (const auto& f = j.at("last_failure"); !f.is_null()) {

@@ -31,6 +31,7 @@ struct WorkerStatus {
   int restarts = 0;   // starts of this worker before the current one (the group's restart count)
   std::optional<double> heartbeat_age_s;  // with heartbeats on, after its first beat
   std::optional<std::int64_t> step;       // its last heartbeat's step
+  std::string request;  // its request through CRUN_CONTROL_FILE once it exited, "stop-job REASON" ("": none)
   bool operator==(const WorkerStatus&) const = default;
 };
 

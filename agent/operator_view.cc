@@ -162,6 +162,7 @@ void OperatorView::group_started(int restart_count, const std::vector<int>& pids
     w.exit.clear();
     w.heartbeat_age_s.reset();
     w.step.reset();
+    w.request.clear();
     ++worker_starts_;
     events_->emit("worker_start", members(worker_fields(id_, node_, w.local_rank, w.pid)));
   }
@@ -201,7 +202,14 @@ void OperatorView::failure_known(int rank, int local_rank, const ExitStatus& sta
   FailureReason reason = status.signaled() ? FailureReason::kSignal : FailureReason::kExit;
   if (auto it = watchdog_reasons_.find(local_rank); it != watchdog_reasons_.end()) reason = it->second;
   ++failures_[reason];
-  if (last) node_.health = failed_health(rank, id_.hostname, status, false);
+  const std::string* request = nullptr;
+  if (local_rank >= 0 && static_cast<std::size_t>(local_rank) < node_.workers.size()) {
+    request = &node_.workers[static_cast<std::size_t>(local_rank)].request;
+  }
+  if (last) {
+    node_.health = request && !request->empty() ? requested_health(rank, id_.hostname, *request)
+                                                : failed_health(rank, id_.hostname, status, false);
+  }
   changed();
 }
 
@@ -222,7 +230,10 @@ void OperatorView::failure(const FailureReport& report, bool restarting, const s
     last_failure_unix_ = when;
     node_.last_failure = report.to_json();
   }
-  if (!restarting) node_.health = failed_health(report.rank, report.host, report.status, report.no_progress);
+  if (!restarting) {
+    node_.health = !report.request.empty() ? requested_health(report.rank, report.host, report.request)
+                                           : failed_health(report.rank, report.host, report.status, report.no_progress);
+  }
   json j = event_fields(id_, node_);
   j["restart_count"] = report.restart_count;
   j["restarting"] = restarting;
@@ -407,6 +418,23 @@ void OperatorView::excluded_nodes(std::vector<ExcludedNodeStatus> nodes, int tot
   node_.excluded_nodes = std::move(nodes);
   node_.exclusions_total = total;
   changed();
+}
+
+void OperatorView::worker_request(int rank, int local_rank, int pid, const std::string& request) {
+  if (local_rank >= 0 && static_cast<std::size_t>(local_rank) < node_.workers.size()) {
+    node_.workers[static_cast<std::size_t>(local_rank)].request = request;
+  }
+  json j = worker_fields(id_, node_, local_rank, pid);
+  j["rank"] = rank;
+  const auto space = request.find(' ');
+  j["request"] = request.substr(0, space);
+  j["reason"] = space == std::string::npos ? std::string() : request.substr(space + 1);
+  events_->emit("worker_request", members(j));
+  changed();
+}
+
+std::string OperatorView::requested_health(int rank, const std::string& host, const std::string& request) {
+  return "failed: rank " + std::to_string(rank) + " on " + host + " asked for it (CRUN_CONTROL_FILE): " + request;
 }
 
 }  // namespace crun

@@ -7,7 +7,8 @@
 //     watchdog's verdicts, a root cause, a signal, the store lost, the end); each call updates
 //     the node's status and emits the matching event (agent/event_log.h): rendezvous_round,
 //     restart, worker_start, worker_exit, hang, failure, round_ended, preemption, signal,
-//     store_lost, stop, node_excluded.
+//     store_lost, stop, node_excluded, worker_request (a worker's CRUN_CONTROL_FILE request, also
+//     in its /status record and in the health once it ends the job).
 //   - serve(path) answers the HTTP endpoint (agent/http_endpoint.h): "/healthz" (200 "ok ..."
 //     while healthy, 503 with the reason once the agent cannot go on: a failure with no restart
 //     left, from the moment it is known (while the group still stops), the job closed by the
@@ -85,6 +86,9 @@ class OperatorView {
   // crun_nodes_excluded, crun_node_exclusions_total); on node rank 0 a node new in the list is a
   // node_excluded event.
   void excluded_nodes(std::vector<ExcludedNodeStatus> nodes, int total);
+  // A worker's request through CRUN_CONTROL_FILE, read as it exited (agent/control_file.h):
+  // `request` is the line, "stop-job REASON".
+  void worker_request(int rank, int local_rank, int pid, const std::string& request);
 
   using HeartbeatReader = std::function<std::optional<Heartbeat>(int local_rank)>;
   void set_heartbeats(HeartbeatReader read) { heartbeats_ = std::move(read); }
@@ -102,6 +106,7 @@ class OperatorView {
   std::string metrics_text() const;
   void changed() const;
   std::string failed_health(int rank, const std::string& host, const ExitStatus& status, bool no_progress) const;
+  static std::string requested_health(int rank, const std::string& host, const std::string& request);
 
   OperatorIdentity id_;
   std::unique_ptr<EventLog> events_;

@@ -26,6 +26,7 @@ FailureReport assemble_failure_report(const WorkerExit& exit, RootCauseFacts fac
   r.error_traceback = read_error_file_traceback(r.error_file);
   r.stderr_tail = std::move(facts.stderr_tail);
   r.watchdog = std::move(facts.watchdog);
+  r.request = std::move(facts.request);
   return r;
 }
 

@@ -5,8 +5,8 @@
 //   - assemble_failure_report(exit, facts): the report of `exit` (its restart count, local rank,
 //     pid, status and wall time) on this node (facts: role, host, the address other nodes reach
 //     it at, the round's rank offset, so rank = rank_offset + local rank), with the message and
-//     traceback of its error file (read now: "" when absent or unreadable), its stderr tail and
-//     what the watchdog did to it. `restarting` and `no_progress` are left false: the decision's,
+//     traceback of its error file (read now: "" when absent or unreadable), its stderr tail,
+//     what the watchdog did to it and its request (CRUN_CONTROL_FILE: why it ended the group). `restarting` and `no_progress` are left false: the decision's,
 //     set by the caller.
 //   - write_failure_report(report, path): report.to_json() into `path` (created or truncated);
 //     "" when written, else one line saying why not.
@@ -31,6 +31,7 @@ struct RootCauseFacts {
   std::string error_file;  // the worker's TORCHELASTIC_ERROR_FILE
   std::vector<std::string> stderr_tail;
   std::string watchdog;  // what the watchdog did to the worker ("": nothing)
+  std::string request;   // the worker's request through CRUN_CONTROL_FILE, "stop-job REASON" ("": none)
 };
 
 FailureReport assemble_failure_report(const WorkerExit& exit, RootCauseFacts facts);

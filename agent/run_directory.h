@@ -1,5 +1,6 @@
 // RunDirectory: the agent's run directory and its layout: attempt_<N>/<local_rank>/ for each
-// worker of each start of the group (error.json, the logs, the heartbeat file),
+// worker of each start of the group (error.json, the logs, the heartbeat file, `control`: the
+// worker's CRUN_CONTROL_FILE, agent/control_file.h),
 // attempt_<N>/filtered_std{out,err}.log, the file timer's FIFO and failure_report.json.
 //
 // Contract
@@ -16,7 +17,7 @@
 //     <temp_dir>/crun-<run_id>-XXXXXX, temporary (removed at the agent's exit, or by its keeper
 //     when the agent dies) unless it holds logs. A '/' in the run id becomes '_'. Parents are
 //     created; throws std::system_error naming the path when it cannot be made.
-//   - attempt_dir / attempt_file / report_file: paths only, nothing made.
+//   - attempt_dir / attempt_file / report_file / control_file: paths only, nothing made.
 //   - remove(): removes the tree (base/remove_tree.h), whatever `temporary` says.
 //
 // Threading
@@ -53,6 +54,9 @@ class RunDirectory {
   std::filesystem::path attempt_dir(int restart_count, int local_rank) const;
   std::filesystem::path attempt_file(int restart_count, const std::string& name) const;
   std::filesystem::path report_file() const { return path_ / "failure_report.json"; }
+  std::filesystem::path control_file(int restart_count, int local_rank) const {
+    return attempt_dir(restart_count, local_rank) / "control";
+  }
   void remove() const;
 
  private:

@@ -15,7 +15,7 @@
 //     of the round, so a variable made per-round later is never given to a standby. Today:
 //     RANK GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE WORLD_SIZE MASTER_ADDR
 //     MASTER_PORT TORCHELASTIC_RESTART_COUNT TORCHELASTIC_USE_AGENT_STORE TORCHELASTIC_ERROR_FILE
-//     and CRUN_HEARTBEAT_FILE with hang detection (tests/agent/standby_plan_test.cc).
+//     CRUN_CONTROL_FILE, and CRUN_HEARTBEAT_FILE with hang detection (tests/agent/standby_plan_test.cc).
 //   - plan_standby_launch: the worker's plan for `start` (agent/worker_launch.h) with the
 //     per-round variables removed and argv [interpreter, flags..., -c, bootstrap, LOCAL_RANK,
 //     PRELOAD, KIND, TARGET] (PRELOAD: config.standby_preload joined by commas; KIND "script" or

@@ -56,6 +56,7 @@ EnvironmentList worker_variables(const std::vector<std::string>& base, const Rou
   if (!who.heartbeat_file.empty()) set("CRUN_HEARTBEAT_FILE", who.heartbeat_file);
   if (!who.agent_id.empty()) set("CRUN_AGENT_ID", who.agent_id);
   if (!who.state_dir.empty()) set("CRUN_STATE_DIR", who.state_dir);
+  if (!who.control_file.empty()) set("CRUN_CONTROL_FILE", who.control_file);
   // torchrun sets OMP_NUM_THREADS=1 only when several workers share the node: one worker keeps
   // torch's default (all cores).
   if (!has_omp && who.local_world_size > 1) set("OMP_NUM_THREADS", "1");

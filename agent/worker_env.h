@@ -10,6 +10,7 @@
 //   TORCHELASTIC_TIMER_FILE when who.timer_file is set (torch's file timer, served by the agent);
 //   CRUN_HEARTBEAT_FILE when who.heartbeat_file is set (base/heartbeat_file.h);
 //   CRUN_STATE_DIR when who.state_dir is set (agent/state_directory.h: the rank's directory);
+//   CRUN_CONTROL_FILE when who.control_file is set (agent/control_file.h: the worker's requests);
 //   TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) and NCCL_ASYNC_ERROR_HANDLING=1
 //   (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` has them; OMP_NUM_THREADS=1 unless
 //   `base` has it or local_world_size is 1 (as torchrun); CRUN_AGENT_ID=<agent_id>
@@ -43,6 +44,7 @@ struct WorkerIdentity {
   std::string heartbeat_file;  // this worker's heartbeat file ("" = crun does not watch for hangs)
   std::string agent_id;
   std::string state_dir;       // CRUN_STATE_DIR ("" = none)
+  std::string control_file;    // CRUN_CONTROL_FILE ("" = none: nobody reads requests)
   // torch's --virtual-local-rank: LOCAL_RANK=0 and this CUDA_VISIBLE_DEVICES (nullopt: off).
   std::optional<std::string> visible_device;
 };

@@ -35,6 +35,7 @@ WorkerLaunchPlan plan_worker_launch(const AgentConfig& config, const RunDirector
   p.dir = run_dir.attempt_dir(start.restart_count, local_rank);
   p.error_file = (p.dir / "error.json").string();
   if (start.heartbeats) p.heartbeat_file = (p.dir / "heartbeat").string();
+  p.control_file = run_dir.control_file(start.restart_count, local_rank).string();
 
   WorkerIdentity who;
   who.local_rank = local_rank;
@@ -45,6 +46,7 @@ WorkerLaunchPlan plan_worker_launch(const AgentConfig& config, const RunDirector
   who.error_file = p.error_file;
   who.timer_file = start.timer_file;
   who.heartbeat_file = p.heartbeat_file;
+  who.control_file = p.control_file;
   who.agent_id = start.agent_id;
   if (!start.state_root.empty()) {
     who.state_dir = StateDirectory::rank_dir_of(start.state_root, start.round.rank_offset + local_rank).string();

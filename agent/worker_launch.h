@@ -8,7 +8,8 @@
 //     with ${local_rank} (torch's macros.substitute); program: config.worker_program.
 //   - env: worker_environment() (agent/worker_env.h) over start.base_env, with the round's ranks,
 //     the error file <dir>/error.json, the file timer's FIFO when start.timer_file is set, the
-//     heartbeat file <dir>/heartbeat when start.heartbeats, the agent id, and the local rank's
+//     heartbeat file <dir>/heartbeat when start.heartbeats, CRUN_CONTROL_FILE <dir>/control (the
+//     agent makes it empty before the start and reads it when the worker exits), the agent id, and the local rank's
 //     visible device (--virtual-local-rank) when config.visible_devices is set.
 //   - dir: <run dir>/attempt_<restart count>/<local rank> (agent/run_directory.h).
 //   - cpus: config.worker_cpus[local rank] (--numa-binding), or empty (inherited).
@@ -62,6 +63,7 @@ struct WorkerLaunchPlan {
   std::filesystem::path dir;      // attempt_<N>/<local rank>
   std::string error_file;         // <dir>/error.json
   std::string heartbeat_file;     // <dir>/heartbeat ("": hang detection off)
+  std::string control_file;       // <dir>/control: CRUN_CONTROL_FILE
   StreamPlan out;
   StreamPlan err;
 };

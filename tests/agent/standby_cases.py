@@ -109,7 +109,7 @@ MARK = SYNC + r'''
 import os, sys
 PER_ROUND = ("RANK", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "WORLD_SIZE", "MASTER_ADDR",
              "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-             "CRUN_HEARTBEAT_FILE", "CRUN_STATE_DIR")
+             "CRUN_HEARTBEAT_FILE", "CRUN_STATE_DIR", "CRUN_CONTROL_FILE")
 seen = [k for k in PER_ROUND if k in os.environ]
 print(f"preload in pid {os.getpid()} local rank {os.environ.get('LOCAL_RANK')} saw per-round variables {seen}",
       file=sys.stderr, flush=True)

@@ -97,7 +97,8 @@ TEST_CASE("standbys: the per-round variables, derived from two starts", "[standb
   GroupStart s = a_start();
   auto keys = per_round_keys(c, f.dir, s, 1);
   std::sort(keys.begin(), keys.end());
-  std::vector<std::string> want = {"GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RANK",
+  // CRUN_CONTROL_FILE is the attempt's (agent/control_file.h).
+  std::vector<std::string> want = {"CRUN_CONTROL_FILE", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RANK",
                                    "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_ERROR_FILE",
                                    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE", "WORLD_SIZE"};
   CHECK(keys == want);
@@ -105,12 +106,12 @@ TEST_CASE("standbys: the per-round variables, derived from two starts", "[standb
   s.timer_file = "/run/timer";  // the file timer's FIFO is the job's
   keys = per_round_keys(c, f.dir, s, 1);
   std::sort(keys.begin(), keys.end());
-  want.insert(want.begin(), "CRUN_HEARTBEAT_FILE");
+  want.insert(want.begin() + 1, "CRUN_HEARTBEAT_FILE");
   CHECK(keys == want);
   s.state_root = "/dev/shm/crun-state-r-7";  // CRUN_STATE_DIR is the rank's: the round's too
   keys = per_round_keys(c, f.dir, s, 1);
   std::sort(keys.begin(), keys.end());
-  want.insert(want.begin() + 1, "CRUN_STATE_DIR");
+  want.insert(want.begin() + 2, "CRUN_STATE_DIR");
   CHECK(keys == want);
 }
 
@@ -133,7 +134,7 @@ TEST_CASE("standbys: a standby's launch is the worker's without the round", "[st
   CHECK(env["CRUN_AGENT_ID"] == "123-abc");  // the keeper finds it by its marker
   CHECK(env["TORCHELASTIC_RUN_ID"] == "none");
   for (const char* k : {"RANK", "MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT",
-                        "TORCHELASTIC_ERROR_FILE", "CRUN_HEARTBEAT_FILE", "GROUP_RANK"}) {
+                        "TORCHELASTIC_ERROR_FILE", "CRUN_HEARTBEAT_FILE", "CRUN_CONTROL_FILE", "GROUP_RANK"}) {
     CHECK(env.count(k) == 0);  // not even the agent's own RANK / MASTER_PORT
   }
   c.worker_argv = {"python3", "-u", "-c", "print(1)"};  // no script, no module

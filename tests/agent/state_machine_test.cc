@@ -465,3 +465,126 @@ TEST_CASE("coordinated: a close for no progress is reported as such", "[state_ma
   CHECK(find<action::ReportFailure>(a)->no_progress);
   CHECK(find<action::Exit>(a)->code == kExitNoProgress);
 }
+
+// A worker's request through CRUN_CONTROL_FILE, carried by its exit.
+namespace {
+WorkerExit requesting(int restart_count, int local_rank, int code, WorkerRequest::Kind kind, const std::string& reason,
+                      AgentClock::duration at = 0ms) {
+  WorkerExit e = exit_of(restart_count, local_rank, code, 0, at);
+  e.request = WorkerRequest{kind, reason};
+  return e;
+}
+constexpr auto kStop = WorkerRequest::Kind::kStopJob;
+constexpr auto kExclude = WorkerRequest::Kind::kExcludeNode;
+}  // namespace
+
+TEST_CASE("requests: stop-job ends the group with no restart and crun exits with the rank's code", "[state_machine]") {
+  AgentStateMachine sm({2, 3, 30s});
+  start(sm);
+  auto a = sm.on_worker_exit(requesting(0, 1, 7, kStop, "data corrupt", 5ms));
+  REQUIRE(find<action::FailureKnown>(a));
+  CHECK(find<action::FailureKnown>(a)->last);  // no restart follows, whatever --max-restarts leaves
+  CHECK(find<action::SignalGroup>(a)->signo == SIGTERM);
+  CHECK(find<action::PublishFailure>(a) == nullptr);
+  a = sm.on_worker_exit(exit_of(0, 0, 0, SIGTERM, 10ms));  // stopped by us
+  REQUIRE(find<action::ReportFailure>(a));
+  CHECK(find<action::ReportFailure>(a)->root_cause.local_rank == 1);
+  CHECK(find<action::ReportFailure>(a)->root_cause.request->reason == "data corrupt");
+  CHECK_FALSE(find<action::ReportFailure>(a)->restarting);
+  CHECK(find<action::Exit>(a)->code == 7);
+  CHECK(find<action::JoinRound>(a) == nullptr);
+  CHECK(sm.state() == AgentStateMachine::State::kDone);
+}
+
+TEST_CASE("requests: stop-job from an exit 0 stops the others and exits 0, with no failure", "[state_machine]") {
+  AgentStateMachine sm({2, 3, 30s});
+  start(sm);
+  auto a = sm.on_worker_exit(requesting(0, 0, 0, kStop, "converged"));
+  CHECK(find<action::FailureKnown>(a) == nullptr);
+  CHECK(find<action::SignalGroup>(a));
+  a = sm.on_worker_exit(exit_of(0, 1, 0, SIGTERM, 10ms));
+  CHECK(find<action::ReportFailure>(a) == nullptr);
+  CHECK(find<action::Exit>(a)->code == 0);
+}
+
+TEST_CASE("requests: exclude-node on one node exits kExitNodeUnhealthy, exit 0 included", "[state_machine]") {
+  for (int code : {0, 4}) {
+    AgentStateMachine sm({2, 3, 30s});
+    start(sm);
+    auto a = sm.on_worker_exit(requesting(0, 0, code, kExclude, "XID 79"));
+    REQUIRE(find<action::FailureKnown>(a));  // the node is bad: a failure, whatever the code
+    CHECK(find<action::FailureKnown>(a)->last);
+    a = sm.on_worker_exit(exit_of(0, 1, 0, SIGTERM, 10ms));
+    REQUIRE(find<action::ReportFailure>(a));
+    CHECK(find<action::ReportFailure>(a)->root_cause.request->kind == kExclude);
+    CHECK(find<action::Exit>(a)->code == kExitNodeUnhealthy);
+  }
+}
+
+TEST_CASE("requests: while stopping for a failure, a request still decides, and a stop-job outranks an exclude-node",
+          "[state_machine]") {
+  AgentStateMachine sm({3, 3, 30s});
+  start(sm);
+  sm.on_worker_exit(exit_of(0, 0, 1, 0, 1ms));  // the first failure: restarts remain
+  sm.on_worker_exit(requesting(0, 1, 5, kExclude, "bad NIC", 2ms));
+  auto a = sm.on_worker_exit(requesting(0, 2, 6, kStop, "give up", 3ms));
+  REQUIRE(find<action::ReportFailure>(a));
+  CHECK(find<action::ReportFailure>(a)->root_cause.local_rank == 2);
+  CHECK(find<action::Exit>(a)->code == 6);
+}
+
+TEST_CASE("requests: a stop-job from an exit 0 after another rank failed keeps that failure's code", "[state_machine]") {
+  AgentStateMachine sm({2, 3, 30s});
+  start(sm);
+  sm.on_worker_exit(exit_of(0, 0, 3, 0, 1ms));
+  auto a = sm.on_worker_exit(requesting(0, 1, 0, kStop, "stop", 2ms));
+  REQUIRE(find<action::ReportFailure>(a));
+  CHECK(find<action::ReportFailure>(a)->root_cause.local_rank == 0);
+  CHECK(find<action::Exit>(a)->code == 3);  // a failure never becomes a success
+}
+
+TEST_CASE("requests: a group stopped by a signal exits for the signal, requests or not", "[state_machine]") {
+  AgentStateMachine sm({1, 3, 30s});
+  start(sm);
+  sm.on_signal(SIGTERM, t0);
+  auto a = sm.on_worker_exit(requesting(0, 0, 0, kExclude, "late"));
+  CHECK(find<action::Exit>(a)->code == 128 + SIGTERM);
+}
+
+TEST_CASE("requests: the next group starts with none (requests are per start)", "[state_machine]") {
+  AgentStateMachine sm({1, 3, 30s});
+  start(sm);
+  auto a = sm.on_worker_exit(exit_of(0, 0, 1));
+  REQUIRE(find<action::JoinRound>(a));
+  sm.on_round(1);
+  a = sm.on_worker_exit(exit_of(1, 0, 1));  // an ordinary failure: restarts as usual
+  CHECK(find<action::JoinRound>(a));
+}
+
+TEST_CASE("requests, coordinated: published at once with the request; late ones are not acted on", "[state_machine]") {
+  auto sm = coordinated(2, 3);
+  sm.start(t0);
+  sm.on_round(0);
+  auto a = sm.on_worker_exit(requesting(0, 1, 0, kExclude, "XID 79"));
+  REQUIRE(find<action::PublishFailure>(a));
+  CHECK(find<action::PublishFailure>(a)->root_cause.request->reason == "XID 79");
+  CHECK(published_exit_code(find<action::PublishFailure>(a)->root_cause) == kExitNodeUnhealthy);
+  CHECK_FALSE(find<action::FailureKnown>(a)->last);  // the coordinator decides
+  a = sm.on_worker_exit(requesting(0, 0, 2, kStop, "too late", 5ms));
+  CHECK(find<action::PublishFailure>(a) == nullptr);
+  CHECK(sm.state() == AgentStateMachine::State::kWaiting);
+  a = sm.on_round_ended(t0 + 10ms);  // restart without this node is the coordinator's to arrange
+  REQUIRE(find<action::ReportFailure>(a));
+  CHECK(find<action::ReportFailure>(a)->root_cause.local_rank == 1);
+  CHECK(find<action::JoinRound>(a));
+
+  auto stop = coordinated(1, 3);
+  stop.start(t0);
+  stop.on_round(0);
+  a = stop.on_worker_exit(requesting(0, 0, 0, kStop, "converged"));
+  REQUIRE(find<action::PublishFailure>(a));  // the coordinator closes the job with the code, 0
+  CHECK(published_exit_code(find<action::PublishFailure>(a)->root_cause) == 0);
+  CHECK(find<action::FailureKnown>(a) == nullptr);
+  a = stop.on_job_closed(0, t0 + 5ms);
+  CHECK(find<action::Exit>(a)->code == 0);
+}

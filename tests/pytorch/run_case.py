@@ -14,8 +14,9 @@ Known, intended differences (checked, not hidden):
   - exit code of a failed job: crun exits with the root-cause worker's code, torchrun with 1;
   - crun sets TORCH_NCCL_ASYNC_ERROR_HANDLING (the name torch >= 2.2 reads, and its torchrun
     sets) besides torch 1.13's NCCL_ASYNC_ERROR_HANDLING, CRUN_AGENT_ID (the marker by which
-    crun's keeper finds a SIGKILLed agent's leftover processes) and CRUN_STATE_DIR (each rank's
-    state directory, kept across restarts); no other variable differs.
+    crun's keeper finds a SIGKILLed agent's leftover processes), CRUN_STATE_DIR (each rank's
+    state directory, kept across restarts) and CRUN_CONTROL_FILE (a worker's requests to crun);
+    no other variable differs.
 """
 import argparse
 import difflib
@@ -45,7 +46,7 @@ def crun_only_variables():
     out = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", out).groups())
-    return {"CRUN_AGENT_ID", "CRUN_STATE_DIR"} | (set() if (major, minor) >= (2, 2) else {"TORCH_NCCL_ASYNC_ERROR_HANDLING"})
+    return {"CRUN_AGENT_ID", "CRUN_STATE_DIR", "CRUN_CONTROL_FILE"} | (set() if (major, minor) >= (2, 2) else {"TORCH_NCCL_ASYNC_ERROR_HANDLING"})
 # Variables the launchers set: never inherited from the test's own environment.
 LAUNCHER_VARIABLES = re.compile(
     r"^(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|GROUP_RANK|GROUP_WORLD_SIZE|ROLE_NAME|ROLE_RANK|"

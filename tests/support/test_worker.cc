@@ -12,6 +12,8 @@
 //   --fail-before-restart K  ... and only while TORCHELASTIC_RESTART_COUNT < K
 //   --error-file MSG       failure action: write torch's @record JSON with MSG to TORCHELASTIC_ERROR_FILE
 //   --last-words TEXT      failure action: write TEXT to stderr without a newline
+//   --control-line TEXT    failure action: append TEXT and a newline to CRUN_CONTROL_FILE (a
+//                          request to crun, or a bad line); repeatable, in order
 //   --raise SIG            failure action: raise SIG (with default disposition)
 //   --exit N               failure action: exit N
 //   --fail-on-signal SIG   when the failure actions apply: print "ready rank=<r> pid=<pid>" and take
@@ -60,6 +62,7 @@
 #include <ctime>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -230,6 +233,7 @@ int main(int argc, char** argv) {
   int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1, hang_before = -1,
       hang_unless_world = -1, fail_on_signal = 0;
   std::string stamp, error_msg, last_words;
+  std::vector<std::string> control_lines;
   bool has_error_file = false, has_last_words = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -251,6 +255,7 @@ int main(int argc, char** argv) {
     else if (a == "--fail-before-restart") fail_before = std::atoi(next().c_str());
     else if (a == "--error-file") { has_error_file = true; error_msg = next(); }
     else if (a == "--last-words") { has_last_words = true; last_words = next(); }
+    else if (a == "--control-line") control_lines.push_back(next());
     else if (a == "--raise") raise_sig = signum(next());
     else if (a == "--exit") exit_code = std::atoi(next().c_str());
     else if (a == "--fail-on-signal") fail_on_signal = signum(next());
@@ -285,7 +290,7 @@ int main(int argc, char** argv) {
                           "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
                           "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
                           "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                          "NCCL_ASYNC_ERROR_HANDLING", "CUDA_VISIBLE_DEVICES"};
+                          "NCCL_ASYNC_ERROR_HANDLING", "CUDA_VISIBLE_DEVICES", "CRUN_CONTROL_FILE"};
     for (const char* k : keys) {
       const char* v = std::getenv(k);
       std::printf("ENV rank=%d %s=%s\n", g_rank, k, v ? v : "<unset>");
@@ -332,6 +337,15 @@ int main(int argc, char** argv) {
                      "\"Traceback...\", \"timestamp\": \"%ld\"}}}\n",
                      error_msg.c_str(), static_cast<long>(std::time(nullptr)));
         std::fclose(f);
+      }
+    }
+    for (const auto& line : control_lines) {
+      if (FILE* f = std::fopen(env("CRUN_CONTROL_FILE").c_str(), "a")) {
+        std::fprintf(f, "%s\n", line.c_str());
+        std::fclose(f);
+      } else {
+        std::fprintf(stderr, "test_worker: cannot open CRUN_CONTROL_FILE '%s'\n", env("CRUN_CONTROL_FILE").c_str());
+        return 72;
       }
     }
     if (has_last_words) {
