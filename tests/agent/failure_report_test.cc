@@ -152,3 +152,22 @@ TEST_CASE("failure report: its JSON reads back as the same report, so it can cro
   fraction.replace(pid, fraction.find_first_of(",\n", pid) - pid, "42.5");
   CHECK_FALSE(FailureReport::from_json(fraction));
 }
+
+TEST_CASE("failure report: a worker's request, in the text, the JSON and back", "[failure_report]") {
+  FailureReport r;
+  r.rank = 1;
+  r.host = "h";
+  r.status = ExitStatus::exited(7);
+  r.time = std::chrono::system_clock::time_point(std::chrono::seconds(1'790'000'000));
+  CHECK(FailureReport::from_json(r.to_json())->request.empty());
+  CHECK(r.to_json().find("\"request\"") == std::string::npos);
+  r.request = "stop-job data corrupt";
+  CHECK_THAT(r.format_text(), Catch::Contains("no restart: the worker asked for none\n") &&
+                                  Catch::Contains("crun:   request (CRUN_CONTROL_FILE): stop-job data corrupt\n"));
+  const auto back = FailureReport::from_json(r.to_json());
+  REQUIRE(back);
+  CHECK(back->request == r.request);
+  CHECK(back->to_json() == r.to_json());
+  r.restarting = true;  // several nodes: the job restarts without the node that asked
+  CHECK_THAT(r.format_text(), Catch::Contains("restarting the group"));
+}

@@ -287,3 +287,38 @@ TEST_CASE("operator view: excluded nodes in the status, the metrics and node_exc
   }
   CHECK(kinds == std::vector<std::string>{"h2", "self"});
 }
+
+TEST_CASE("operator view: a worker's request is an event, in its /status record and in the health", "[operator_view]") {
+  const crun::test::TempDir dir("crun-opview");
+  const std::string events_path = (dir.path / "events.jsonl").string();
+  OperatorView view({"job", "trainer", "h", 2, 3}, EventLog::open("jsonl:" + events_path));
+  RoundInfo info;
+  info.world_size = 2;
+  view.round(0, info, "", "");
+  view.group_started(0, {11, 12});
+  view.worker_exited(1, 12, ExitStatus::exited(0), false);
+  view.worker_request(1, 1, 12, "exclude-node GPU 1: XID 79");
+  view.failure_known(1, 1, ExitStatus::exited(0), true);
+  const auto health = view.serve("/healthz");
+  CHECK(health.status == 503);
+  CHECK_THAT(health.body, Catch::Contains("rank 1 on h asked for it (CRUN_CONTROL_FILE): exclude-node GPU 1: XID 79"));
+  const auto doc = nlohmann::json::parse(view.serve("/status").body);
+  CHECK(doc["node"]["workers"][1]["request"] == "exclude-node GPU 1: XID 79");
+  CHECK_FALSE(doc["node"]["workers"][0].contains("request"));
+  const auto back = NodeStatus::from_json(view.status().to_json());
+  REQUIRE(back);
+  CHECK(back->workers[1].request == "exclude-node GPU 1: XID 79");
+  std::ifstream in(events_path);
+  std::string line, request_event;
+  while (std::getline(in, line)) {
+    if (line.find("\"event\":\"worker_request\"") != std::string::npos) request_event = line;
+  }
+  const auto e = nlohmann::json::parse(request_event);
+  CHECK(e["rank"] == 1);
+  CHECK(e["local_rank"] == 1);
+  CHECK(e["pid"] == 12);
+  CHECK(e["request"] == "exclude-node");
+  CHECK(e["reason"] == "GPU 1: XID 79");
+  view.group_started(1, {21, 22});  // the next start: no request yet
+  CHECK(nlohmann::json::parse(view.serve("/status").body)["node"]["workers"][1].contains("request") == false);
+}
