@@ -342,11 +342,7 @@ void Agent::Impl::perform(const AgentActions& actions) {
           std::chrono::duration_cast<std::chrono::microseconds>(pub->root_cause.wall_time.time_since_epoch()).count();
       failure.report = report_for(pub->root_cause).to_json();
       failure.highest_step = highest_step();
-      if (const auto& request = pub->root_cause.request) {
-        failure.exit_code = published_exit_code(pub->root_cause);
-        const std::string reason = request->reason.empty() ? "no reason given" : request->reason;
-        (request->kind == WorkerRequest::Kind::kStopJob ? failure.stop_request : failure.exclude_request) = reason;
-      }
+      if (const auto& request = pub->root_cause.request) add_to_outcome(failure, *request, failure.exit_code);
       rendezvous->publish_failure(rendezvous_round, failure);
     } else if (std::holds_alternative<action::PublishSuccess>(a)) {
       rendezvous->publish_success(rendezvous_round);

@@ -6,11 +6,6 @@ namespace crun {
 
 bool is_preemption_notice(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
 
-int published_exit_code(const WorkerExit& e) {
-  const int code = e.crun_exit_code();
-  return code == 0 && e.request && e.request->kind == WorkerRequest::Kind::kExcludeNode ? kExitNodeUnhealthy : code;
-}
-
 AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy), progress_(policy.no_progress_limit) {}
 
 void AgentStateMachine::record_step(std::int64_t step) {
@@ -145,7 +140,9 @@ void AgentStateMachine::finish_request(AgentActions& actions) {
     return;
   }
   actions.push_back(action::ReportFailure{*root_cause_, false});
-  actions.push_back(action::Exit{root_cause_->crun_exit_code()});
+  // An exclude-node from an exit 0 that a later stop-job left the root cause: still a failure.
+  const int code = root_cause_->crun_exit_code();
+  actions.push_back(action::Exit{code == 0 ? kExitNodeUnhealthy : code});
 }
 
 AgentActions AgentStateMachine::begin_stop(int signo, AgentClock::time_point now) {

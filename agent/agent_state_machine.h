@@ -137,10 +137,6 @@ using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action
                                  action::PublishFailure, action::PublishSuccess>;
 using AgentActions = std::vector<AgentAction>;
 
-// The exit code a coordinated node publishes for `e`: its own, or kExitNodeUnhealthy for an
-// exclude-node request from a worker that exited 0 (a failure is never published as code 0).
-int published_exit_code(const WorkerExit& e);
-
 // SIGUSR1 and SIGUSR2: a scheduler's preemption notice (Slurm's --signal=USR1@60).
 bool is_preemption_notice(int signo);
 

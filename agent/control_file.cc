@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "base/control_requests.h"
+#include "base/exit_codes.h"
+#include "rendezvous/rendezvous_records.h"
 
 namespace crun {
 
@@ -79,6 +81,12 @@ std::string request_text(const WorkerRequest& r) {
   std::string s(verb_of(r.kind));
   if (!r.reason.empty()) s += ' ' + r.reason;
   return s;
+}
+
+void add_to_outcome(RoundOutcome& outcome, const WorkerRequest& r, int worker_code) {
+  const bool exclude = r.kind == WorkerRequest::Kind::kExcludeNode;
+  outcome.exit_code = exclude && worker_code == 0 ? kExitNodeUnhealthy : worker_code;
+  (exclude ? outcome.exclude_request : outcome.stop_request) = r.reason.empty() ? "no reason given" : r.reason;
 }
 
 ControlFileReading parse_control_file(std::string_view text, std::uint64_t file_size) {

@@ -21,6 +21,11 @@
 //     is not a regular file, or cannot be read, is one `ignored` entry saying why. A missing file
 //     (the worker removed it) holds no request.
 //   - request_text(r): "stop-job data corrupt" (the line, as parsed); verb_of(kind): its verb.
+//   - add_to_outcome(outcome, r, worker_code): what a coordinated node publishes with its failure
+//     (rendezvous/rendezvous_records.h): the reason ("no reason given" when empty: an empty field
+//     means no request) in stop_request or exclude_request, and exit_code the worker's code, or
+//     kExitNodeUnhealthy for an exclude-node from a worker that exited 0 (a failure is never
+//     published as 0).
 //
 // Threading
 //   Pure functions, except read_control_file, which reads one file on the caller's thread.
@@ -60,5 +65,8 @@ ControlFileReading read_control_file(const std::string& path);
 std::string_view verb_of(WorkerRequest::Kind kind);
 std::string request_text(const WorkerRequest& r);
 std::string printable(std::string_view bytes);
+
+struct RoundOutcome;
+void add_to_outcome(RoundOutcome& outcome, const WorkerRequest& r, int worker_code);
 
 }  // namespace crun

@@ -8,6 +8,8 @@
 
 #include "agent/control_file.h"
 #include "base/control_requests.h"
+#include "base/exit_codes.h"
+#include "rendezvous/rendezvous_records.h"
 #include "tests/support/temp_dir.h"
 
 using namespace crun;
@@ -140,4 +142,21 @@ TEST_CASE("control file: read from disk; a FIFO, a link, a missing file", "[cont
   r = read_control_file(link);
   REQUIRE(r.ignored.size() == 1);
   CHECK(r.ignored[0] == "cannot open " + link + ": it is a symbolic link");
+}
+
+TEST_CASE("control file: what a coordinated node publishes with its failure", "[control_file]") {
+  RoundOutcome o;
+  add_to_outcome(o, {Kind::kStopJob, "data corrupt"}, 3);
+  CHECK(o.exit_code == 3);
+  CHECK(o.stop_request == "data corrupt");
+  CHECK(o.exclude_request.empty());
+  const auto back = RoundOutcome::from_json(o.to_json());
+  CHECK(back.stop_request == "data corrupt");
+  RoundOutcome x;
+  add_to_outcome(x, {Kind::kExcludeNode, ""}, 0);
+  CHECK(x.exit_code == kExitNodeUnhealthy);  // never a failure published as 0
+  CHECK(x.exclude_request == "no reason given");
+  RoundOutcome s;
+  add_to_outcome(s, {Kind::kStopJob, "converged"}, 0);
+  CHECK(s.exit_code == 0);  // an early stop: the coordinator closes the job with 0
 }

@@ -568,7 +568,6 @@ TEST_CASE("requests, coordinated: published at once with the request; late ones 
   auto a = sm.on_worker_exit(requesting(0, 1, 0, kExclude, "XID 79"));
   REQUIRE(find<action::PublishFailure>(a));
   CHECK(find<action::PublishFailure>(a)->root_cause.request->reason == "XID 79");
-  CHECK(published_exit_code(find<action::PublishFailure>(a)->root_cause) == kExitNodeUnhealthy);
   CHECK_FALSE(find<action::FailureKnown>(a)->last);  // the coordinator decides
   a = sm.on_worker_exit(requesting(0, 0, 2, kStop, "too late", 5ms));
   CHECK(find<action::PublishFailure>(a) == nullptr);
@@ -583,7 +582,7 @@ TEST_CASE("requests, coordinated: published at once with the request; late ones 
   stop.on_round(0);
   a = stop.on_worker_exit(requesting(0, 0, 0, kStop, "converged"));
   REQUIRE(find<action::PublishFailure>(a));  // the coordinator closes the job with the code, 0
-  CHECK(published_exit_code(find<action::PublishFailure>(a)->root_cause) == 0);
+  CHECK(find<action::PublishFailure>(a)->root_cause.crun_exit_code() == 0);
   CHECK(find<action::FailureKnown>(a) == nullptr);
   a = stop.on_job_closed(0, t0 + 5ms);
   CHECK(find<action::Exit>(a)->code == 0);
