@@ -159,6 +159,10 @@ ControlFileReading read_control_file(const std::string& path) {
     failed.ignored.push_back(path + " is not a regular file: not read");
     return failed;
   }
+  if (st.st_size == 0) {  // the common case: no request, nothing to read
+    ::close(fd);
+    return failed;
+  }
   std::string text(kControlFileMaxBytes, '\0');
   std::size_t got = 0;
   while (got < text.size()) {
