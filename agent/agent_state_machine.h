@@ -55,8 +55,9 @@
 //       root cause, except a stop-job from an exit 0, which keeps the root cause there was
 //     - one node, once every worker is gone: no restart, whatever --max-restarts leaves;
 //       exclude-node -> ReportFailure + Exit{kExitNodeUnhealthy} (no other node can take this
-//       one's place); stop-job -> ReportFailure + Exit{root cause's code}, or Exit{0} without a
-//       report when the requester exited 0 and nothing failed before it
+//       one's place); stop-job -> ReportFailure + Exit{root cause's code} (kExitNodeUnhealthy
+//       when that is an exclude-node's exit 0), or Exit{0} without a report when the requester
+//       exited 0 and nothing failed before it
 //     - coordinated: the coordinator decides, as for any failure; a request that comes while the
 //       group already stops is not acted on (the coordinator ended the round at the first failure)
 //   Requests of a group stopped by a signal, or by the coordinator, change nothing.
