@@ -613,3 +613,75 @@ TEST_CASE("a host that is the root cause twice is excluded; the spare takes its 
   CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
   CHECK(count(stamps, "start host=2 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
 }
+
+namespace {
+
+// A job of ExclusionJob's files whose worker on the host given ASK appends $ASK to its
+// CRUN_CONTROL_FILE once `go` exists and exits $ASK_CODE, in its first start only; every other
+// start stamps and runs until `done`.
+struct RequestJob : ExclusionJob {
+  RequestJob() {
+    std::ofstream s(request_script());
+    s << "if [ -n \"$ASK\" ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+         "  while [ ! -e \"$GO\" ]; do sleep 0.05; done\n"
+         "  echo \"$ASK\" >> \"$CRUN_CONTROL_FILE\"\n"
+         "  exit \"$ASK_CODE\"\n"
+         "fi\n"
+         "echo \"start host=$HOSTNUM group_rank=$GROUP_RANK restart=$TORCHELASTIC_RESTART_COUNT\" >> \"$STAMPS\"\n"
+         "while [ ! -e \"$DONE\" ]; do sleep 0.05; done\n";
+  }
+  std::string request_script() const { return (dir.path / "request.sh").string(); }
+  std::vector<std::string> env(int host, const std::string& ask = "", int code = 0) const {
+    auto e = ExclusionJob::env(host, false);
+    if (!ask.empty()) e.insert(e.end(), {"ASK=" + ask, "ASK_CODE=" + std::to_string(code)});
+    return e;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a worker's stop-job closes the job on every node with its exit code, no restart", "[worker_request]") {
+  Cluster cl(2);
+  RequestJob job;
+  const auto flags = c10d("2", 1, "", 3);
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.request_script()}, job.env(1));
+  auto& b = cl.crun_program(2, flags, "/bin/sh", {job.request_script()}, job.env(2, "stop-job data corrupt in shard 7", 7));
+  REQUIRE(node_rank_of(a, 0, 2, 0) >= 0);
+  REQUIRE(node_rank_of(b, 0, 2, 0) >= 0);
+  ExclusionJob::touch(job.go);
+  CHECK(b.wait_exit() == 7);
+  CHECK(a.wait_exit() == 7);
+  INFO(a.err() << b.err());
+  CHECK(count(b.err(), "asks crun to stop the job (stop-job): data corrupt in shard 7") == 1);
+  CHECK_THAT(a.err(), Catch::Contains("asked to stop the job (exit code 7): data corrupt in shard 7"));
+  CHECK(count(read_file(job.stamps), "restart=1") == 0);
+}
+
+TEST_CASE("a worker's exclude-node: the next round leaves its host out at once, the spare takes its node rank",
+          "[worker_request]") {
+  Cluster cl(3);
+  RequestJob job;
+  const auto flags = c10d("2:2", 1, "", 5);
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.request_script()}, job.env(1));
+  auto& b = cl.crun_program(2, flags, "/bin/sh", {job.request_script()}, job.env(2, "exclude-node GPU 0 reports XID 79", 0));
+  const int b_rank = node_rank_of(b, 0, 2, 0);
+  REQUIRE(b_rank >= 0);
+  auto& spare = cl.crun_program(3, flags, "/bin/sh", {job.request_script()}, job.env(3));
+  REQUIRE(err_has(a, "waits: the round is at its maximum of 2 nodes"));
+  ExclusionJob::touch(job.go);
+  // One request, not two root causes (--exclude-after's default): excluded at once.
+  CHECK(node_rank_of(spare, 1, 2, 1) == b_rank);
+  CHECK(node_rank_of(a, 1, 2, 1) == 1 - b_rank);
+  INFO(a.err() << b.err());
+  CHECK(count(b.err(), "asks crun to exclude this node (exclude-node): GPU 0 reports XID 79") == 1);
+  CHECK_THAT(a.err(), Catch::Contains("a worker asked to exclude it: GPU 0 reports XID 79"));
+  REQUIRE(err_has(b, "is excluded until"));
+  ExclusionJob::touch(job.done);
+  CHECK(a.wait_exit() == 0);
+  CHECK(spare.wait_exit() == 0);
+  CHECK(b.wait_exit().has_value());  // the job's close reaches the excluded agent while it waits
+  const std::string stamps = read_file(job.stamps);
+  INFO(stamps);
+  CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=1") == 1);
+  CHECK(count(stamps, "host=2") == 0);
+}
