@@ -586,3 +586,51 @@ TEST_CASE("etcd-v3: a host that is the root cause twice is excluded; the spare t
   CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
   CHECK(count(stamps, "start host=2 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
 }
+
+TEST_CASE("etcd-v3: a worker's stop-job closes the job on every node with its exit code", "[worker_request]") {
+  Cluster cl(2);
+  EtcdCluster etcd(cl, {1});
+  RequestJob job;
+  const auto flags = etcd_v3(etcd, "2", 1, 3);
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.request_script()}, job.env(1));
+  auto& b = cl.crun_program(2, flags, "/bin/sh", {job.request_script()}, job.env(2, "stop-job data corrupt in shard 7", 7));
+  REQUIRE(node_rank_of(a, 0, 2, 0) >= 0);
+  REQUIRE(node_rank_of(b, 0, 2, 0) >= 0);
+  ExclusionJob::touch(job.go);
+  CHECK(b.wait_exit() == 7);
+  CHECK(a.wait_exit() == 7);
+  INFO(a.err() << b.err());
+  CHECK(count(b.err(), "asks crun to stop the job (stop-job): data corrupt in shard 7") == 1);
+  CHECK_THAT(a.err(), Catch::Contains("asked to stop the job (exit code 7): data corrupt in shard 7"));
+  CHECK(count(read_file(job.stamps), "restart=1") == 0);
+}
+
+TEST_CASE("etcd-v3: a worker's exclude-node leaves its host out of the next round; the spare takes its rank",
+          "[worker_request]") {
+  Cluster cl(3);
+  EtcdCluster etcd(cl, {1});
+  RequestJob job;
+  const auto flags = etcd_v3(etcd, "2:2", 1, 5);
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.request_script()}, job.env(1));
+  auto& b = cl.crun_program(2, flags, "/bin/sh", {job.request_script()}, job.env(2, "exclude-node GPU 0 reports XID 79", 0));
+  const int b_rank = node_rank_of(b, 0, 2, 0);
+  REQUIRE(b_rank >= 0);
+  REQUIRE(node_rank_of(a, 0, 2, 0) == 1 - b_rank);
+  auto& spare = cl.crun_program(3, flags, "/bin/sh", {job.request_script()}, job.env(3));
+  REQUIRE(err_has(spare, "round 0 is full (2 nodes); waiting for the next one"));
+  ExclusionJob::touch(job.go);
+  CHECK(node_rank_of(spare, 1, 2, 1) == b_rank);
+  CHECK(node_rank_of(a, 1, 2, 1) == 1 - b_rank);
+  INFO(a.err() << b.err());
+  CHECK(count(b.err(), "asks crun to exclude this node (exclude-node): GPU 0 reports XID 79") == 1);
+  CHECK_THAT(a.err(), Catch::Contains("a worker asked to exclude it: GPU 0 reports XID 79"));
+  REQUIRE(err_has(b, "is excluded until"));
+  ExclusionJob::touch(job.done);
+  CHECK(a.wait_exit() == 0);
+  CHECK(spare.wait_exit() == 0);
+  CHECK(b.wait_exit().has_value());
+  const std::string stamps = read_file(job.stamps);
+  INFO(stamps);
+  CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=1") == 1);
+  CHECK(count(stamps, "host=2") == 0);
+}

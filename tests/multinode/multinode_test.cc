@@ -614,31 +614,6 @@ TEST_CASE("a host that is the root cause twice is excluded; the spare takes its 
   CHECK(count(stamps, "start host=2 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
 }
 
-namespace {
-
-// A job of ExclusionJob's files whose worker on the host given ASK appends $ASK to its
-// CRUN_CONTROL_FILE once `go` exists and exits $ASK_CODE, in its first start only; every other
-// start stamps and runs until `done`.
-struct RequestJob : ExclusionJob {
-  RequestJob() {
-    std::ofstream s(request_script());
-    s << "if [ -n \"$ASK\" ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
-         "  while [ ! -e \"$GO\" ]; do sleep 0.05; done\n"
-         "  echo \"$ASK\" >> \"$CRUN_CONTROL_FILE\"\n"
-         "  exit \"$ASK_CODE\"\n"
-         "fi\n"
-         "echo \"start host=$HOSTNUM group_rank=$GROUP_RANK restart=$TORCHELASTIC_RESTART_COUNT\" >> \"$STAMPS\"\n"
-         "while [ ! -e \"$DONE\" ]; do sleep 0.05; done\n";
-  }
-  std::string request_script() const { return (dir.path / "request.sh").string(); }
-  std::vector<std::string> env(int host, const std::string& ask = "", int code = 0) const {
-    auto e = ExclusionJob::env(host, false);
-    if (!ask.empty()) e.insert(e.end(), {"ASK=" + ask, "ASK_CODE=" + std::to_string(code)});
-    return e;
-  }
-};
-
-}  // namespace
 
 TEST_CASE("a worker's stop-job closes the job on every node with its exit code, no restart", "[worker_request]") {
   Cluster cl(2);

@@ -7,6 +7,9 @@
 //     one host only) holds fewer than two lines, once `go` exists; every other start writes
 //     "start host=H group_rank=G restart=R" to `stamps` and runs until `done` exists, then exits 0.
 //   - env(host, failing) is the KEY=VALUE list to start crun with (Cluster::crun_program).
+//   - RequestJob (the worker requests tests): request_script() appends $ASK to the worker's
+//     CRUN_CONTROL_FILE and exits $ASK_CODE on the host started with env(host, ASK, code), in its
+//     first start only, once `go` exists; every other start stamps and runs until `done`.
 //   - node_rank(agent, round, nodes, restart) waits (bound 30 s) for the agent's line "round R:
 //     node rank K of N, restart C" and returns K (-1: it did not come).
 //
@@ -53,6 +56,28 @@ struct ExclusionJob {
     return e;
   }
   static void touch(const std::string& path) { std::ofstream(path).flush(); }
+};
+
+// A job of ExclusionJob's files whose worker on the host given ASK appends $ASK to its
+// CRUN_CONTROL_FILE once `go` exists and exits $ASK_CODE, in its first start only; every other
+// start stamps and runs until `done`.
+struct RequestJob : ExclusionJob {
+  RequestJob() {
+    std::ofstream s(request_script());
+    s << "if [ -n \"$ASK\" ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+         "  while [ ! -e \"$GO\" ]; do sleep 0.05; done\n"
+         "  echo \"$ASK\" >> \"$CRUN_CONTROL_FILE\"\n"
+         "  exit \"$ASK_CODE\"\n"
+         "fi\n"
+         "echo \"start host=$HOSTNUM group_rank=$GROUP_RANK restart=$TORCHELASTIC_RESTART_COUNT\" >> \"$STAMPS\"\n"
+         "while [ ! -e \"$DONE\" ]; do sleep 0.05; done\n";
+  }
+  std::string request_script() const { return (dir.path / "request.sh").string(); }
+  std::vector<std::string> env(int host, const std::string& ask = "", int code = 0) const {
+    auto e = ExclusionJob::env(host, false);
+    if (!ask.empty()) e.insert(e.end(), {"ASK=" + ask, "ASK_CODE=" + std::to_string(code)});
+    return e;
+  }
 };
 
 inline int node_rank_of(ChildProcess& agent, int round, int nodes, int restart) {
