@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/node_check_settings.h"
 #include "rendezvous/multi_node_config.h"
 
 namespace crun {
@@ -95,6 +96,9 @@ struct AgentConfig {
   // imported (--standby-preload), takes the next start's launch. Only for a Python program.
   bool standby_workers = false;
   std::vector<std::string> standby_preload;
+
+  // Node checks (agent/node_checks.h), run before each request for a round.
+  NodeCheckSettings node_checks;
 };
 
 }  // namespace crun

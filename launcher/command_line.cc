@@ -79,6 +79,19 @@ const std::vector<SettingSpec>& launch_settings() {
        "multi-node: exclude a node once it was the root cause of this many restarts (0: never)", "2"},
       {"exclude_cooldown", "--exclude-cooldown,--exclude_cooldown",
        "seconds an excluded node stays out; doubled at each further exclusion of it", "600"},
+      {"node_check", "--node-check,--node_check",
+       "a node check: a program and its arguments (split as a shell would; no shell), run before each round; exit 0: healthy "
+       "(repeatable)", "", false, "", true, true},
+      {"no_node_check", "--no-node-check,--no_node_check", "turn a built-in node check off: disk, net or gpu (repeatable)", "",
+       false, "", true, true},
+      {"node_check_timeout", "--node-check-timeout,--node_check_timeout",
+       "seconds one node check may take (and the gpu check waits for memory to be freed)", "30"},
+      {"node_check_interval", "--node-check-interval,--node_check_interval",
+       "seconds between an unhealthy node check and the next try", "10"},
+      {"node_check_path", "--node-check-path,--node_check_path",
+       "a directory the disk check also checks (repeatable)", "", false, "", true, true},
+      {"node_check_min_free", "--node-check-min-free,--node_check_min_free",
+       "free space the disk check wants in each directory (100M, 1G, bytes)", "16M"},
   };
   return specs;
 }
@@ -205,9 +218,11 @@ CommandLine parse_command_line(const std::vector<std::string>& argv) {
   for (const auto& spec : launch_settings()) {
     if (!every_setting && source.count(spec.key) == 0) continue;
     // A repeated option takes its last value, as argparse does.
+    // A repeatable one keeps every value, one a line.
     opts[spec.key] = spec.is_flag ? app.add_flag(spec.flags, on[spec.key], spec.help)
                                   : app.add_option(spec.flags, text[spec.key], spec.help)
-                                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+                                        ->multi_option_policy(spec.repeatable ? CLI::MultiOptionPolicy::Join
+                                                                              : CLI::MultiOptionPolicy::TakeLast);
   }
   CommandLine out;
   bool version = false;

@@ -11,7 +11,8 @@
 //     program is the program's). --help / --version set `exit_now` with the text to print. An
 //     unknown flag, a bad flag syntax, a missing program throw LaunchUsageError (one line).
 //     Values are not checked here.
-//   - argparse's habits: a repeated option takes its last value; `--opt=` is an empty value and
+//   - argparse's habits: a repeated option takes its last value (a repeatable one, SettingSpec::
+//     repeatable, keeps every value, one a line); `--opt=` is an empty value and
 //     never takes the next word. A setting's source is the spelling written (last), '_' as '-'.
 //
 // Threading
@@ -35,6 +36,7 @@ struct SettingSpec {
   bool is_flag = false;
   const char* more_vars = "";  // variables read after PET_<KEY>, in order ("A,B")
   bool reads_pet = true;       // false where torch reads no PET_<KEY> (its flag has no action=env)
+  bool repeatable = false;     // each value given is kept: the text holds them one a line
 };
 
 const std::vector<SettingSpec>& launch_settings();

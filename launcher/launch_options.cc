@@ -32,6 +32,7 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.state_root = plan.state_root.value;
   c.state_max_bytes = plan.state_max_bytes.value;
   c.state_persist_dir = plan.state_persist_dir.value;
+  c.node_checks = plan.node_checks.value;
   c.state_replication = plan.state_replication.value;
   c.hostname = plan.hostname;
   c.visible_devices = plan.visible_devices.value;

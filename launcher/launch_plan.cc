@@ -4,6 +4,7 @@
 #include "launcher/agent_settings.h"
 #include "launcher/command_line.h"
 #include "launcher/job_environment.h"
+#include "launcher/node_check_options.h"
 #include "launcher/option_values.h"
 #include "launcher/setting_sources.h"
 #include "launcher/operator_settings.h"
@@ -185,6 +186,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   plan_torch2_settings(s, env, host, plan);
   plan_operator_settings(s, plan);
   plan_watchdogs(s, env, plan);
+  plan_node_checks(s, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);
   plan_standby(s, plan);

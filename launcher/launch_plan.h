@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/node_check_settings.h"
 #include "agent/worker_env.h"
 #include "launcher/launch_inputs.h"
 #include "launcher/launch_setting.h"
@@ -74,6 +75,7 @@ struct LaunchPlan {
   Sourced<int> max_no_progress_restarts;                         // 0: never
   Sourced<std::uint64_t> state_max_bytes;                        // per rank, in CRUN_STATE_DIR
   Sourced<std::string> state_persist_dir;                        // committed state also copied there ("": off)
+  Sourced<NodeCheckSettings> node_checks;                        // launcher/node_check_options.h
   Sourced<std::optional<std::string>> file_timer;  // torch's file timer FIFO ("": crun makes one); nullopt: off
   Sourced<std::vector<std::string>> worker_argv;      // argv[0]: as written (the interpreter's path for Python)
   Sourced<std::string> worker_program;                 // the path execve runs; "PATH" when looked up there

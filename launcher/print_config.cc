@@ -22,7 +22,11 @@ std::string print_plan(const LaunchPlan& plan) {
   };
   line("mode", plan.slurm_tasks ? "slurm-tasks" : plan.multi_node ? "multi-node" : "single-node",
        plan.slurm_tasks ? "--slurm-tasks" : plan.job_kind.empty() ? "flags" : plan.job_kind + " environment");
-  for (const auto& [key, v] : plan.settings) line(key, v.value, v.source);
+  for (const auto& [key, v] : plan.settings) {
+    std::string value = v.value;  // a repeatable setting's values, one a line: shown on one
+    for (std::size_t nl = value.find('\n'); nl != std::string::npos; nl = value.find('\n', nl)) value.replace(nl, 1, "; ");
+    line(key, value, v.source);
+  }
   if (plan.multi_node) {
     const auto& m = *plan.multi_node;
     if (m.config.backend == MultiNodeConfig::Backend::kEtcdV3) {
@@ -79,6 +83,19 @@ std::string print_plan(const LaunchPlan& plan) {
   }
   line("state_persist_dir", plan.state_persist_dir.value.empty() ? "off" : plan.state_persist_dir.value + "/rank-<rank>",
        plan.state_persist_dir.source);
+  {
+    const NodeCheckSettings& n = plan.node_checks.value;
+    std::string builtin;
+    for (const auto& name : builtin_node_checks()) builtin += (builtin.empty() ? "" : ",") + name + (n.disabled.count(name) ? " off" : "");
+    std::string commands;
+    for (const auto& c : n.commands) commands += (commands.empty() ? "" : "; ") + c;
+    std::string paths;
+    for (const auto& p : n.paths) paths += " " + p;
+    line("node_checks", builtin + (commands.empty() ? "" : "; commands: " + commands) + "; timeout " +
+                            std::to_string(n.timeout.count()) + " ms, interval " + std::to_string(n.interval.count()) +
+                            " ms, min free " + std::to_string(n.min_free) + " bytes" + (paths.empty() ? "" : ", paths:" + paths),
+         plan.node_checks.source);
+  }
   line("job_cgroup", plan.job_cgroup.value ? "on (where cgroup v2 allows one)" : "off (process groups)", plan.job_cgroup.source);
   line("run_id", plan.run_id.value, plan.run_id.source);
   line("standby", plan.standby_workers.value ? "on, preload " + join_words(plan.standby_preload.value) : "off",
