@@ -22,7 +22,9 @@
 #include "agent/heartbeat_files.h"
 #include "agent/http_endpoint.h"
 #include "agent/line_router.h"
+#include "agent/node_checks.h"
 #include "agent/operator_view.h"
+#include "agent/gpu_memory.h"
 #include "agent/root_cause_report.h"
 #include "agent/run_directory.h"
 #include "agent/signal_names.h"
@@ -113,7 +115,8 @@ struct Agent::Impl {
         hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout},
         share_timer(io),
         join_notice(io),
-        exclusion_wait(io) {}
+        exclusion_wait(io),
+        node_check_timer(io) {}
 
   AgentConfig config;
   asio::io_context io;
@@ -154,6 +157,9 @@ struct Agent::Impl {
   asio::steady_timer share_timer;          // multi-node with the endpoint: re-publishes this node's status
   asio::steady_timer join_notice;          // a joiner's line when its first round is slow to form
   asio::steady_timer exclusion_wait;       // this node is excluded: it asks again when its cooldown ends
+  std::unique_ptr<NodeChecks> node_checks;  // null when every check is off
+  asio::steady_timer node_check_timer;      // the next try after an unhealthy verdict
+  std::optional<AgentClock::time_point> unhealthy_since;  // the first unhealthy verdict of this wait
 
   int run();
   void wait_signal();
@@ -170,6 +176,8 @@ struct Agent::Impl {
   // The one way this agent asks for a round: at the start, after a round ended, and when an
   // answer came for a round already over.
   void join_round();
+  void start_node_checks();
+  void on_node_check(const NodeCheckResult& r);
   void say_joining_later(std::string line);
   void on_round(const RoundResult& r);
   void wait_excluded(const RoundResult& r);
@@ -227,6 +235,7 @@ int Agent::Impl::run() {
         if (auto set = committed_snapshot(*state, rank)) persister->changed(std::move(*set));
       });
     }
+    start_node_checks();
     for (int s : config.handled_signals) signals.add(s);
     if (config.file_timer) start_file_timer();
     if (config.health_check_port) {
@@ -359,6 +368,7 @@ void Agent::Impl::finish(int code) {
   stop_timer.cancel();
   hang_timer.cancel();
   join_notice.cancel();
+  node_check_timer.cancel();
   io.stop();
 }
 
@@ -713,7 +723,72 @@ void Agent::Impl::say_joining_later(std::string line) {
   });
 }
 
-void Agent::Impl::join_round() { rendezvous->request_round(); }
+// The node checks first (agent/node_checks.h): an unhealthy node does not ask for a round.
+void Agent::Impl::join_round() {
+  if (!node_checks) {
+    rendezvous->request_round();
+    return;
+  }
+  node_checks->run([this](const NodeCheckResult& r) { on_node_check(r); },
+                   [this](const std::string& line) {
+                     if (!exit_code) log_line(line);
+                   });
+}
+
+// What the checks look at, and the GPUs' memory before the first start.
+void Agent::Impl::start_node_checks() {
+  const NodeCheckSettings& s = config.node_checks;
+  NodeCheckTargets t;
+  t.directories = {run_dir.path().string(), config.state_root};
+  if (config.multi_node) {
+    const auto& m = *config.multi_node;
+    t.multi_node = true;
+    t.announced_address = m.local_addr;
+    t.rendezvous_host = m.backend == MultiNodeConfig::Backend::kEtcdV3
+                            ? (m.etcd.endpoints.empty() ? std::string() : m.etcd.endpoints[m.etcd.first_endpoint % m.etcd.endpoints.size()].host)
+                            : m.endpoint.host;
+  }
+  const char* path = std::getenv("PATH");
+  t.search_path = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::unique_ptr<GpuMemory> gpu = s.disabled.count("gpu") ? nullptr : open_nvml_memory();
+  const bool any = gpu || !s.commands.empty() || !s.disabled.count("disk") || (t.multi_node && !s.disabled.count("net"));
+  if (!any) return;
+  node_checks = std::make_unique<NodeChecks>(io, s, std::move(t), std::move(gpu));
+  node_checks->take_baseline();
+}
+
+void Agent::Impl::on_node_check(const NodeCheckResult& r) {
+  if (exit_code) return;
+  if (r.healthy()) {
+    if (unhealthy_since) log_line("node checks pass again; joining");
+    unhealthy_since.reset();
+    view->node_check(r);
+    rendezvous->request_round();
+    return;
+  }
+  const bool builtin = std::find(builtin_node_checks().begin(), builtin_node_checks().end(), r.check) != builtin_node_checks().end();
+  const std::string line = "node check " + (builtin ? r.check : "'" + r.check + "'") + ": " + r.reason;
+  view->node_check(r);
+  const auto now = AgentClock::now();
+  if (!config.multi_node) {
+    log_line(line + "; this node is unhealthy, exiting");
+    perform(machine.on_job_closed(kExitNodeUnhealthy, now));
+    return;
+  }
+  if (!unhealthy_since) unhealthy_since = now;
+  const auto join_timeout = config.multi_node->rendezvous.join_timeout;
+  if (now - *unhealthy_since >= join_timeout) {
+    log_line(line + "; still unhealthy at the end of the join timeout (" + seconds_text(join_timeout) + "), exiting");
+    perform(machine.on_job_closed(kExitNodeUnhealthy, now));
+    return;
+  }
+  log_line(line + "; not joining, next try in " + seconds_text(config.node_checks.interval));
+  node_check_timer.expires_after(std::min<AgentClock::duration>(config.node_checks.interval, *unhealthy_since + join_timeout - now));
+  node_check_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || exit_code) return;
+    join_round();
+  });
+}
 
 void Agent::Impl::on_round(const RoundResult& r) {
   if (exit_code) return;

@@ -78,6 +78,7 @@ std::string last_lines(const std::string& tail, int lines) {
     for (char& ch : line) {
       if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';
     }
+    if (line.size() > 200) line = "..." + line.substr(line.size() - 197);  // the end of a long line
     if (!line.empty()) kept.insert(kept.begin(), std::move(line));
     if (nl == std::string::npos) break;
     end = nl;

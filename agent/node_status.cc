@@ -56,7 +56,8 @@ json node_json(const NodeStatus& s) {
           {"updated_unix", round_to_millis(s.updated_unix)},
           {"excluded", s.excluded},
           {"excluded_nodes", excluded_json(s.excluded_nodes)},
-          {"exclusions_total", s.exclusions_total}};
+          {"exclusions_total", s.exclusions_total},
+          {"node_check", s.node_check}};
 }
 
 template <typename T>
@@ -124,6 +125,7 @@ std::optional<NodeStatus> parse_node(const json& j) {
         s.excluded_nodes.push_back(std::move(e));
       }
     }
+    if (j.contains("node_check")) s.node_check = field<std::string>(j, "node_check");
     return s;
   } catch (const json::exception&) {
     return std::nullopt;

@@ -68,6 +68,9 @@ struct NodeStatus {
   std::string excluded;
   std::vector<ExcludedNodeStatus> excluded_nodes;
   int exclusions_total = 0;
+  // The newest node-check verdict (agent/node_checks.h): "" healthy or none run, else
+  // "<check>: <reason>". Absent from an older node's JSON: "".
+  std::string node_check;
   bool operator==(const NodeStatus&) const = default;
 
   std::string to_json() const;

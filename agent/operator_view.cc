@@ -10,6 +10,7 @@
 
 #include "agent/failure_report.h"
 #include "agent/metrics_text.h"
+#include "agent/node_check.h"
 #include "agent/signal_names.h"
 #include "agent/status_page.h"
 #include "rendezvous/rendezvous_backend.h"
@@ -328,6 +329,8 @@ std::string OperatorView::metrics_text() const {
     if (w.heartbeat_age_s) beat_age.samples.emplace_back(l, *w.heartbeat_age_s);
     if (w.step) step.samples.emplace_back(l, static_cast<double>(*w.step));
   }
+  MetricFamily node_checks{"crun_node_check_failures_total", "counter", "Unhealthy node-check verdicts on this node, by check.", {}};
+  for (const auto& [check, n] : node_check_failures_) node_checks.samples.emplace_back(labels({{"check", check}}), static_cast<double>(n));
   const ProcessStats p = self_stats();
   auto one = [](double v) { return std::vector<std::pair<std::string, double>>{{"", v}}; };
   return exposition_text({
@@ -353,6 +356,8 @@ std::string OperatorView::metrics_text() const {
        one(last_failure_unix_.value_or(0))},
       beat_age,
       step,
+      {"crun_node_healthy", "gauge", "1 unless this node's newest node check failed, else 0.", one(s.node_check.empty() ? 1 : 0)},
+      node_checks,
       {"process_cpu_seconds_total", "counter", "CPU time the agent itself has used (user and system), in seconds.", one(p.cpu_seconds)},
       {"process_resident_memory_bytes", "gauge", "The agent's resident memory, in bytes.", one(p.resident_bytes)},
       {"process_open_fds", "gauge", "Descriptors the agent has open.", one(p.open_fds)},
@@ -435,6 +440,25 @@ void OperatorView::worker_request(int rank, int local_rank, int pid, const std::
 
 std::string OperatorView::requested_health(int rank, const std::string& host, const std::string& request) {
   return "failed: rank " + std::to_string(rank) + " on " + host + " asked for it (CRUN_CONTROL_FILE): " + request;
+}
+
+void OperatorView::node_check(const NodeCheckResult& result) {
+  if (result.healthy()) {
+    if (node_.node_check.empty()) return;  // nothing changed: no event per restart
+    node_.node_check.clear();
+    if (node_.state == "unhealthy") node_.state = "rendezvous";
+    events_->emit("node_healthy", members(event_fields(id_, node_)));
+    changed();
+    return;
+  }
+  ++node_check_failures_[result.check];
+  node_.node_check = result.check + ": " + result.reason;
+  if (node_.state == "rendezvous" || node_.state.empty()) node_.state = "unhealthy";
+  json j = event_fields(id_, node_);
+  j["check"] = result.check;
+  j["reason"] = result.reason;
+  events_->emit("node_check_failed", members(j));
+  changed();
 }
 
 }  // namespace crun

@@ -8,7 +8,8 @@
 //     the node's status and emits the matching event (agent/event_log.h): rendezvous_round,
 //     restart, worker_start, worker_exit, hang, failure, round_ended, preemption, signal,
 //     store_lost, stop, node_excluded, worker_request (a worker's CRUN_CONTROL_FILE request, also
-//     in its /status record and in the health once it ends the job).
+//     in its /status record and in the health once it ends the job), node_check_failed,
+//     node_healthy.
 //   - serve(path) answers the HTTP endpoint (agent/http_endpoint.h): "/healthz" (200 "ok ..."
 //     while healthy, 503 with the reason once the agent cannot go on: a failure with no restart
 //     left, from the moment it is known (while the group still stops), the job closed by the
@@ -42,6 +43,7 @@
 namespace crun {
 
 struct FailureReport;
+struct NodeCheckResult;
 struct RoundInfo;
 
 struct OperatorIdentity {
@@ -89,6 +91,10 @@ class OperatorView {
   // A worker's request through CRUN_CONTROL_FILE, read as it exited (agent/control_file.h):
   // `request` is the line, "stop-job REASON".
   void worker_request(int rank, int local_rank, int pid, const std::string& request);
+  // A pass of the node checks (agent/node_checks.h): an unhealthy verdict is counted
+  // (crun_node_check_failures_total), shown in /status and emitted as node_check_failed; the
+  // first healthy one after it emits node_healthy.
+  void node_check(const NodeCheckResult& result);
 
   using HeartbeatReader = std::function<std::optional<Heartbeat>(int local_rank)>;
   void set_heartbeats(HeartbeatReader read) { heartbeats_ = std::move(read); }
@@ -120,6 +126,7 @@ class OperatorView {
   std::uint64_t worker_starts_ = 0;
   double started_unix_ = 0;
   std::set<std::pair<std::string, int>> announced_exclusions_;  // (node, times) already an event
+  std::map<std::string, std::uint64_t> node_check_failures_;  // by check
 };
 
 }  // namespace crun
