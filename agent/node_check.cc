@@ -92,16 +92,17 @@ std::string last_lines(const std::string& tail, int lines) {
 
 struct CommandCheck::Running : std::enable_shared_from_this<CommandCheck::Running> {
   Running(asio::io_context& io, const SpawnedWorker& s)
-      : pid(s.pid), pidfd(io, s.pidfd), out(io, s.stdout_fd), err(io, s.stderr_fd), timer(io) {}
+      : pid(s.pid), pidfd(io, s.pidfd), out(io, s.stdout_fd), timer(io) {}
   int pid;
   asio::posix::stream_descriptor pidfd;
-  asio::posix::stream_descriptor out;
-  asio::posix::stream_descriptor err;
+  asio::posix::stream_descriptor out;  // stdout and stderr together
   asio::steady_timer timer;
   std::string tail;  // the last kTailBytes of stdout and stderr together
   bool timed_out = false;
   bool over = false;
   std::function<void(NodeCheckResult)> done;
+  std::string command;  // as given: the result's name
+  std::string seconds;  // the timeout, as the reason says it
 
   // Reads what is there (at most `max_reads` reads): every byte read, only the tail kept.
   void drain(asio::posix::stream_descriptor& pipe, int max_reads) {
@@ -129,13 +130,38 @@ struct CommandCheck::Running : std::enable_shared_from_this<CommandCheck::Runnin
                     });
   }
 
+  void watch_exit() {
+    pidfd.async_wait(asio::posix::stream_descriptor::wait_read, [r = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (r->over) {  // given up on (a second run(), the destructor): only reaped
+        (void)reap_worker(r->pid, r->pidfd.native_handle());
+        return;
+      }
+      const auto status = reap_worker(r->pid, r->pidfd.native_handle());
+      if (!status) {  // a spurious wakeup: not ended yet
+        r->watch_exit();
+        return;
+      }
+      r->drain(r->out, 64);  // what it wrote before it ended (bounded: a grandchild may write on)
+      r->stop();             // and whatever it left in its group
+      NodeCheckResult result{r->command, ""};
+      const std::string said = last_lines(r->tail, kTailLines);
+      if (r->timed_out) {
+        result.reason = "no answer within " + r->seconds + " s (killed)" + (said.empty() ? "" : ": " + said);
+      } else if (status->failed()) {
+        result.reason = status->describe() + (said.empty() ? "" : ": " + said);
+      }
+      auto done = std::move(r->done);
+      done(result);
+    });
+  }
+
   void stop() {
     over = true;
     ::kill(-pid, SIGKILL);
     boost::system::error_code ignored;
     timer.cancel();
     out.close(ignored);
-    err.close(ignored);
   }
 };
 
@@ -166,6 +192,7 @@ void CommandCheck::run(std::function<void(NodeCheckResult)> done) {
   }
   SpawnOptions options;
   options.program = *program;
+  options.merge_stderr = true;  // one stream: the reason's lines in the order written
   SpawnedWorker s;
   try {
     s = spawn_worker(*words, current_environment(), options);
@@ -179,35 +206,15 @@ void CommandCheck::run(std::function<void(NodeCheckResult)> done) {
   const std::string command = command_;
   const auto seconds = std::to_string(timeout_.count() / 1000) + (timeout_.count() % 1000 ? "." + std::to_string(timeout_.count() % 1000 / 100) : "");
   r->watch(r->out);
-  r->watch(r->err);
   r->timer.expires_after(timeout_);
   r->timer.async_wait([r](const boost::system::error_code& ec) {
     if (ec || r->over) return;
     r->timed_out = true;
     ::kill(-r->pid, SIGKILL);
   });
-  r->pidfd.async_wait(asio::posix::stream_descriptor::wait_read, [r, command, seconds](const boost::system::error_code& ec) {
-    if (ec) return;
-    if (r->over) {  // given up on (a second run(), the destructor): only reaped
-      (void)reap_worker(r->pid, r->pidfd.native_handle());
-      return;
-    }
-    const auto status = reap_worker(r->pid, r->pidfd.native_handle());
-    r->drain(r->out, 64);  // what it wrote before it ended (bounded: a grandchild may write on)
-    r->drain(r->err, 64);
-    r->stop();  // and whatever it left in its group
-    NodeCheckResult result{command, ""};
-    const std::string said = last_lines(r->tail, kTailLines);
-    if (r->timed_out) {
-      result.reason = "no answer within " + seconds + " s (killed)" + (said.empty() ? "" : ": " + said);
-    } else if (!status) {
-      result.reason = "could not be reaped";
-    } else if (status->failed()) {
-      result.reason = status->describe() + (said.empty() ? "" : ": " + said);
-    }
-    auto done = std::move(r->done);
-    done(result);
-  });
+  r->command = command;
+  r->seconds = seconds;
+  r->watch_exit();
 }
 
 }  // namespace crun

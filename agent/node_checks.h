@@ -47,7 +47,7 @@ struct NodeCheckTargets {
   bool multi_node = false;               // net applies
   std::string announced_address;         // net: --local-addr ("" : none given)
   std::string rendezvous_host;           // net: the rendezvous endpoint's host ("" : none)
-  std::string search_path;               // where a command's program is looked for (PATH)
+  std::string search_path = "/usr/local/bin:/usr/bin:/bin";  // where a command's program is looked for (PATH)
 };
 
 // The pure built-in checks: "" healthy, else one line.

@@ -179,13 +179,14 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   int out[2] = {-1, -1};
   int err[2] = {-1, -1};
   if (::pipe2(out, O_CLOEXEC) != 0) throw_errno("pipe2");
-  if (::pipe2(err, O_CLOEXEC) != 0) {
+  if (!options.merge_stderr && ::pipe2(err, O_CLOEXEC) != 0) {
     const int e = errno;
     ::close(out[0]);
     ::close(out[1]);
     errno = e;
     throw_errno("pipe2");
   }
+  const int err_w = options.merge_stderr ? out[1] : err[1];  // stderr into the stdout pipe, or its own
   const pid_t agent_pid = ::getpid();
   // vfork or clone3 with CLONE_VFORK (as posix_spawn does): no page-table copy, the agent waits
   // only until execve. All signals are blocked across it so no agent handler runs in the child.
@@ -199,7 +200,7 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
 #ifdef CRUN_CLONE_ON_STACK
   if (options.cgroup_dir_fd >= 0 && !g_clone3_unsupported.load(std::memory_order_relaxed)) {
     alignas(16) char stack[64 * 1024];  // the child's, while this frame waits for its exec
-    ChildArgs a{path, cargv.data(), cenv.data(), out[1], err[1], options.message_fd, agent_pid, &cpu_mask};
+    ChildArgs a{path, cargv.data(), cenv.data(), out[1], err_w, options.message_fd, agent_pid, &cpu_mask};
     clone_args ca{};
     ca.flags = CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_CLEAR_SIGHAND;
 #ifndef CRUN_SANITIZER_BUILD
@@ -220,13 +221,15 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   }
 #endif
   if (!made) {
-    pid = vfork_worker(path, cargv.data(), cenv.data(), out[1], err[1], options.message_fd, agent_pid,
+    pid = vfork_worker(path, cargv.data(), cenv.data(), out[1], err_w, options.message_fd, agent_pid,
                        options.cgroup_procs_fd, cpu_mask);
     fork_errno = errno;
   }
   ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
-    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    for (int fd : {out[0], out[1], err[0], err[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     errno = fork_errno;
     throw_errno("vfork");
   }
@@ -234,13 +237,13 @@ SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vect
   // Parent. Set the group here too so that killpg works even before the child ran.
   ::setpgid(pid, pid);
   ::close(out[1]);
-  ::close(err[1]);
+  if (err[1] >= 0) ::close(err[1]);
   SpawnedWorker w;
   w.pid = pid;
   w.stdout_fd = out[0];
   w.stderr_fd = err[0];
   ::fcntl(w.stdout_fd, F_SETFL, ::fcntl(w.stdout_fd, F_GETFL) | O_NONBLOCK);
-  ::fcntl(w.stderr_fd, F_SETFL, ::fcntl(w.stderr_fd, F_GETFL) | O_NONBLOCK);
+  if (w.stderr_fd >= 0) ::fcntl(w.stderr_fd, F_SETFL, ::fcntl(w.stderr_fd, F_GETFL) | O_NONBLOCK);
   w.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (w.pidfd < 0) {
     const int e = errno;

@@ -13,7 +13,8 @@
 //   - The child runs in a process group of its own (pgid == pid), has PR_SET_PDEATHSIG(SIGKILL)
 //     set before exec (and exits at once if the agent is already gone), starts with an empty
 //     signal mask and default SIGPIPE, stdin from /dev/null, stdout and stderr on fresh pipes
-//     whose read ends are returned to the caller (close-on-exec, non-blocking).
+//     whose read ends are returned to the caller (close-on-exec, non-blocking); with
+//     SpawnOptions::merge_stderr both on one pipe.
 //   - The worker inherits descriptors 0, 1 and 2 and nothing else: every other descriptor is
 //     closed in the child before exec, whatever its close-on-exec flag (the agent's sockets, and
 //     anything crun's own parent left open), but SpawnOptions::message_fd, which becomes
@@ -62,6 +63,9 @@ struct SpawnOptions {
   // A descriptor the child gets as descriptor 3, without close-on-exec (a standby's message
   // pipe); -1: none, the child has 0-2 only.
   int message_fd = -1;
+  // stderr goes into the stdout pipe (one stream, in the order written: a node check's output,
+  // agent/node_check.h); SpawnedWorker::stderr_fd is then -1.
+  bool merge_stderr = false;
 };
 
 SpawnedWorker spawn_worker(const std::vector<std::string>& argv, const std::vector<std::string>& env,
