@@ -145,13 +145,22 @@ std::optional<NodeStatus> NodeStatus::from_json(std::string_view text) {
 std::string job_json(const NodeStatus& self, const std::vector<std::string>& published) {
   // By node rank; the newest record of a rank wins (a node that left and one that took its rank).
   std::map<int, NodeStatus> nodes;
+  std::vector<NodeStatus> outside;  // node rank -1: in no round (its node checks fail), each listed
   for (const auto& text : published) {
     auto s = NodeStatus::from_json(text);
     if (!s || s->node_id == self.node_id || s->run_id != self.run_id) continue;
+    if (s->node_rank < 0) {
+      outside.push_back(std::move(*s));
+      continue;
+    }
     auto [it, fresh] = nodes.emplace(s->node_rank, *s);
     if (!fresh && it->second.updated_unix < s->updated_unix) it->second = std::move(*s);
   }
-  nodes[self.node_rank] = self;
+  if (self.node_rank < 0) {
+    outside.push_back(self);
+  } else {
+    nodes[self.node_rank] = self;
+  }
   json list = json::array();
   int workers = 0;
   int running = 0;
@@ -161,9 +170,11 @@ std::string job_json(const NodeStatus& self, const std::vector<std::string>& pub
     running += static_cast<int>(std::count_if(s.workers.begin(), s.workers.end(),
                                               [](const WorkerStatus& w) { return w.state == "running"; }));
   }
+  for (const auto& s : outside) list.push_back(node_json(s));
   json job = {{"run_id", self.run_id},
               {"nodes_expected", self.nodes},
               {"nodes_seen", static_cast<int>(nodes.size())},
+              {"nodes_outside", static_cast<int>(outside.size())},
               {"workers", workers},
               {"workers_running", running},
               {"restart_count", self.restart_count},

@@ -8,7 +8,8 @@
 //     and from_json(to_json(s)) == s to the millisecond.
 //   - job_json(): the document GET /status answers: {"node": <this node>, "job": {"nodes": [...]}}
 //     where the job holds every node's record the agent has (node rank 0: every node's; others:
-//     their own), sorted by node rank.
+//     their own), sorted by node rank; then the records of nodes in no round (node rank -1: their
+//     node checks fail), each listed (nodes_outside counts them).
 //
 // Threading
 //   Value types and pure functions; any thread.
@@ -52,7 +53,7 @@ struct NodeStatus {
   std::string hostname;
   std::string node_id;  // the rendezvous' id of this agent ("" on one node)
   std::string addr;     // the address the other nodes reach it at ("" on one node)
-  int node_rank = 0;
+  int node_rank = 0;  // -1: in no round (its node checks fail, agent/node_checks.h)
   int nodes = 1;
   int world_size = 0;
   int rendezvous_round = -1;

@@ -453,7 +453,8 @@ void OperatorView::node_check(const NodeCheckResult& result) {
   }
   ++node_check_failures_[result.check];
   node_.node_check = result.check + ": " + result.reason;
-  if (node_.state == "rendezvous" || node_.state.empty()) node_.state = "unhealthy";
+  node_.state = "unhealthy";  // it does not join: in no round until its checks pass
+  node_.node_rank = -1;
   json j = event_fields(id_, node_);
   j["check"] = result.check;
   j["reason"] = result.reason;

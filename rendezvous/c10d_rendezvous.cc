@@ -305,11 +305,10 @@ std::string C10dRendezvous::node_address() const {
 void C10dRendezvous::publish_status(std::string status_json, bool gather) {
   std::lock_guard lock(impl_->mu);
   if (impl_->stopped) return;
-  if (impl_->participant) {
-    impl_->participant->publish_status(std::move(status_json), gather);
-  } else {
-    impl_->pending_status.emplace(std::move(status_json), gather);
-  }
+  // A node that has not joined (its node checks fail: agent/node_checks.h) still shows in node
+  // rank 0's view: its participant connects now, for the status alone (no alive key, no join).
+  if (!impl_->participant) impl_->make_participant();
+  impl_->participant->publish_status(std::move(status_json), gather);
 }
 
 std::vector<std::string> C10dRendezvous::job_status() const {

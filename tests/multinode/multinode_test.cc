@@ -8,6 +8,7 @@
 #include <thread>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -659,4 +660,54 @@ TEST_CASE("a worker's exclude-node: the next round leaves its host out at once, 
   INFO(stamps);
   CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=1") == 1);
   CHECK(count(stamps, "host=2") == 0);
+}
+
+TEST_CASE("a host whose node check fails never gets a rank; node rank 0 shows why; the job runs on the others",
+          "[node_check]") {
+  Cluster cl(3);
+  auto flags = c10d("2:2", 1, "join_timeout=60");
+  flags.insert(flags.end(), {"--health-check-port", "8080", "--health-check-addr", "0.0.0.0"});
+  TempFile go;  // the healthy hosts' workers finish once the test has seen node rank 0's view
+  ::unlink(go.path.c_str());
+  const std::string wait_go = "while [ ! -e " + go.path + " ]; do sleep 0.05; done; echo finished";
+  auto bad_flags = flags;
+  bad_flags.insert(bad_flags.end(), {"--node-check", "sh -c 'echo GPU 0 has XID 79 >&2; exit 1'", "--node-check-interval", "0.5"});
+  auto& a = cl.crun_program(1, flags, "sh", {"-c", wait_go});
+  auto& bad = cl.crun_program(3, bad_flags, "sh", {"-c", wait_go});
+  REQUIRE(err_has(bad, "crun: node check 'sh -c 'echo GPU 0 has XID 79 >&2; exit 1'': exit code 1: GPU 0 has XID 79; "
+                       "not joining, next try in 0.5 s\n"));
+  auto& b = cl.crun_program(2, flags, "sh", {"-c", wait_go});
+  REQUIRE(err_has(a, "of 2, restart 0"));
+  REQUIRE(err_has(b, "of 2, restart 0"));
+  const int host0 = a.err().find("node rank 0 of 2") != std::string::npos ? 1 : 2;
+  const std::string url = "http://" + Cluster::addr(host0) + ":8080";
+  // Node rank 0 reads every published status at its heartbeats: wait (bounded) for the bad host's.
+  nlohmann::json doc;
+  nlohmann::json outside;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (outside.is_null() && std::chrono::steady_clock::now() < deadline) {
+    doc = nlohmann::json::parse(cl.run(3, {CRUN_BIN, "status", url, "--json"}), nullptr, false);
+    REQUIRE_FALSE(doc.is_discarded());
+    for (const auto& n : doc["job"]["nodes"]) {
+      if (n["addr"] == Cluster::addr(3) || n["node_rank"] == -1) outside = n;
+    }
+    if (outside.is_null()) std::this_thread::sleep_for(200ms);  // the poll's interval, bounded by the deadline
+  }
+  INFO(doc.dump(2));
+  REQUIRE_FALSE(outside.is_null());
+  CHECK(outside["node_rank"] == -1);
+  CHECK(outside["state"] == "unhealthy");
+  CHECK(outside["node_check"] == "sh -c 'echo GPU 0 has XID 79 >&2; exit 1': exit code 1: GPU 0 has XID 79");
+  CHECK(doc["job"]["nodes_seen"] == 2);
+  CHECK(doc["job"]["nodes_outside"] == 1);
+  const std::string metrics = cl.run(1, {"curl", "-sf", "http://" + Cluster::addr(3) + ":8080/metrics"});
+  CHECK_THAT(metrics, Catch::Contains("\ncrun_node_healthy 0\n"));
+  // The job finishes on the two healthy hosts; the bad one never had a rank.
+  std::ofstream(go.path) << "go\n";
+  CHECK(a.wait_exit(60s) == 0);
+  CHECK(b.wait_exit(60s) == 0);
+  CHECK(count(a.out() + b.out(), "finished") == 2);
+  CHECK(bad.err().find("node rank") == std::string::npos);
+  bad.signal(SIGTERM);
+  CHECK(bad.wait_exit(60s).has_value());
 }
