@@ -1109,3 +1109,41 @@ TEST_CASE("--exclude-after and --exclude-cooldown reach the rendezvous; bad valu
     CHECK(error.find('\n') == std::string::npos);
   }
 }
+
+TEST_CASE("node checks: repeatable flags and PET_NODE_CHECK reach the agent; a bad value is one line", "[launch_plan]") {
+  const HostFacts h = test_host();
+  const auto d = to_launch_options(plan({"--standalone", "/bin/true"}, {}, h)).agent.node_checks;
+  CHECK(d.commands.empty());
+  CHECK(d.disabled.empty());
+  CHECK(d.timeout == std::chrono::seconds(30));
+  CHECK(d.interval == std::chrono::seconds(10));
+  CHECK(d.min_free == (std::uint64_t{16} << 20));
+
+  const auto p = plan({"--standalone", "--node-check", "sh -c 'exit 0'", "--node-check=/opt/check --gpu", "--no-node-check",
+                       "disk", "--no_node_check", "gpu", "--node-check-timeout", "2.5", "--node-check-interval", "0.5",
+                       "--node-check-path", "/scratch", "--node-check-path", "/data", "--node-check-min-free", "1G", "/bin/true"},
+                      {}, h);
+  const NodeCheckSettings& c = to_launch_options(p).agent.node_checks;
+  CHECK(c.commands == std::vector<std::string>{"sh -c 'exit 0'", "/opt/check --gpu"});
+  CHECK(c.disabled == std::set<std::string>{"disk", "gpu"});
+  CHECK(c.timeout == std::chrono::milliseconds(2500));
+  CHECK(c.interval == std::chrono::milliseconds(500));
+  CHECK(c.paths == std::vector<std::string>{"/scratch", "/data"});
+  CHECK(c.min_free == (std::uint64_t{1} << 30));
+  CHECK_THAT(print_plan(p), Catch::Contains("node_check = sh -c 'exit 0'; /opt/check --gpu  (--node-check)"));
+  CHECK_THAT(print_plan(p), Catch::Contains("node_checks = disk off,net,gpu off; commands: sh -c 'exit 0'; /opt/check --gpu"));
+  CHECK(to_launch_options(plan({"/bin/true"}, EnvSnapshot{{{"PET_NODE_CHECK", "/opt/check -q"}}}, h)).agent.node_checks.commands ==
+        std::vector<std::string>{"/opt/check -q"});
+
+  CHECK(usage_error({"--no-node-check", "cpu", "/bin/true"}, {}, h) ==
+        "--no-node-check: unknown check 'cpu' (built-in checks: disk, net, gpu)");
+  CHECK(usage_error({"--node-check", "check 'x", "/bin/true"}, {}, h) == "--node-check: unbalanced ' in 'check 'x'");
+  CHECK(usage_error({"--node-check", " ", "--node-check", "", "/bin/true"}, {}, h).empty());  // blank: none
+  CHECK(usage_error({"--node-check-timeout", "0", "/bin/true"}, {}, h) == "--node-check-timeout: expected seconds > 0, got '0'");
+  CHECK(usage_error({"--node-check-interval", "soon", "/bin/true"}, {}, h) ==
+        "--node-check-interval: expected a number, got 'soon' (from --node-check-interval)");
+  CHECK(usage_error({"--node-check-min-free", "lots", "/bin/true"}, {}, h) ==
+        "--node-check-min-free: expected a size such as 100M or 1G, got 'lots'");
+  CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_NODE_CHECK_TIMEOUT", "-1"}}}, h) ==
+        "PET_NODE_CHECK_TIMEOUT: expected seconds > 0, got '-1'");
+}
