@@ -748,8 +748,7 @@ void Agent::Impl::start_node_checks() {
                             ? (m.etcd.endpoints.empty() ? std::string() : m.etcd.endpoints[m.etcd.first_endpoint % m.etcd.endpoints.size()].host)
                             : m.endpoint.host;
   }
-  const char* path = std::getenv("PATH");
-  t.search_path = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  t.search_path = s.search_path;
   std::unique_ptr<GpuMemory> gpu = s.disabled.count("gpu") ? nullptr : open_nvml_memory();
   const bool any = gpu || !s.commands.empty() || !s.disabled.count("disk") || (t.multi_node && !s.disabled.count("net"));
   if (!any) return;

@@ -23,6 +23,7 @@ struct NodeCheckSettings {
   std::chrono::milliseconds timeout{30000};   // --node-check-timeout: one check's bound (and the gpu wait's)
   std::chrono::milliseconds interval{10000};  // --node-check-interval: between an unhealthy verdict and the next try
   std::vector<std::string> paths;             // --node-check-path: more directories for `disk`
+  std::string search_path = "/usr/local/bin:/usr/bin:/bin";  // crun's PATH: where a command's program is found
   std::uint64_t min_free = std::uint64_t{16} << 20;  // --node-check-min-free, bytes (decisions.md)
 };
 

@@ -186,7 +186,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   plan_torch2_settings(s, env, host, plan);
   plan_operator_settings(s, plan);
   plan_watchdogs(s, env, plan);
-  plan_node_checks(s, plan);
+  plan_node_checks(s, env, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);
   plan_standby(s, plan);

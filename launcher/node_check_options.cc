@@ -4,6 +4,7 @@
 
 #include "agent/node_check.h"
 #include "launcher/option_values.h"
+#include "launcher/worker_settings.h"
 
 namespace crun {
 
@@ -29,8 +30,9 @@ std::chrono::milliseconds seconds(const SettingTexts& s, const char* key) {
 
 }  // namespace
 
-void plan_node_checks(const SettingTexts& s, LaunchPlan& plan) {
+void plan_node_checks(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan) {
   NodeCheckSettings c;
+  c.search_path = env.get("PATH").value_or(kDefaultSearchPath);
   const auto& commands = s.at("node_check");
   for (const auto& command : values(commands.value)) {
     std::string error;

@@ -8,17 +8,19 @@
 //     command a line). A command must split into words (agent/node_check.h split_command); a
 //     name must be a built-in check's; timeout and interval are seconds > 0 (at most 1e6);
 //     min-free is a size (launcher/option_values.h parse_byte_size). A bad value throws
-//     LaunchUsageError naming the flag and the value (one line).
+//     LaunchUsageError naming the flag and the value (one line). A command's program is looked
+//     for on `env`'s PATH when the check runs (unset: kDefaultSearchPath).
 //
 // Threading
 //   Pure function.
 #pragma once
 
+#include "launcher/launch_inputs.h"
 #include "launcher/launch_plan.h"
 #include "launcher/setting_sources.h"
 
 namespace crun {
 
-void plan_node_checks(const SettingTexts& s, LaunchPlan& plan);
+void plan_node_checks(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& plan);
 
 }  // namespace crun
