@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -633,4 +634,45 @@ TEST_CASE("etcd-v3: a worker's exclude-node leaves its host out of the next roun
   INFO(stamps);
   CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=1") == 1);
   CHECK(count(stamps, "host=2") == 0);
+}
+
+TEST_CASE("etcd-v3: a host whose node check fails never gets a rank; node rank 0 shows why; the job runs on the others",
+          "[node_check]") {
+  Cluster cl(3);
+  EtcdCluster etcd(cl, {1, 2});
+  auto flags = etcd_v3(etcd, "2:2", 1);
+  flags.insert(flags.end(), {"--health-check-port", "8080", "--health-check-addr", "0.0.0.0"});
+  TempFile go;  // the healthy hosts' workers finish once the test has seen node rank 0's view
+  ::unlink(go.path.c_str());
+  const std::string wait_go = "while [ ! -e " + go.path + " ]; do sleep 0.05; done; echo finished";
+  auto bad_flags = flags;
+  bad_flags.insert(bad_flags.end(), {"--node-check", "sh -c 'echo NIC ib0 down >&2; exit 1'", "--node-check-interval", "0.5"});
+  auto& bad = cl.crun_program(3, bad_flags, "sh", {"-c", wait_go});
+  REQUIRE(err_has(bad, "exit code 1: NIC ib0 down; not joining, next try in 0.5 s\n"));
+  std::map<int, ChildProcess*> agents{{1, &cl.crun_program(1, flags, "sh", {"-c", wait_go})},
+                                      {2, &cl.crun_program(2, flags, "sh", {"-c", wait_go})}};
+  const auto ranks = formed(agents);
+  const std::string url = "http://" + Cluster::addr(host_of_rank(ranks, 0)) + ":8080";
+  nlohmann::json doc;
+  nlohmann::json outside;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (outside.is_null() && std::chrono::steady_clock::now() < deadline) {
+    doc = nlohmann::json::parse(cl.run(3, {CRUN_BIN, "status", url, "--json"}), nullptr, false);
+    REQUIRE_FALSE(doc.is_discarded());
+    for (const auto& n : doc["job"]["nodes"]) {
+      if (n["node_rank"] == -1) outside = n;
+    }
+    if (outside.is_null()) std::this_thread::sleep_for(200ms);  // the poll's interval, bounded by the deadline
+  }
+  INFO(doc.dump(2));
+  REQUIRE_FALSE(outside.is_null());
+  CHECK(outside["state"] == "unhealthy");
+  CHECK(outside["node_check"] == "sh -c 'echo NIC ib0 down >&2; exit 1': exit code 1: NIC ib0 down");
+  CHECK(doc["job"]["nodes_seen"] == 2);
+  std::ofstream(go.path) << "go\n";
+  for (auto& [h, p] : agents) CHECK(p->wait_exit(60s) == 0);
+  CHECK(count(agents[1]->out() + agents[2]->out(), "finished") == 2);
+  CHECK(bad.err().find("node rank") == std::string::npos);
+  bad.signal(SIGTERM);
+  CHECK(bad.wait_exit(60s).has_value());
 }
