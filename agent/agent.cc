@@ -273,6 +273,7 @@ int Agent::Impl::run() {
   }
   endpoint.reset();  // nothing answers once the loop has stopped: refuse rather than hang
   group.reset();  // SIGKILLs what is left of the workers' trees
+  node_checks.reset();  // a check still running is killed (its containment still there)
   standbys.reset();  // and the standbys
   if (replication) replication->close();  // its connections closed before the state they read goes
   if (persister) {  // the commits still queued read, each rank's newest set copied before the state goes
@@ -752,7 +753,7 @@ void Agent::Impl::start_node_checks() {
   std::unique_ptr<GpuMemory> gpu = s.disabled.count("gpu") ? nullptr : open_nvml_memory();
   const bool any = gpu || !s.commands.empty() || !s.disabled.count("disk") || (t.multi_node && !s.disabled.count("net"));
   if (!any) return;
-  node_checks = std::make_unique<NodeChecks>(io, s, std::move(t), std::move(gpu));
+  node_checks = std::make_unique<NodeChecks>(io, s, std::move(t), std::move(gpu), containment.get());
   node_checks->take_baseline();
 }
 

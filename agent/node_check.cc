@@ -10,6 +10,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "agent/worker_containment.h"
 #include "agent/worker_env.h"
 #include "agent/worker_process.h"
 
@@ -103,6 +104,13 @@ struct CommandCheck::Running : std::enable_shared_from_this<CommandCheck::Runnin
   std::function<void(NodeCheckResult)> done;
   std::string command;  // as given: the result's name
   std::string seconds;  // the timeout, as the reason says it
+  WorkerContainment* containment = nullptr;
+
+  std::optional<ExitStatus> reap() {
+    auto status = reap_worker(pid, pidfd.native_handle());
+    if (status && containment != nullptr) containment->worker_reaped(pid);
+    return status;
+  }
 
   // Reads what is there (at most `max_reads` reads): every byte read, only the tail kept.
   void drain(asio::posix::stream_descriptor& pipe, int max_reads) {
@@ -134,10 +142,10 @@ struct CommandCheck::Running : std::enable_shared_from_this<CommandCheck::Runnin
     pidfd.async_wait(asio::posix::stream_descriptor::wait_read, [r = shared_from_this()](const boost::system::error_code& ec) {
       if (ec) return;
       if (r->over) {  // given up on (a second run(), the destructor): only reaped
-        (void)reap_worker(r->pid, r->pidfd.native_handle());
+        if (!r->reap()) r->watch_exit();
         return;
       }
-      const auto status = reap_worker(r->pid, r->pidfd.native_handle());
+      const auto status = r->reap();
       if (!status) {  // a spurious wakeup: not ended yet
         r->watch_exit();
         return;
@@ -166,14 +174,14 @@ struct CommandCheck::Running : std::enable_shared_from_this<CommandCheck::Runnin
 };
 
 CommandCheck::CommandCheck(asio::io_context& io, std::string command, std::chrono::milliseconds timeout,
-                           std::string search_path)
-    : io_(io), command_(std::move(command)), timeout_(timeout), search_path_(std::move(search_path)) {}
+                           std::string search_path, WorkerContainment* containment)
+    : io_(io), command_(std::move(command)), timeout_(timeout), search_path_(std::move(search_path)), containment_(containment) {}
 
 CommandCheck::~CommandCheck() {
   if (!running_ || running_->over) return;
   running_->stop();
-  // SIGKILLed: reaped if it has ended already; else the subreaper reaps it when it does.
-  (void)reap_worker(running_->pid, running_->pidfd.native_handle());
+  // SIGKILLed: reaped if it has ended already (else the subreaper reaps it once it does).
+  if (!running_->reap() && running_->containment != nullptr) running_->containment->worker_reaped(running_->pid);
 }
 
 void CommandCheck::run(std::function<void(NodeCheckResult)> done) {
@@ -200,7 +208,11 @@ void CommandCheck::run(std::function<void(NodeCheckResult)> done) {
     asio::post(io_, [done, command = command_, what = std::string(e.what())] { done({command, "cannot start: " + what}); });
     return;
   }
+  // Known to the containment before the loop runs again: the subreaper's SIGCHLD handler (on this
+  // loop) must not reap it, nor a group's end kill it.
+  if (containment_ != nullptr) containment_->worker_started(s.pid);
   auto r = std::make_shared<Running>(io_, s);
+  r->containment = containment_;
   r->done = std::move(done);
   running_ = r;
   const std::string command = command_;

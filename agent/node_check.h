@@ -34,6 +34,8 @@ class io_context;
 
 namespace crun {
 
+class WorkerContainment;
+
 // One check's verdict: `reason` empty when healthy.
 struct NodeCheckResult {
   std::string check;   // its name: "disk", "net", "gpu", or the command as given
@@ -48,8 +50,10 @@ class CommandCheck {
   static constexpr std::size_t kTailBytes = 4096;
   static constexpr int kTailLines = 5;
 
+  // `containment` (may be null: tests): the check is made known to it as workers are (the
+  // subreaper neither reaps nor kills it; the keeper kills it if the agent dies).
   CommandCheck(boost::asio::io_context& io, std::string command, std::chrono::milliseconds timeout,
-               std::string search_path);
+               std::string search_path, WorkerContainment* containment = nullptr);
   ~CommandCheck();
   CommandCheck(const CommandCheck&) = delete;
   CommandCheck& operator=(const CommandCheck&) = delete;
@@ -63,6 +67,7 @@ class CommandCheck {
   std::string command_;
   std::chrono::milliseconds timeout_;
   std::string search_path_;
+  WorkerContainment* containment_;
   std::shared_ptr<Running> running_;
 };
 

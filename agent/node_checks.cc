@@ -82,10 +82,12 @@ std::string check_network(const std::string& announced_address, const std::strin
 }
 
 struct NodeChecks::Impl {
-  Impl(asio::io_context& context, NodeCheckSettings s, NodeCheckTargets t, std::unique_ptr<GpuMemory> g)
+  Impl(asio::io_context& context, NodeCheckSettings s, NodeCheckTargets t, std::unique_ptr<GpuMemory> g, WorkerContainment* containment)
       : io(context), settings(std::move(s)), targets(std::move(t)), gpu(std::move(g)), gpu_timer(context) {
     if (settings.disabled.count("gpu")) gpu.reset();
-    for (const auto& c : settings.commands) commands.push_back(std::make_unique<CommandCheck>(io, c, settings.timeout, targets.search_path));
+    for (const auto& c : settings.commands) {
+      commands.push_back(std::make_unique<CommandCheck>(io, c, settings.timeout, targets.search_path, containment));
+    }
   }
 
   asio::io_context& io;
@@ -152,8 +154,9 @@ struct NodeChecks::Impl {
   }
 };
 
-NodeChecks::NodeChecks(asio::io_context& io, NodeCheckSettings settings, NodeCheckTargets targets, std::unique_ptr<GpuMemory> gpu)
-    : impl_(std::make_unique<Impl>(io, std::move(settings), std::move(targets), std::move(gpu))) {}
+NodeChecks::NodeChecks(asio::io_context& io, NodeCheckSettings settings, NodeCheckTargets targets, std::unique_ptr<GpuMemory> gpu,
+                       WorkerContainment* containment)
+    : impl_(std::make_unique<Impl>(io, std::move(settings), std::move(targets), std::move(gpu), containment)) {}
 
 NodeChecks::~NodeChecks() = default;
 

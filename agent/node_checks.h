@@ -17,7 +17,8 @@
 //         GPU a dead worker still holds. While it waits, `waiting` gets one line, once a pass.
 //   - The built-in checks run in the agent's process (no fork): microseconds each; a command is a
 //     CommandCheck (agent/node_check.h), bounded by the timeout.
-//   - A test double may stand in for the GPUs (the constructor's `gpu`; nullptr: none).
+//   - A test double may stand in for the GPUs (the constructor's `gpu`; nullptr: none). The
+//     commands are made known to `containment` (agent/worker_containment.h) as workers are.
 //
 // Threading
 //   Everything on the agent's event-loop thread.
@@ -40,6 +41,7 @@ class io_context;
 namespace crun {
 
 class GpuMemory;
+class WorkerContainment;
 
 // What the built-in checks look at, from the agent's configuration.
 struct NodeCheckTargets {
@@ -60,7 +62,7 @@ class NodeChecks {
   static constexpr std::chrono::milliseconds kGpuPoll{200};
 
   NodeChecks(boost::asio::io_context& io, NodeCheckSettings settings, NodeCheckTargets targets,
-             std::unique_ptr<GpuMemory> gpu);
+             std::unique_ptr<GpuMemory> gpu, WorkerContainment* containment = nullptr);
   ~NodeChecks();
   NodeChecks(const NodeChecks&) = delete;
   NodeChecks& operator=(const NodeChecks&) = delete;

@@ -17,6 +17,8 @@ Usage: node_check_cases.py --crun CRUN_BINARY --fake-nvml DIR --case CASE
               lowers it, then the job succeeds
   gpu_timeout the same, never lowered: exit 9 at --node-check-timeout, the GPU named in one line
   gpu_off     --no-node-check gpu: the same run restarts at once
+  restarts    a command check before each start of a job that restarts, 20 times: every run ends 0
+              (the check's process is the agent's to reap: the subreaper neither reaps nor kills it)
 """
 import argparse
 import json
@@ -233,6 +235,17 @@ def case_gpu_off(crun, tmp, fake):
     expect(rc == 0 and "restart 1 ran" in c.out, f"rc {rc}, lines {c.lines}")
     expect(not any("GPU" in l for l in c.lines), f"lines {c.lines}")
     print("no gpu check: restarted at once")
+
+
+def case_restarts(crun, tmp, fake):
+    for i in range(20):
+        marker = os.path.join(tmp, f"failed-{i}")
+        worker = f"if [ ! -e {marker} ]; then touch {marker}; exit 1; fi; echo attempt $TORCHELASTIC_RESTART_COUNT"
+        rc, lines, took = run([crun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--node-check", "/bin/true",
+                               "--no-python", "sh", "-c", worker])
+        expect(rc == 0, f"run {i}: rc {rc}, lines {lines}")
+        expect(took < 20, f"run {i} took {took:.1f} s")
+    print("20 runs with a restart and a command check, all 0")
 
 
 def main():
