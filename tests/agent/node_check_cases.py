@@ -17,6 +17,8 @@ Usage: node_check_cases.py --crun CRUN_BINARY --fake-nvml DIR --case CASE
               lowers it, then the job succeeds
   gpu_timeout the same, never lowered: exit 9 at --node-check-timeout, the GPU named in one line
   gpu_off     --no-node-check gpu: the same run restarts at once
+  disk_full   --log-dir on a full 64 KiB tmpfs (a private mount namespace): the disk check refuses
+              the node before any worker starts, exit 9, one line naming the directory
   restarts    a command check before each start of a job that restarts, 20 times: every run ends 0
               (the check's process is the agent's to reap: the subreaper neither reaps nor kills it)
 """
@@ -246,6 +248,18 @@ def case_restarts(crun, tmp, fake):
         expect(rc == 0, f"run {i}: rc {rc}, lines {lines}")
         expect(took < 20, f"run {i} took {took:.1f} s")
     print("20 runs with a restart and a command check, all 0")
+
+
+def case_disk_full(crun, tmp, fake):
+    logs = os.path.join(tmp, "logs")
+    os.mkdir(logs)
+    marker = os.path.join(tmp, "worker-ran")
+    script = 'mount -t tmpfs -o size=64k crun-node-check-full "$0" || exit 90; head -c 1M /dev/zero >"$0/filler" 2>/dev/null; exec "$@"'
+    rc, lines, _ = run(["/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, logs,
+                        crun, "--standalone", "--log-dir", logs, "--tee", "3", "--no-python", "touch", marker])
+    expect(rc == 9, f"rc {rc}, lines {lines}")
+    print(check_lines(lines, "node check disk: "))
+    expect(not os.path.exists(marker), "a worker ran on a full disk")
 
 
 def main():

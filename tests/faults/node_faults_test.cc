@@ -58,7 +58,11 @@ TEST_CASE("a full disk under --log-dir: the job runs and fails as usual, one lin
   const std::string script =
       "mount -t tmpfs -o size=64k crun-faults-full \"$0\" || exit 90; head -c 1M /dev/zero >\"$0/filler\" 2>/dev/null; exec \"$@\"";
   std::vector<std::string> argv{"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, mnt.path.string()};
-  for (std::string a : {CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--stop-timeout", "2", "--log-dir"}) argv.push_back(a);
+  // The disk node check would refuse this node before the start (agent.node_check.disk_full): off,
+  // to see a disk that fills while the job runs.
+  for (std::string a : {CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--stop-timeout", "2", "--no-node-check", "disk", "--log-dir"}) {
+    argv.push_back(a);
+  }
   argv.push_back(mnt.path.string());
   for (std::string a : {"--tee", "3", "--no-python", CRUN_TEST_WORKER, "--lines", "2000", "--stderr-lines", "30",
                         "--only-rank", "1", "--error-file", "disk full test", "--exit", "3"}) {
