@@ -8,9 +8,9 @@
 //     quote or a command with no word.
 //   - run(done) starts the command (the program found on `search_path` when its name has no
 //     '/'; agent/worker_process.h's spawn: a process group of its own, only descriptors 0-2,
-//     PDEATHSIG, stdin /dev/null). Its stdout and stderr are read as they come and dropped but
-//     for the last kTailBytes of both together: the reason. Memory stays bounded whatever it
-//     prints. `done` runs on the loop once: healthy (exit code 0), or unhealthy with a one-line
+//     PDEATHSIG, stdin /dev/null; stdout and stderr on one pipe, SpawnOptions::merge_stderr).
+//     What it prints is read as it comes and dropped but for the last kTailBytes: the reason's
+//     last kTailLines lines. Memory stays bounded whatever it prints. `done` runs on the loop once: healthy (exit code 0), or unhealthy with a one-line
 //     reason ("exit code 3: <its last lines, ' | ' between them>", "killed by SIGSEGV", "no
 //     answer within 30 s (killed)", "not found"). At the timeout the check's process group is
 //     sent SIGKILL; after it ends, whatever is left in its group is killed too.
