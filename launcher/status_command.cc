@@ -124,11 +124,13 @@ std::string format_job_status(const std::string& status_json) {
   }
   std::size_t workers = 0;
   std::size_t running = 0;
+  std::size_t in_round = 0;  // nodes in no round (node rank -1: their node checks fail) are listed, not counted
   for (const auto& n : nodes) {
+    in_round += n.node_rank >= 0;
     workers += n.workers.size();
     for (const auto& w : n.workers) running += w.state == "running";
   }
-  std::string out = "job " + self->run_id + ": " + std::to_string(nodes.size()) + " of " + std::to_string(self->nodes) +
+  std::string out = "job " + self->run_id + ": " + std::to_string(in_round) + " of " + std::to_string(self->nodes) +
                     " node(s), " + std::to_string(running) + " of " + std::to_string(workers) + " worker(s) running, restart " +
                     std::to_string(self->restart_count) + " of " + std::to_string(self->max_restarts) + ", " +
                     (self->health.empty() ? "healthy" : self->health) + "\n\n";
@@ -138,9 +140,10 @@ std::string format_job_status(const std::string& status_json) {
   for (const auto& n : nodes) {
     int up = 0;
     for (const auto& w : n.workers) up += w.state == "running";
-    node_rows.push_back({std::to_string(n.node_rank), n.hostname, n.addr.empty() ? "-" : n.addr, n.state,
+    const std::string health = !n.health.empty() ? n.health : !n.node_check.empty() ? "node check " + n.node_check : "ok";
+    node_rows.push_back({n.node_rank >= 0 ? std::to_string(n.node_rank) : "-", n.hostname, n.addr.empty() ? "-" : n.addr, n.state,
                          std::to_string(up) + "/" + std::to_string(n.workers.size()), std::to_string(n.restart_count),
-                         std::to_string(n.rendezvous_round), n.health.empty() ? "ok" : n.health});
+                         std::to_string(n.rendezvous_round), health});
     for (const auto& w : n.workers) {
       char beat[32] = "-";
       if (w.heartbeat_age_s) std::snprintf(beat, sizeof beat, "%.1f s ago", *w.heartbeat_age_s);

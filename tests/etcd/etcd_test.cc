@@ -656,13 +656,15 @@ TEST_CASE("etcd-v3: a host whose node check fails never gets a rank; node rank 0
   nlohmann::json doc;
   nlohmann::json outside;
   const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (outside.is_null() && std::chrono::steady_clock::now() < deadline) {
+  // Both the healthy other node's record and the bad one's.
+  while ((outside.is_null() || doc["job"]["nodes_seen"] != 2) && std::chrono::steady_clock::now() < deadline) {
+    outside = nullptr;
     doc = nlohmann::json::parse(cl.run(3, {CRUN_BIN, "status", url, "--json"}), nullptr, false);
     REQUIRE_FALSE(doc.is_discarded());
     for (const auto& n : doc["job"]["nodes"]) {
       if (n["node_rank"] == -1) outside = n;
     }
-    if (outside.is_null()) std::this_thread::sleep_for(200ms);  // the poll's interval, bounded by the deadline
+    if (outside.is_null() || doc["job"]["nodes_seen"] != 2) std::this_thread::sleep_for(200ms);  // the poll's interval, bounded by the deadline
   }
   INFO(doc.dump(2));
   REQUIRE_FALSE(outside.is_null());

@@ -685,13 +685,15 @@ TEST_CASE("a host whose node check fails never gets a rank; node rank 0 shows wh
   nlohmann::json doc;
   nlohmann::json outside;
   const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (outside.is_null() && std::chrono::steady_clock::now() < deadline) {
+  // Both the healthy other node's record and the bad one's.
+  while ((outside.is_null() || doc["job"]["nodes_seen"] != 2) && std::chrono::steady_clock::now() < deadline) {
+    outside = nullptr;
     doc = nlohmann::json::parse(cl.run(3, {CRUN_BIN, "status", url, "--json"}), nullptr, false);
     REQUIRE_FALSE(doc.is_discarded());
     for (const auto& n : doc["job"]["nodes"]) {
       if (n["addr"] == Cluster::addr(3) || n["node_rank"] == -1) outside = n;
     }
-    if (outside.is_null()) std::this_thread::sleep_for(200ms);  // the poll's interval, bounded by the deadline
+    if (outside.is_null() || doc["job"]["nodes_seen"] != 2) std::this_thread::sleep_for(200ms);  // the poll's interval, bounded by the deadline
   }
   INFO(doc.dump(2));
   REQUIRE_FALSE(outside.is_null());
@@ -700,6 +702,9 @@ TEST_CASE("a host whose node check fails never gets a rank; node rank 0 shows wh
   CHECK(outside["node_check"] == "sh -c 'echo GPU 0 has XID 79 >&2; exit 1': exit code 1: GPU 0 has XID 79");
   CHECK(doc["job"]["nodes_seen"] == 2);
   CHECK(doc["job"]["nodes_outside"] == 1);
+  const std::string table = cl.run(3, {CRUN_BIN, "status", url});
+  CHECK_THAT(table, Catch::Contains("2 of 2 node(s)") &&
+                        Catch::Contains("node check sh -c 'echo GPU 0 has XID 79 >&2; exit 1': exit code 1: GPU 0 has XID 79"));
   const std::string metrics = cl.run(1, {"curl", "-sf", "http://" + Cluster::addr(3) + ":8080/metrics"});
   CHECK_THAT(metrics, Catch::Contains("\ncrun_node_healthy 0\n"));
   // The job finishes on the two healthy hosts; the bad one never had a rank.
