@@ -10,7 +10,8 @@
 //         each --node-check-path is writable (a file created and removed) and has at least
 //         min_free bytes free (statvfs f_bavail).
 //       net (multi-node only): the address this node announces is on an interface that is up (when
-//         one is given), and the rendezvous endpoint's host resolves.
+//         one is given), and the rendezvous endpoint's host resolves (getaddrinfo, on the loop: a
+//         name the resolver is slow on holds the pass for the resolver's own timeout).
 //       gpu (where NVML answers, agent/gpu_memory.h): every device answers, and its used memory
 //         is within kGpuMargin of the level read by take_baseline() (the first pass takes it when
 //         none was taken), polled every kGpuPoll until the timeout: a restart must not start on a
