@@ -25,6 +25,7 @@
 #include "agent/node_checks.h"
 #include "agent/operator_view.h"
 #include "agent/gpu_memory.h"
+#include "agent/precheck_run.h"
 #include "agent/root_cause_report.h"
 #include "agent/run_directory.h"
 #include "agent/signal_names.h"
@@ -110,7 +111,8 @@ struct Agent::Impl {
                             // Progress is measured in heartbeat steps: without heartbeats there is none to see.
                             config.heartbeat_timeout.count() > 0 || config.initial_heartbeat_timeout.count() > 0
                                 ? config.max_no_progress_restarts
-                                : 0}),
+                                : 0,
+                            config.precheck}),
         hang_timer(io),
         hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout},
         share_timer(io),
@@ -164,7 +166,9 @@ struct Agent::Impl {
   int run();
   void wait_signal();
   void perform(const AgentActions& actions);
-  void start_group(int restart_count);
+  void start_group(int restart_count, bool precheck = false);
+  void read_precheck_verdict(int restart_count);
+  std::optional<PrecheckReading> precheck_reading;  // the pre-flight check's verdict, once read
   void start_standbys(int restart_count);
   WorkerLaunch make_launch(const WorkerLaunchPlan& plan, const std::shared_ptr<DuplicateSink>& duplicate_stdout,
                            const std::shared_ptr<DuplicateSink>& duplicate_stderr);
@@ -316,7 +320,7 @@ void Agent::Impl::perform(const AgentActions& actions) {
   for (const auto& a : actions) {
     if (exit_code) return;
     if (auto* start = std::get_if<action::StartGroup>(&a)) {
-      start_group(start->restart_count);
+      start_group(start->restart_count, start->precheck);
     } else if (auto* sig = std::get_if<action::SignalGroup>(&a)) {
       if (group) group->signal_all(sig->signo);
     } else if (std::holds_alternative<action::AbandonWorkers>(a)) {
@@ -356,6 +360,8 @@ void Agent::Impl::perform(const AgentActions& actions) {
       rendezvous->publish_failure(rendezvous_round, failure);
     } else if (std::holds_alternative<action::PublishSuccess>(a)) {
       rendezvous->publish_success(rendezvous_round);
+    } else if (std::holds_alternative<action::PrecheckDone>(a)) {
+      perform(machine.on_precheck_verdict(!precheck_reading || precheck_reading->proceed));
     }
   }
 }
@@ -373,7 +379,7 @@ void Agent::Impl::finish(int code) {
   io.stop();
 }
 
-void Agent::Impl::start_group(int restart_count) {
+void Agent::Impl::start_group(int restart_count, bool precheck) {
   group.reset();  // the previous round's workers are all gone by now
   hang_watch.reset();
   heartbeats = hang_limits.enabled() ? std::make_unique<HeartbeatFiles>(config.nproc_per_node) : nullptr;
@@ -394,9 +400,13 @@ void Agent::Impl::start_group(int restart_count) {
     launches.reserve(static_cast<std::size_t>(config.nproc_per_node));
     for (int lr = 0; lr < config.nproc_per_node; ++lr) {
       plans.push_back(plan_worker_launch(config, run_dir, next_start, lr));
+      if (precheck) {
+        use_precheck(plans.back(), precheck_beside_this_program(), config.precheck_slowdown,
+                     run_dir.attempt_file(restart_count, "precheck.json").string());
+      }
       launches.push_back(make_launch(plans.back(), duplicate_stdout, duplicate_stderr));
     }
-    for (int lr = 0; standbys && lr < config.nproc_per_node; ++lr) {
+    for (int lr = 0; standbys && !precheck && lr < config.nproc_per_node; ++lr) {
       // From here the standby runs this launch: WorkerGroup::start adopts it.
       StandbyPool::Taken taken = standbys->take(lr, plans[static_cast<std::size_t>(lr)]);
       if (taken.worker) launches[static_cast<std::size_t>(lr)].adopted = taken.worker;
@@ -404,7 +414,7 @@ void Agent::Impl::start_group(int restart_count) {
     }
     group = std::make_unique<WorkerGroup>(
         io, restart_count,
-        [this](const WorkerExit& e) {
+        [this, precheck](const WorkerExit& e) {
           // Decide outside the group's own handler: a restart destroys the group.
           if (file_timer) file_timer->forget(e.pid);
           view->worker_exited(e.local_rank, e.pid, e.status, machine.state() == AgentStateMachine::State::kStopping);
@@ -412,6 +422,7 @@ void Agent::Impl::start_group(int restart_count) {
           if (heartbeats) {  // the worker's last step, for the no-progress rule
             if (auto beat = heartbeats->read(e.local_rank); beat && beat->monotonic_ns != 0) machine.record_step(beat->step);
           }
+          if (precheck && e.local_rank == 0 && !e.failed()) read_precheck_verdict(e.restart_count);
           WorkerExit exit = e;
           exit.request = read_requests(e);  // a request takes effect as its worker exits
           asio::post(io, [this, exit = std::move(exit)] {
@@ -946,6 +957,14 @@ std::optional<WorkerRequest> Agent::Impl::read_requests(const WorkerExit& e) {
     log_line(who + ": the request that counts: " + request_text(*reading.governing));
   }
   return reading.governing;
+}
+
+// --precheck: local rank 0's verdict, as it exits 0 (on a slow node, before its request is read):
+// one line, the status and the event.
+void Agent::Impl::read_precheck_verdict(int restart_count) {
+  precheck_reading = read_precheck(run_dir.attempt_file(restart_count, "precheck.json").string());
+  log_line(precheck_reading->line);
+  view->precheck(precheck_reading->line, precheck_reading->verdict);
 }
 
 }  // namespace crun

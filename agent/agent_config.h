@@ -99,6 +99,11 @@ struct AgentConfig {
 
   // Node checks (agent/node_checks.h), run before each request for a round.
   NodeCheckSettings node_checks;
+  // --precheck (docs/operations.md, "Pre-flight check"): the group's first start runs crun-precheck
+  // (beside crun) instead of the program; a node slower than precheck_slowdown x the nodes' median
+  // asks to be excluded.
+  bool precheck = false;
+  double precheck_slowdown = 2.0;
 };
 
 }  // namespace crun

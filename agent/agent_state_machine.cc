@@ -6,7 +6,8 @@ namespace crun {
 
 bool is_preemption_notice(int signo) { return signo == SIGUSR1 || signo == SIGUSR2; }
 
-AgentStateMachine::AgentStateMachine(AgentPolicy policy) : policy_(policy), progress_(policy.no_progress_limit) {}
+AgentStateMachine::AgentStateMachine(AgentPolicy policy)
+    : policy_(policy), progress_(policy.no_progress_limit), precheck_pending_(policy.precheck) {}
 
 void AgentStateMachine::record_step(std::int64_t step) {
   if (!attempt_step_ || step > *attempt_step_) attempt_step_ = step;
@@ -79,7 +80,10 @@ AgentActions AgentStateMachine::start_round() {
   attempt_step_.reset();
   failure_reported_ = false;
   requester_.reset();
-  return {action::StartGroup{restart_count_}};
+  awaiting_verdict_ = false;
+  precheck_group_ = precheck_pending_;
+  precheck_pending_ = false;
+  return {action::StartGroup{restart_count_, precheck_group_}};
 }
 
 AgentActions AgentStateMachine::on_worker_exit(const WorkerExit& exit) {
@@ -205,6 +209,12 @@ AgentActions AgentStateMachine::on_worker_hung(const WorkerExit& killed, AgentCl
 AgentActions AgentStateMachine::on_all_exited() {
   AgentActions actions;
   if (state_ == State::kRunning) {  // every worker exited 0
+    if (precheck_group_) {  // the verdict decides: on_precheck_verdict
+      state_ = State::kWaiting;
+      awaiting_verdict_ = true;
+      actions.push_back(action::PrecheckDone{});
+      return actions;
+    }
     if (policy_.coordinated) {
       state_ = State::kWaiting;
       actions.push_back(action::PublishSuccess{});
@@ -255,6 +265,17 @@ AgentActions AgentStateMachine::on_all_exited() {
     actions.push_back(action::Exit{decision.exit_code});
   }
   return actions;
+}
+
+AgentActions AgentStateMachine::on_precheck_verdict(bool proceed) {
+  if (state_ != State::kWaiting || !awaiting_verdict_) return {};
+  awaiting_verdict_ = false;
+  if (proceed) return start_round();
+  if (!policy_.coordinated) {  // one node is never slow; should it be, nothing can replace it
+    state_ = State::kDone;
+    return {action::Exit{kExitNodeUnhealthy}};
+  }
+  return {};  // kWaiting: the coordinator ends the round (the slow node's request) or closes the job
 }
 
 }  // namespace crun

@@ -62,6 +62,16 @@
 //       group already stops is not acted on (the coordinator ended the round at the first failure)
 //   Requests of a group stopped by a signal, or by the coordinator, change nothing.
 //
+//   Pre-flight check (policy.precheck, docs/operations.md "Pre-flight check"): the job's first
+//   start is StartGroup{restart_count, precheck = true} (crun-precheck in place of the program);
+//   never again, whatever follows (a round ended, a restart). Its exits are those of any group
+//   (a failure, a request, a hang, a signal: as above), except when every worker exits 0:
+//   PrecheckDone (no PublishSuccess), then on_precheck_verdict(proceed):
+//     - proceed (no node was slow) -> StartGroup{the same restart_count}: the real workers, in
+//       the same round
+//     - not (another node was slow; it asks for its own exclusion) -> wait for the coordinator's
+//       round end (JoinRound) or close, as after PublishSuccess
+//
 // Threading
 //   Not thread-safe; owned and driven by the agent's event-loop thread (or a test).
 #pragma once
@@ -100,7 +110,10 @@ struct WorkerExit {
 namespace action {
 struct StartGroup {
   int restart_count;
+  bool precheck = false;  // crun-precheck in place of the program
 };
+// Every precheck worker exited 0: read the verdict, then on_precheck_verdict.
+struct PrecheckDone {};
 struct SignalGroup {
   int signo;
 };
@@ -135,7 +148,7 @@ struct PublishSuccess {};
 using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action::KillGroup, action::AbandonWorkers,
                                  action::ArmStopTimer, action::CancelStopTimer,
                                  action::FailureKnown, action::ReportFailure, action::Exit, action::JoinRound,
-                                 action::PublishFailure, action::PublishSuccess>;
+                                 action::PublishFailure, action::PublishSuccess, action::PrecheckDone>;
 using AgentActions = std::vector<AgentAction>;
 
 // SIGUSR1 and SIGUSR2: a scheduler's preemption notice (Slurm's --signal=USR1@60).
@@ -147,6 +160,7 @@ struct AgentPolicy {
   std::chrono::milliseconds stop_timeout{30000};
   bool coordinated = false;  // multi-node: the rendezvous decides restarts
   int no_progress_limit = 0;  // single node: stop after this many restarts in a row without progress (0: never)
+  bool precheck = false;      // --precheck: the first start runs crun-precheck
 };
 
 class AgentStateMachine {
@@ -169,6 +183,8 @@ class AgentStateMachine {
   AgentActions on_round(int restart_count);
   AgentActions on_round_ended(AgentClock::time_point now);
   AgentActions on_job_closed(int code, AgentClock::time_point now);
+  // After PrecheckDone: `proceed` when the verdict names no slow node.
+  AgentActions on_precheck_verdict(bool proceed);
 
   State state() const { return state_; }
   int restart_count() const { return restart_count_; }
@@ -199,6 +215,9 @@ class AgentStateMachine {
   ProgressLedger progress_;                    // attempts in a row without progress (single node)
   bool failure_reported_ = false;     // ReportFailure went out for root_cause_
   std::optional<WorkerExit> requester_;  // the exit whose request governs this group
+  bool precheck_pending_ = false;  // the next start is the pre-flight check
+  bool precheck_group_ = false;    // the current group is the pre-flight check
+  bool awaiting_verdict_ = false;  // PrecheckDone went out; on_precheck_verdict comes next
 };
 
 }  // namespace crun

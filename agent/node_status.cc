@@ -57,7 +57,8 @@ json node_json(const NodeStatus& s) {
           {"excluded", s.excluded},
           {"excluded_nodes", excluded_json(s.excluded_nodes)},
           {"exclusions_total", s.exclusions_total},
-          {"node_check", s.node_check}};
+          {"node_check", s.node_check},
+          {"precheck", s.precheck}};
 }
 
 template <typename T>
@@ -112,6 +113,7 @@ std::optional<NodeStatus> parse_node(const json& j) {
     }
     s.updated_unix = field<double>(j, "updated_unix");
     if (j.contains("excluded")) s.excluded = field<std::string>(j, "excluded");
+    if (j.contains("precheck")) s.precheck = field<std::string>(j, "precheck");
     if (j.contains("exclusions_total")) s.exclusions_total = field<int>(j, "exclusions_total");
     if (j.contains("excluded_nodes")) {
       for (const auto& ej : j.at("excluded_nodes")) {

@@ -72,6 +72,8 @@ struct NodeStatus {
   // The newest node-check verdict (agent/node_checks.h): "" healthy or none run, else
   // "<check>: <reason>". Absent from an older node's JSON: "".
   std::string node_check;
+  // --precheck: this node's verdict line ("0.21 s, median 0.20 s: ok"; "": none ran).
+  std::string precheck;
   bool operator==(const NodeStatus&) const = default;
 
   std::string to_json() const;

@@ -462,4 +462,13 @@ void OperatorView::node_check(const NodeCheckResult& result) {
   changed();
 }
 
+void OperatorView::precheck(const std::string& line, const std::string& verdict) {
+  node_.precheck = line;
+  json j = event_fields(id_, node_);
+  j["line"] = line;
+  if (json v = json::parse(verdict, nullptr, false); v.is_object()) j["verdict"] = std::move(v);
+  events_->emit("precheck", members(j));
+  changed();
+}
+
 }  // namespace crun

@@ -9,7 +9,7 @@
 //     restart, worker_start, worker_exit, hang, failure, round_ended, preemption, signal,
 //     store_lost, stop, node_excluded, worker_request (a worker's CRUN_CONTROL_FILE request, also
 //     in its /status record and in the health once it ends the job), node_check_failed,
-//     node_healthy.
+//     node_healthy, precheck.
 //   - serve(path) answers the HTTP endpoint (agent/http_endpoint.h): "/healthz" (200 "ok ..."
 //     while healthy, 503 with the reason once the agent cannot go on: a failure with no restart
 //     left, from the moment it is known (while the group still stops), the job closed by the
@@ -95,6 +95,9 @@ class OperatorView {
   // (crun_node_check_failures_total), shown in /status and emitted as node_check_failed; the
   // first healthy one after it emits node_healthy.
   void node_check(const NodeCheckResult& result);
+  // --precheck's verdict on this node (status "precheck", event precheck): `line` as the agent
+  // logged it, `verdict` crun-precheck's JSON object ("": it wrote none).
+  void precheck(const std::string& line, const std::string& verdict);
 
   using HeartbeatReader = std::function<std::optional<Heartbeat>(int local_rank)>;
   void set_heartbeats(HeartbeatReader read) { heartbeats_ = std::move(read); }

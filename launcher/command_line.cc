@@ -92,6 +92,10 @@ const std::vector<SettingSpec>& launch_settings() {
        "a directory the disk check also checks (repeatable)", "", false, "", true, true},
       {"node_check_min_free", "--node-check-min-free,--node_check_min_free",
        "free space the disk check wants in each directory (100M, 1G, bytes)", "16M"},
+      {"precheck", "--precheck",
+       "before the first start, time a short compute and all_reduce on every node; a slow node is excluded", "0", true},
+      {"precheck_slowdown", "--precheck-slowdown,--precheck_slowdown",
+       "with --precheck: a node slower than this many times the nodes' median is slow (> 1)", "2.0"},
   };
   return specs;
 }

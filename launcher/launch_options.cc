@@ -49,6 +49,8 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.max_no_progress_restarts = plan.max_no_progress_restarts.value;
   c.standby_workers = plan.standby_workers.value;
   c.standby_preload = plan.standby_preload.value;
+  c.precheck = plan.precheck.value;
+  c.precheck_slowdown = plan.precheck_slowdown.value;
   // Multi-node the coordinator owns the rule; progress is measured in heartbeat steps.
   if (c.multi_node && (c.heartbeat_timeout.count() > 0 || c.initial_heartbeat_timeout.count() > 0)) {
     c.multi_node->rendezvous.no_progress_limit = c.max_no_progress_restarts;

@@ -71,6 +71,14 @@ void plan_exclusion(const SettingTexts& s, RendezvousFlags& rf) {
   rf.exclude_cooldown = std::chrono::milliseconds(static_cast<long long>(cooldown * 1000.0));
 }
 
+// --precheck and --precheck-slowdown X (a number > 1, at most 1000).
+void plan_precheck(const SettingTexts& s, LaunchPlan& plan) {
+  plan.precheck = {s.at("precheck").value == "1", s.at("precheck").source};
+  const double slowdown = number_setting(s, "precheck_slowdown", "--precheck-slowdown");
+  if (!(slowdown > 1.0) || slowdown > 1000) usage("--precheck-slowdown: expected a number > 1 (at most 1000)");
+  plan.precheck_slowdown = {slowdown, s.at("precheck_slowdown").source};
+}
+
 // The rendezvous group: nnodes, rdzv_*, node_rank, master_addr/port, local_addr; the job's shape
 // and who hosts the store.
 void plan_rendezvous(SettingTexts& s, const JobEnvironment& job, const std::vector<std::string>& program,
@@ -190,6 +198,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
   plan_program(cl.program, s, env, plan);
   plan_standby(s, plan);
+  plan_precheck(s, plan);
   plan_agent_settings(env, host, plan);
   if (cl.slurm_tasks) {
     try {

@@ -81,6 +81,8 @@ struct LaunchPlan {
   Sourced<std::string> worker_program;                 // the path execve runs; "PATH" when looked up there
   bool runs_python = false;                            // worker_argv runs a script or module under Python
   Sourced<bool> standby_workers;                       // --standby-workers (launcher/standby_settings.h)
+  Sourced<bool> precheck;                              // --precheck: crun-precheck runs before the first start
+  Sourced<double> precheck_slowdown;                   // --precheck-slowdown (> 1)
   Sourced<std::vector<std::string>> standby_preload;   // --standby-preload, split
   // --virtual-local-rank: each local rank's CUDA_VISIBLE_DEVICES (LOCAL_RANK=0); empty: off.
   Sourced<std::vector<std::string>> visible_devices;

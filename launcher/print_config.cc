@@ -1,5 +1,7 @@
 #include "launcher/print_config.h"
 
+#include <cstdio>
+
 #include "agent/run_directory.h"
 #include "launcher/cpu_topology.h"
 
@@ -100,6 +102,10 @@ std::string print_plan(const LaunchPlan& plan) {
   line("run_id", plan.run_id.value, plan.run_id.source);
   line("standby", plan.standby_workers.value ? "on, preload " + join_words(plan.standby_preload.value) : "off",
        plan.standby_workers.source);
+  char slowdown[32];
+  std::snprintf(slowdown, sizeof(slowdown), "%g", plan.precheck_slowdown.value);
+  line("precheck", plan.precheck.value ? std::string("on, slow above ") + slowdown + "x the nodes' median" : "off",
+       plan.precheck.source);
   line("program", join_words(plan.worker_argv.value), plan.worker_argv.source);
   line("executable", plan.worker_program.value, plan.worker_program.source);
   for (const auto& [k, v] : plan.task_env) line("task " + k, v, "Slurm task");

@@ -114,7 +114,7 @@ std::unique_ptr<Runtime> Runtime::init(const InitOptions& options) {
     copts.local_socket = local_socket;
     copts.timeout = options.timeout;
     s.endpoint = crun::StoreEndpoint{host, port};
-    s.prefix = crun::torch_worker_prefix(e.restart_count);
+    s.prefix = options.key_prefix.empty() ? crun::torch_worker_prefix(e.restart_count) : options.key_prefix;
     s.client = std::make_unique<crun::TcpStore>(s.endpoint, copts);
     s.store = std::make_unique<crun::PrefixStore>(*s.client, s.prefix);
   } catch (const std::exception& ex) {

@@ -6,7 +6,7 @@
 //     entirely absent). Rank 0 hosts the bootstrap store at MASTER_ADDR:MASTER_PORT (binding
 //     0.0.0.0, as PyTorch's TCPStore does) unless TORCHELASTIC_USE_AGENT_STORE says the agent
 //     hosts it; every rank connects a client. All keys live under torchrun's per-start worker prefix
-//     "//worker/attempt_<N>/" (store/torch_keys.h), N = TORCHELASTIC_RESTART_COUNT, so a restarted
+//     "//worker/attempt_<N>/" (store/torch_keys.h), N = TORCHELASTIC_RESTART_COUNT (or InitOptions::key_prefix), so a restarted
 //     group never reads the previous start's keys, and on the agent store PyTorch workers of the
 //     same start see the same keys.
 //   - The process group ("gloo", "nccl" or "auto" = nccl when built with CUDA and a GPU is
@@ -42,6 +42,9 @@ struct InitOptions {
   Millis timeout{300000};        // bootstrap and default collective deadline
   GlooOptions gloo;              // its timeout is replaced by `timeout`
   bool allow_single_process = true;
+  // The store keys' prefix; "": torch's per-start "//worker/attempt_<N>/". A program that runs
+  // before the workers in the same start (crun-precheck) takes one of its own.
+  std::string key_prefix;
 };
 
 class Runtime {

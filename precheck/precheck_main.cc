@@ -1,0 +1,133 @@
+// crun-precheck: the pre-flight check the agent runs as the workers of the group's first start
+// under --precheck (docs/operations.md, "Pre-flight check").
+//
+// Contract
+//   - Run as a native worker, with the workers' exact environment: crun::rt::Runtime brings up the
+//     process group (Gloo on CPU, NCCL on GPU: backend "auto"), its store keys under a prefix of
+//     their own ("//crun/precheck/", never the workers' "//worker/attempt_<N>/").
+//   - Each rank times a fixed fp32 matmul (--size N, --repeat K), passes a barrier, times a 4 MiB
+//     all_reduce three times; every rank's compute time and GROUP_RANK are shared (an all_reduce of
+//     a vector that is zero but in its own slots), and every rank computes the same verdict
+//     (precheck/precheck_verdict.h) with --slowdown X.
+//   - Each local rank 0 writes the verdict as one JSON line to $CRUN_PRECHECK_RESULT (when set); on
+//     a slow node it also calls crun::rt::request_exclude_node(reason). Exit 0 then; any error: one
+//     line on stderr and exit 1.
+//
+// Threading
+//   One thread.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "precheck/precheck_verdict.h"
+#include "worker_runtime/control.h"
+#include "worker_runtime/runtime.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// C = A x B, n x n, fp32, the i-k-j order; `repeat` times. Returns a checksum so it is not elided.
+float matmul(int n, int repeat) {
+  std::vector<float> a(static_cast<std::size_t>(n) * n), b(a.size()), c(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 7) * 0.25f;
+    b[i] = static_cast<float>(i % 5) * 0.5f;
+  }
+  float sum = 0;
+  for (int r = 0; r < repeat; ++r) {
+    std::fill(c.begin(), c.end(), 0.0f);
+    for (int i = 0; i < n; ++i) {
+      float* ci = &c[static_cast<std::size_t>(i) * n];
+      for (int k = 0; k < n; ++k) {
+        const float aik = a[static_cast<std::size_t>(i) * n + k];
+        const float* bk = &b[static_cast<std::size_t>(k) * n];
+        for (int j = 0; j < n; ++j) ci[j] += aik * bk[j];
+      }
+    }
+    sum += c[static_cast<std::size_t>(r % n) * n];
+  }
+  return sum;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double slowdown = 2.0;
+  int size = 256;
+  int repeat = 40;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    char* end = nullptr;
+    const double value = std::strtod(argv[i + 1], &end);
+    if (end == argv[i + 1] || *end != '\0') {
+      std::fprintf(stderr, "crun-precheck: %s: not a number: '%s'\n", flag.c_str(), argv[i + 1]);
+      return 2;
+    }
+    if (flag == "--slowdown" && value > 1) slowdown = value;
+    else if (flag == "--size" && value >= 1 && value <= 8192) size = static_cast<int>(value);
+    else if (flag == "--repeat" && value >= 1 && value <= 100000) repeat = static_cast<int>(value);
+    else {
+      std::fprintf(stderr, "crun-precheck: bad argument %s %s (--slowdown X > 1, --size N, --repeat K)\n", flag.c_str(), argv[i + 1]);
+      return 2;
+    }
+  }
+  try {
+    crun::rt::InitOptions options;
+    options.backend = "auto";
+    options.timeout = crun::rt::Millis{120000};
+    options.key_prefix = "//crun/precheck/";
+    auto rt = crun::rt::Runtime::init(options);
+    const int rank = rt->rank();
+    const int world = rt->world_size();
+    const int group_rank = env_int("GROUP_RANK", 0);
+
+    const auto t0 = Clock::now();
+    volatile float keep = matmul(size, repeat);
+    (void)keep;
+    const double compute = seconds_since(t0);
+
+    rt->pg().barrier()->wait();
+    std::vector<float> block(std::size_t{1} << 20, 1.0f);  // 4 MiB
+    const auto t1 = Clock::now();
+    for (int i = 0; i < 3; ++i) rt->pg().all_reduce_now(block.data(), block.size(), crun::rt::DType::kFloat32, crun::rt::ReduceOp::kSum);
+    const double allreduce = seconds_since(t1);
+
+    // Every rank's node and compute time, on every rank.
+    std::vector<double> shared(static_cast<std::size_t>(2 * world), 0.0);
+    shared[static_cast<std::size_t>(rank)] = group_rank;
+    shared[static_cast<std::size_t>(world + rank)] = compute;
+    rt->cpu_pg().all_reduce_now(shared.data(), shared.size(), crun::rt::DType::kFloat64, crun::rt::ReduceOp::kSum);
+    std::vector<crun::precheck::RankTime> times;
+    for (int r = 0; r < world; ++r) {
+      times.push_back({static_cast<int>(shared[static_cast<std::size_t>(r)]), shared[static_cast<std::size_t>(world + r)]});
+    }
+    const auto verdict = crun::precheck::judge_precheck(times, slowdown);
+    rt->finish();
+
+    if (rt->env().local_rank == 0) {
+      if (const char* path = std::getenv("CRUN_PRECHECK_RESULT"); path != nullptr && *path != '\0') {
+        std::ofstream out(path, std::ios::trunc);
+        out << crun::precheck::verdict_json(verdict, group_rank, allreduce) << "\n";
+        if (!out.flush()) std::fprintf(stderr, "crun-precheck: cannot write %s\n", path);
+      }
+      if (verdict.is_slow(group_rank)) crun::rt::request_exclude_node(crun::precheck::slow_reason(verdict, group_rank));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "crun-precheck: %s\n", e.what());
+    return 1;
+  }
+}
