@@ -587,3 +587,89 @@ TEST_CASE("requests, coordinated: published at once with the request; late ones 
   a = stop.on_job_closed(0, t0 + 5ms);
   CHECK(find<action::Exit>(a)->code == 0);
 }
+
+// --precheck: the first start runs crun-precheck; its verdict decides what follows.
+namespace {
+
+AgentPolicy precheck_policy(bool coordinated) {
+  AgentPolicy p{2, 3, 30s, coordinated};
+  p.precheck = true;
+  return p;
+}
+
+// start() and the first round: the pre-flight check starts.
+void start_precheck(AgentStateMachine& sm) {
+  sm.start(t0);
+  const auto started = sm.on_round(0);
+  REQUIRE(started.size() == 1);
+  REQUIRE(std::get<action::StartGroup>(started[0]).precheck);
+}
+
+}  // namespace
+
+TEST_CASE("precheck: all exit 0 and no slow node: the workers start in the same round", "[state_machine]") {
+  for (bool coordinated : {false, true}) {
+    AgentStateMachine sm(precheck_policy(coordinated));
+    start_precheck(sm);
+    REQUIRE(sm.on_worker_exit(exit_of(0, 1, 0)).empty());
+    const auto done = sm.on_worker_exit(exit_of(0, 0, 0));
+    REQUIRE(done.size() == 1);
+    REQUIRE(std::holds_alternative<action::PrecheckDone>(done[0]));  // no PublishSuccess
+    const auto go = sm.on_precheck_verdict(true);
+    REQUIRE(go.size() == 1);
+    REQUIRE(std::get<action::StartGroup>(go[0]).restart_count == 0);
+    REQUIRE_FALSE(std::get<action::StartGroup>(go[0]).precheck);
+    REQUIRE(sm.state() == AgentStateMachine::State::kRunning);
+    sm.on_worker_exit(exit_of(0, 0, 0));
+    const auto end = sm.on_worker_exit(exit_of(0, 1, 0));
+    REQUIRE((coordinated ? find<action::PublishSuccess>(end) != nullptr : find<action::Exit>(end)->code == 0));
+  }
+}
+
+TEST_CASE("precheck: another node slow: wait for the round's end, then the workers, never the precheck again",
+          "[state_machine]") {
+  AgentStateMachine sm(precheck_policy(true));
+  start_precheck(sm);
+  sm.on_worker_exit(exit_of(0, 0, 0));
+  REQUIRE(find<action::PrecheckDone>(sm.on_worker_exit(exit_of(0, 1, 0))));
+  REQUIRE(sm.on_precheck_verdict(false).empty());
+  REQUIRE(sm.state() == AgentStateMachine::State::kWaiting);
+  const auto ended = sm.on_round_ended(t0);
+  REQUIRE(ended.size() == 1);  // nothing failed here: no report
+  REQUIRE(std::holds_alternative<action::JoinRound>(ended[0]));
+  const auto next = sm.on_round(1);
+  REQUIRE(std::get<action::StartGroup>(next[0]).restart_count == 1);
+  REQUIRE_FALSE(std::get<action::StartGroup>(next[0]).precheck);
+}
+
+TEST_CASE("precheck: the slow node's own request publishes a failure", "[state_machine]") {
+  AgentStateMachine sm(precheck_policy(true));
+  start_precheck(sm);
+  sm.on_worker_exit(exit_of(0, 1, 0));
+  WorkerExit slow = exit_of(0, 0, 0);
+  slow.request = WorkerRequest{WorkerRequest::Kind::kExcludeNode, "precheck: 3x the median (0.9 s vs 0.3 s)"};
+  const auto a = sm.on_worker_exit(slow);
+  REQUIRE(find<action::PublishFailure>(a) != nullptr);
+  REQUIRE(find<action::PrecheckDone>(a) == nullptr);
+  // No node to replace it: the coordinator closes the job with 9.
+  const auto closed = sm.on_job_closed(kExitNodeUnhealthy, t0);
+  REQUIRE(find<action::ReportFailure>(closed) != nullptr);
+  REQUIRE(find<action::Exit>(closed)->code == kExitNodeUnhealthy);
+}
+
+TEST_CASE("precheck: a failing precheck is an ordinary failure; the restart runs the workers", "[state_machine]") {
+  AgentStateMachine sm(precheck_policy(false));
+  start_precheck(sm);
+  sm.on_worker_exit(exit_of(0, 0, 1));
+  const auto a = sm.on_worker_exit(exit_of(0, 1, 0, SIGTERM));
+  REQUIRE(find<action::ReportFailure>(a)->restarting);
+  REQUIRE(find<action::JoinRound>(a));
+  const auto next = sm.on_round(1);
+  REQUIRE_FALSE(std::get<action::StartGroup>(next[0]).precheck);
+}
+
+TEST_CASE("precheck: off by default, and a stale verdict changes nothing", "[state_machine]") {
+  AgentStateMachine sm({2, 0, 30s});
+  start(sm);
+  REQUIRE(sm.on_precheck_verdict(true).empty());
+}
