@@ -819,6 +819,9 @@ void Agent::Impl::on_round(const RoundResult& r) {
   rendezvous_round = r.rendezvous_round;
   current_round = r.info;
   join_notice.cancel();
+  // --precheck: the job's first round only, where every node runs it (a node that first joins a
+  // later round, a spare, starts its workers at once).
+  if (r.rendezvous_round > 0) machine.forgo_precheck();
   if (config.multi_node) {
     log_line("round " + std::to_string(r.rendezvous_round) + ": node rank " + std::to_string(r.info.group_rank) +
         " of " + std::to_string(r.info.group_world_size) + ", restart " + std::to_string(r.info.restart_count) +

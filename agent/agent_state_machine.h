@@ -63,7 +63,8 @@
 //   Requests of a group stopped by a signal, or by the coordinator, change nothing.
 //
 //   Pre-flight check (policy.precheck, docs/operations.md "Pre-flight check"): the job's first
-//   start is StartGroup{restart_count, precheck = true} (crun-precheck in place of the program);
+//   start is StartGroup{restart_count, precheck = true} (crun-precheck in place of the program),
+//   unless forgo_precheck() came first (the agent's first round is not the job's first: a spare);
 //   never again, whatever follows (a round ended, a restart). Its exits are those of any group
 //   (a failure, a request, a hang, a signal: as above), except when every worker exits 0:
 //   PrecheckDone (no PublishSuccess), then on_precheck_verdict(proceed):
@@ -183,6 +184,8 @@ class AgentStateMachine {
   AgentActions on_round(int restart_count);
   AgentActions on_round_ended(AgentClock::time_point now);
   AgentActions on_job_closed(int code, AgentClock::time_point now);
+  // The round about to start is not the job's first: no precheck (the others ran theirs, or none).
+  void forgo_precheck() { precheck_pending_ = false; }
   // After PrecheckDone: `proceed` when the verdict names no slow node.
   AgentActions on_precheck_verdict(bool proceed);
 

@@ -5,7 +5,8 @@
 //   - Run as a native worker, with the workers' exact environment: crun::rt::Runtime brings up the
 //     process group (Gloo on CPU, NCCL on GPU: backend "auto"), its store keys under a prefix of
 //     their own ("//crun/precheck/", never the workers' "//worker/attempt_<N>/").
-//   - Each rank times a fixed fp32 matmul (--size N, --repeat K), passes a barrier, times a 4 MiB
+//   - Each rank times a fixed fp32 matmul (--size N, --repeat K or CRUN_PRECHECK_REPEAT; 256 x 40,
+//     about 0.2 s on one core of a laptop-class CPU), passes a barrier, times a 4 MiB
 //     all_reduce three times; every rank's compute time and GROUP_RANK are shared (an all_reduce of
 //     a vector that is zero but in its own slots), and every rank computes the same verdict
 //     (precheck/precheck_verdict.h) with --slowdown X.
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
   double slowdown = 2.0;
   int size = 256;
   int repeat = 40;
+  if (const int r = env_int("CRUN_PRECHECK_REPEAT", 0); r >= 1 && r <= 100000) repeat = r;  // the compute part's length
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     char* end = nullptr;

@@ -673,3 +673,11 @@ TEST_CASE("precheck: off by default, and a stale verdict changes nothing", "[sta
   start(sm);
   REQUIRE(sm.on_precheck_verdict(true).empty());
 }
+
+TEST_CASE("precheck: a node whose first round is not the job's first starts its workers at once", "[state_machine]") {
+  AgentStateMachine sm(precheck_policy(true));
+  sm.start(t0);
+  sm.forgo_precheck();
+  const auto started = sm.on_round(1);
+  REQUIRE_FALSE(std::get<action::StartGroup>(started[0]).precheck);
+}

@@ -716,3 +716,78 @@ TEST_CASE("a host whose node check fails never gets a rank; node rank 0 shows wh
   bad.signal(SIGTERM);
   CHECK(bad.wait_exit(60s).has_value());
 }
+
+// --precheck (docs/operations.md, "Pre-flight check"). Two healthy hosts: the precheck passes on
+// both and the training starts in round 0 with restart count 0, without another round. The
+// slowdown is 3 here: this test's hosts share two loaded cores, and healthy must stay healthy.
+TEST_CASE("--precheck on healthy hosts: the workers start in round 0, restart 0", "[precheck]") {
+  Cluster cl(2);
+  ExclusionJob job;
+  auto flags = c10d("2", 1);
+  flags.insert(flags.end(), {"--precheck", "--precheck-slowdown", "3"});
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.script()}, job.env(1, false));
+  auto& b = cl.crun_program(2, flags, "/bin/sh", {job.script()}, job.env(2, false));
+  REQUIRE(err_has(a, "s over 2 nodes (slow above 3x), all_reduce "));
+  REQUIRE(err_has(b, ": ok\n"));
+  REQUIRE(eventually([&] { return count(read_file(job.stamps), "start host=") == 2; }, std::chrono::seconds(20)));
+  ExclusionJob::touch(job.done);
+  CHECK(a.wait_exit() == 0);
+  CHECK(b.wait_exit() == 0);
+  const std::string stamps = read_file(job.stamps);
+  INFO(stamps << a.err() << b.err());
+  CHECK(count(stamps, "restart=0") == 2);
+  CHECK_THAT(a.err(), !Catch::Contains("round 1:"));
+  CHECK(count(a.err(), "precheck: node rank") == 1);
+}
+
+// Host 2's agent, and so its precheck, pinned to CPU 1 beside three busy loops: about a quarter
+// of a core, against host 1's whole one. It is reported slow, asks to be excluded, and the spare
+// (host 3) takes its node rank; the job finishes. The compute part is made longer
+// (CRUN_PRECHECK_REPEAT) so the spare is waiting before the slow host's request arrives and the
+// machine's noise cannot flip a 4x difference over 1.5x.
+TEST_CASE("--precheck: a slowed host is reported slow and kept out; the spare takes its node rank", "[precheck]") {
+  Cluster cl(3);
+  ExclusionJob job;
+  std::vector<std::unique_ptr<ChildProcess>> busy;
+  for (int i = 0; i < 3; ++i) {
+    busy.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{"/usr/bin/taskset", "-c", "1", "/bin/sh", "-c", "while :; do :; done"}));
+  }
+  auto flags = c10d("2:2", 1, "", 5);
+  flags.insert(flags.end(), {"--precheck", "--precheck-slowdown", "1.5", "--health-check-port", "8080", "--health-check-addr", "0.0.0.0"});
+  auto env = [&](int host) {
+    auto e = job.env(host, false);
+    e.push_back("CRUN_PRECHECK_REPEAT=120");
+    return e;
+  };
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.script()}, env(1));
+  std::vector<std::string> pinned{"/usr/bin/taskset", "-c", "1", "/usr/bin/env"};
+  for (const auto& kv : env(2)) pinned.push_back(kv);
+  pinned.push_back(CRUN_BIN);
+  pinned.insert(pinned.end(), flags.begin(), flags.end());
+  pinned.insert(pinned.end(), {"/bin/sh", job.script()});
+  auto& b = cl.start(2, pinned);
+  const int b_rank = node_rank_of(b, 0, 2, 0);
+  REQUIRE(b_rank >= 0);
+  auto& spare = cl.crun_program(3, flags, "/bin/sh", {job.script()}, env(3));
+  REQUIRE(err_has(a, "waits: the round is at its maximum of 2 nodes"));
+  const std::string slow = "slow node rank " + std::to_string(b_rank);
+  REQUIRE(err_has(b, slow + " (this node: it asks to be excluded)"));
+  REQUIRE(err_has(a, slow + "; waiting for the next round"));
+  CHECK(node_rank_of(spare, 1, 2, 1) == b_rank);
+  REQUIRE(node_rank_of(a, 1, 2, 1) == 1 - b_rank);
+  for (auto& p : busy) p->signal(SIGKILL);
+  CHECK_THAT(a.err(), Catch::Contains("a worker asked to exclude it: precheck: "));
+  // Host 1's /status carries its verdict.
+  const std::string status = cl.run(1, {"/usr/bin/curl", "-s", "http://" + Cluster::addr(1) + ":8080/status"});
+  CHECK_THAT(status, Catch::Contains("\"precheck\":\"precheck: node rank " + std::to_string(1 - b_rank)) &&
+                         Catch::Contains(slow));
+  REQUIRE(eventually([&] { return count(read_file(job.stamps), "start host=") == 2; }, std::chrono::seconds(20)));
+  ExclusionJob::touch(job.done);
+  CHECK(a.wait_exit() == 0);
+  CHECK(spare.wait_exit() == 0);
+  CHECK(b.wait_exit().has_value());
+  const std::string stamps = read_file(job.stamps);
+  INFO(stamps << a.err() << b.err());
+  CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=1") == 1);
+  CHECK(count(stamps, "host=2") == 0);
+}
