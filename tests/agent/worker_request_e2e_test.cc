@@ -119,3 +119,31 @@ TEST_CASE("requests: an oversized line and an unknown verb: one line each, ignor
   CHECK(count(p.err(), "asks crun to") == 0);
   CHECK(count(p.err(), "restarting the group") == 1);
 }
+
+// --precheck on one node: a smoke test of the runtime among the local ranks (no median to
+// compare with, never slow); the workers then start in the same round with restart count 0, and
+// the verdict is in the precheck event.
+TEST_CASE("precheck: one node runs it once, reports its time, then starts the workers", "[e2e][precheck]") {
+  TempDir logs;
+  const std::string stamp = (logs.path / "stamps").string();
+  const std::string events = (logs.path / "events.jsonl").string();
+  ChildProcess p(crun_cmd({"--standalone", "--nproc-per-node", "2", "--precheck", "--precheck-slowdown", "1.01",
+                           "--event-log-handler", "jsonl:" + events},
+                          {"--stamp", stamp}));
+  REQUIRE(p.wait_exit() == 0);
+  INFO(p.err());
+  CHECK(count(p.err(), "precheck: node rank 0 ") == 1);
+  CHECK_THAT(p.err(), Catch::Contains(" s over 1 node (slow above 1.01x), all_reduce ") && Catch::Contains(": ok\n"));
+  const std::string stamps = slurp(stamp);
+  CHECK(count(stamps, "start restart=0") == 2);
+  CHECK(count(stamps, "start restart=1") == 0);
+  const std::string log = slurp(events);
+  CHECK(count(log, "\"precheck\"") >= 1);
+  CHECK_THAT(log, Catch::Contains("\"verdict\":{"));
+}
+
+TEST_CASE("precheck: a bad --precheck-slowdown is one line and exit 2", "[e2e][precheck]") {
+  ChildProcess p(crun_cmd({"--standalone", "--precheck", "--precheck-slowdown", "0.5"}, {}));
+  CHECK(p.wait_exit() == 2);
+  CHECK(p.err() == "crun: error: --precheck-slowdown: expected a number > 1 (at most 1000)\n");
+}
