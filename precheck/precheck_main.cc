@@ -95,11 +95,13 @@ int main(int argc, char** argv) {
     const int rank = rt->rank();
     const int world = rt->world_size();
     const int group_rank = env_int("GROUP_RANK", 0);
+    rt->heartbeat(0);  // under --initial-heartbeat-timeout the precheck is a worker as any other
 
     const auto t0 = Clock::now();
     volatile float keep = matmul(size, repeat);
     (void)keep;
     const double compute = seconds_since(t0);
+    rt->heartbeat(1);
 
     rt->pg().barrier()->wait();
     std::vector<float> block(std::size_t{1} << 20, 1.0f);  // 4 MiB

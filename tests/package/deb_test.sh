@@ -18,7 +18,7 @@ debs=("$tmp"/out/crun_*.deb)
 deb=${debs[0]}
 
 dpkg-deb -c "$deb" | awk '{print $6}' > "$tmp/files"
-for f in ./usr/bin/crun ./usr/bin/crun-keeper ./usr/share/crun/sbatch/multi-node.sbatch \
+for f in ./usr/bin/crun ./usr/bin/crun-keeper ./usr/bin/crun-precheck ./usr/share/crun/sbatch/multi-node.sbatch \
          ./usr/share/doc/crun/README.md ./usr/share/doc/crun/store-protocol.md \
          ./usr/include/crun/worker_runtime/runtime.h ./usr/include/crun/store/store.h \
          ./usr/lib/cmake/crun/crunConfig.cmake; do
