@@ -717,6 +717,34 @@ TEST_CASE("a host whose node check fails never gets a rank; node rank 0 shows wh
   CHECK(bad.wait_exit(60s).has_value());
 }
 
+namespace {
+
+// --precheck's slowed host: crun, and so its workers, pinned to one CPU. The tests pin the healthy
+// hosts to CPU 0 and the slowed one to CPU 1 beside kBusyLoops busy loops (about 1/7 of a core
+// against a whole one): other work on this shared machine then cannot bring the two close.
+constexpr int kBusyLoops = 6;
+
+ChildProcess& crun_pinned(Cluster& cl, int host, int cpu, const std::vector<std::string>& flags, const std::string& script,
+                          const std::vector<std::string>& env) {
+  std::vector<std::string> argv{"/usr/bin/taskset", "-c", std::to_string(cpu), "/usr/bin/env"};
+  argv.insert(argv.end(), env.begin(), env.end());
+  argv.push_back(CRUN_BIN);
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), {"/bin/sh", script});
+  return cl.start(host, argv);
+}
+
+std::vector<std::unique_ptr<ChildProcess>> busy_loops_on_cpu1() {
+  std::vector<std::unique_ptr<ChildProcess>> busy;
+  for (int i = 0; i < kBusyLoops; ++i) {
+    busy.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{"/usr/bin/taskset", "-c", "1", "/bin/sh", "-c", "while :; do :; done"}));
+  }
+  return busy;
+}
+
+}  // namespace
+
 // --precheck (docs/operations.md, "Pre-flight check"). Two healthy hosts: the precheck passes on
 // both and the training starts in round 0 with restart count 0, without another round. The
 // slowdown is 3 here: this test's hosts share two loaded cores, and healthy must stay healthy.
@@ -740,18 +768,15 @@ TEST_CASE("--precheck on healthy hosts: the workers start in round 0, restart 0"
   CHECK(count(a.err(), "precheck: node rank") == 1);
 }
 
-// Host 2's agent, and so its precheck, pinned to CPU 1 beside three busy loops: about a quarter
-// of a core, against host 1's whole one. It is reported slow, asks to be excluded, and the spare
+// Host 2's agent, and so its precheck, pinned to CPU 1 beside the busy loops, hosts 1 and 3 to
+// CPU 0. It is reported slow, asks to be excluded, and the spare
 // (host 3) takes its node rank; the job finishes. The compute part is made longer
 // (CRUN_PRECHECK_REPEAT) so the spare is waiting before the slow host's request arrives and the
-// machine's noise cannot flip a 4x difference over 1.5x.
+// machine's noise cannot bring a several-fold difference under 1.5x.
 TEST_CASE("--precheck: a slowed host is reported slow and kept out; the spare takes its node rank", "[precheck]") {
   Cluster cl(3);
   ExclusionJob job;
-  std::vector<std::unique_ptr<ChildProcess>> busy;
-  for (int i = 0; i < 3; ++i) {
-    busy.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{"/usr/bin/taskset", "-c", "1", "/bin/sh", "-c", "while :; do :; done"}));
-  }
+  auto busy = busy_loops_on_cpu1();
   auto flags = c10d("2:2", 1, "", 5);
   flags.insert(flags.end(), {"--precheck", "--precheck-slowdown", "1.5", "--health-check-port", "8080", "--health-check-addr", "0.0.0.0"});
   auto env = [&](int host) {
@@ -759,16 +784,11 @@ TEST_CASE("--precheck: a slowed host is reported slow and kept out; the spare ta
     e.push_back("CRUN_PRECHECK_REPEAT=120");
     return e;
   };
-  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.script()}, env(1));
-  std::vector<std::string> pinned{"/usr/bin/taskset", "-c", "1", "/usr/bin/env"};
-  for (const auto& kv : env(2)) pinned.push_back(kv);
-  pinned.push_back(CRUN_BIN);
-  pinned.insert(pinned.end(), flags.begin(), flags.end());
-  pinned.insert(pinned.end(), {"/bin/sh", job.script()});
-  auto& b = cl.start(2, pinned);
+  auto& a = crun_pinned(cl, 1, 0, flags, job.script(), env(1));
+  auto& b = crun_pinned(cl, 2, 1, flags, job.script(), env(2));
   const int b_rank = node_rank_of(b, 0, 2, 0);
   REQUIRE(b_rank >= 0);
-  auto& spare = cl.crun_program(3, flags, "/bin/sh", {job.script()}, env(3));
+  auto& spare = crun_pinned(cl, 3, 0, flags, job.script(), env(3));
   REQUIRE(err_has(a, "waits: the round is at its maximum of 2 nodes"));
   const std::string slow = "slow node rank " + std::to_string(b_rank);
   REQUIRE(err_has(b, slow + " (this node: it asks to be excluded)"));
@@ -790,4 +810,21 @@ TEST_CASE("--precheck: a slowed host is reported slow and kept out; the spare ta
   INFO(stamps << a.err() << b.err());
   CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=1") == 1);
   CHECK(count(stamps, "host=2") == 0);
+}
+
+// The same slowed host without a spare: nothing can replace it, the job closes with exit 9
+// (kExitNodeUnhealthy) on both hosts, and no worker ever started.
+TEST_CASE("--precheck: a slowed host with no spare closes the job with exit 9", "[precheck]") {
+  Cluster cl(2);
+  ExclusionJob job;
+  auto busy = busy_loops_on_cpu1();
+  auto flags = c10d("2", 1, "", 5);
+  flags.insert(flags.end(), {"--precheck", "--precheck-slowdown", "1.5"});
+  auto& a = crun_pinned(cl, 1, 0, flags, job.script(), job.env(1, false));
+  auto& b = crun_pinned(cl, 2, 1, flags, job.script(), job.env(2, false));
+  CHECK(b.wait_exit() == 9);
+  CHECK(a.wait_exit() == 9);
+  INFO(a.err() << b.err());
+  CHECK_THAT(b.err(), Catch::Contains("(this node: it asks to be excluded)"));
+  CHECK(read_file(job.stamps).empty());
 }
