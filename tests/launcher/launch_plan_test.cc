@@ -1147,3 +1147,21 @@ TEST_CASE("node checks: repeatable flags and PET_NODE_CHECK reach the agent; a b
   CHECK(usage_error({"/bin/true"}, EnvSnapshot{{{"PET_NODE_CHECK_TIMEOUT", "-1"}}}, h) ==
         "PET_NODE_CHECK_TIMEOUT: expected seconds > 0, got '-1'");
 }
+
+TEST_CASE("--precheck and --precheck-slowdown reach the agent; PET_PRECHECK; bad values are one line", "[launch_plan]") {
+  const auto off = parse({"--standalone", "--no-python", "/bin/true"}).agent;
+  CHECK_FALSE(off.precheck);
+  CHECK(off.precheck_slowdown == 2.0);
+  const auto on = parse({"--standalone", "--precheck", "--precheck-slowdown", "1.5", "--no-python", "/bin/true"}).agent;
+  CHECK(on.precheck);
+  CHECK(on.precheck_slowdown == 1.5);
+  CHECK(parse({"--standalone", "--no-python", "/bin/true"}, EnvSnapshot{{{"PET_PRECHECK", "1"}}}).agent.precheck);
+  const std::string printed = *parse({"--standalone", "--precheck", "--print-config", "/bin/true"}).exit_now;
+  CHECK_THAT(printed, Catch::Contains("precheck = on, slow above 2x the nodes' median  (--precheck)"));
+  for (const std::string value : {"1", "0.5", "-2", "fast", "1e9"}) {
+    const std::string error = usage_error({"--standalone", "--precheck", "--precheck-slowdown", value, "--no-python", "/bin/true"});
+    INFO(value << ": " << error);
+    CHECK_THAT(error, Catch::Contains("--precheck-slowdown"));
+    CHECK(error.find('\n') == std::string::npos);
+  }
+}
