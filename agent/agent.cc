@@ -865,6 +865,7 @@ void Agent::Impl::on_control(const ControlEvent& e) {
   if (start_held) {  // ended while its state was on its way: nothing started, join the next one
     start_held = false;
     replication->cancel();
+    print_remote_report(e);  // another node's root cause: node rank 0 shows it all the same
     log_line("round " + std::to_string(e.round) + " ended before its workers started: " + e.detail);
     join_round();
     return;
