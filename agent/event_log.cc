@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "base/fd_io.h"
+#include "base/utc_text.h"
 
 namespace crun {
 
@@ -18,15 +19,7 @@ namespace {
 // "2026-11-26T02:31:07.123456Z"
 std::string utc_now() {
   const auto now = std::chrono::system_clock::now();
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
-  const std::time_t secs = static_cast<std::time_t>(us / 1000000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[40];
-  const std::size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char frac[16];
-  std::snprintf(frac, sizeof frac, ".%06lldZ", static_cast<long long>(us % 1000000));
-  return std::string(buf, n) + frac;
+  return utc_text(std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count(), 6);
 }
 
 bool is_rendezvous_event(const std::string& kind) { return kind.rfind("rendezvous", 0) == 0; }

@@ -9,21 +9,13 @@
 
 #include "agent/file_text.h"
 #include "agent/signal_names.h"
+#include "base/utc_text.h"
 
 namespace crun {
 namespace {
 
 std::string iso_time(std::chrono::system_clock::time_point t) {
-  const auto secs = std::chrono::system_clock::to_time_t(t);
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000;
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[80];
-  std::snprintf(out, sizeof(out), "%s.%03dZ", buf, static_cast<int>(ms));
-  return out;
+  return utc_text(std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count(), 3);
 }
 
 // "2026-01-02T03:04:05.678Z" as iso_time writes it; nullopt for anything else.

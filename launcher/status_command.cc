@@ -17,6 +17,7 @@
 #include "agent/failure_report.h"
 #include "agent/node_status.h"
 #include "base/exit_codes.h"
+#include "base/utc_text.h"
 #include "store/store_client.h"
 
 namespace crun {
@@ -165,11 +166,7 @@ std::string format_job_status(const std::string& status_json) {
     out += "\nexcluded nodes (" + std::to_string(self->exclusions_total) + " exclusion(s) so far):\n";
     std::vector<std::vector<std::string>> rows{{"HOST", "ADDRESS", "NODE ID", "TIMES", "UNTIL", "WHY"}};
     for (const auto& e : self->excluded_nodes) {
-      const std::time_t until = static_cast<std::time_t>(e.until_unix);
-      std::tm tm{};
-      ::gmtime_r(&until, &tm);
-      char when[32];
-      std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      const std::string when = utc_text(static_cast<std::int64_t>(e.until_unix) * 1000000, 0);
       rows.push_back({e.hostname, e.addr.empty() ? "-" : e.addr, e.node_id, std::to_string(e.times), when, e.reason});
     }
     if (rows.size() > 1) out += columns(rows);

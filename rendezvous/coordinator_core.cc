@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <utility>
 
 #include "base/exit_codes.h"
+#include "base/utc_text.h"
 #include "rendezvous/node_order.h"
 
 namespace crun {
@@ -13,16 +13,6 @@ namespace crun {
 namespace {
 std::string seconds(CoordinatorClock::duration d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d + std::chrono::milliseconds(999)).count()) + " s";
-}
-
-// "2026-11-29T03:10:00Z"
-std::string wall_text(std::int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 std::string tenths(CoordinatorClock::duration d) {
@@ -122,7 +112,7 @@ CoordinatorEffects CoordinatorCore::on_join(const NodeRecord& rec, TimePoint now
   if (auto ex = exclusions_.find(rec.node_id); ex != exclusions_.end()) {
     if (ex->second.until > now) {
       RoundAnswer a;
-      a.error = "node " + describe(rec.node_id) + " is excluded until " + wall_text(wall_ms(ex->second.until)) + " (" +
+      a.error = "node " + describe(rec.node_id) + " is excluded until " + utc_text(wall_ms(ex->second.until) * 1000, 0) + " (" +
                 seconds(ex->second.until - now) + " more): " + ex->second.reason;
       a.excluded_for_ms = std::max<std::int64_t>(
           1, std::chrono::duration_cast<std::chrono::milliseconds>(ex->second.until - now).count());

@@ -1,11 +1,11 @@
 #include "rendezvous/etcd_round_core.h"
 
 #include <algorithm>
-#include <ctime>
 #include <stdexcept>
 #include <utility>
 
 #include "base/exit_codes.h"
+#include "base/utc_text.h"
 #include "base/restart_policy.h"
 #include "rendezvous/node_order.h"
 
@@ -15,16 +15,6 @@ namespace {
 
 bool in(const std::vector<std::string>& nodes, const std::string& node) {
   return std::find(nodes.begin(), nodes.end(), node) != nodes.end();
-}
-
-// "2026-11-29T03:10:00Z"
-std::string wall_text(std::int64_t unix_ms) {
-  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
 }
 
 std::string seconds(std::chrono::steady_clock::duration d) {
@@ -264,7 +254,7 @@ void EtcdRoundCore::answer_or_join(TimePoint now, EtcdRoundActions& out) {
     RoundResult r;
     const std::int64_t left = e->until_unix_ms - wall_ms(now);
     r.error = "node " + self_.hostname + " (" + (self_.addr.empty() ? "" : self_.addr + ", ") + self_.node_id +
-              ") is excluded until " + wall_text(e->until_unix_ms) + " (" + std::to_string((left + 999) / 1000) +
+              ") is excluded until " + utc_text(e->until_unix_ms * 1000, 0) + " (" + std::to_string((left + 999) / 1000) +
               " s more): " + e->reason;
     r.exit_code = kExitNodeUnhealthy;
     r.excluded_for = std::chrono::milliseconds(left);
