@@ -616,6 +616,53 @@ TEST_CASE("a host that is the root cause twice is excluded; the spare takes its 
 }
 
 
+// The exclusion test's job with a node check on host 2 that reads a file the test writes: its
+// exclusion ends while the check fails, so host 2 stays out (no rank, the coordinator never hears
+// from it) and retries every 0.5 s; once the check passes it asks for a round again and, the spare
+// SIGKILLed, takes its old node rank back.
+TEST_CASE("an excluded host whose node check fails when its cooldown ends is not re-admitted until the check passes",
+          "[exclusion_check]") {
+  Cluster cl(3);
+  ExclusionJob job;
+  const std::string verdict = (job.dir.path / "verdict").string();
+  const std::string check = (job.dir.path / "check.sh").string();
+  std::ofstream(verdict) << "ok\n";
+  std::ofstream(check) << "grep -qx ok " << verdict << " || { echo GPU 1 flagged by the test >&2; exit 1; }\n";
+  auto flags = c10d("2:2", 1, "", 5);
+  flags.insert(flags.end(), {"--exclude-cooldown", "3"});
+  auto b_flags = flags;
+  b_flags.insert(b_flags.end(), {"--node-check", "/bin/sh " + check, "--node-check-interval", "0.5"});
+  auto& a = cl.crun_program(1, flags, "/bin/sh", {job.script()}, job.env(1, false));
+  auto& b = cl.crun_program(2, b_flags, "/bin/sh", {job.script()}, job.env(2, true));
+  const int b_rank = node_rank_of(b, 0, 2, 0);
+  REQUIRE(b_rank >= 0);
+  auto& spare = cl.crun_program(3, flags, "/bin/sh", {job.script()}, job.env(3, false));
+  REQUIRE(err_has(a, "waits: the round is at its maximum of 2 nodes"));
+  ExclusionJob::touch(job.go);
+  REQUIRE(node_rank_of(spare, 2, 2, 2) == b_rank);
+  REQUIRE(err_has(b, "is excluded until"));
+  std::ofstream(verdict) << "bad\n";  // within the 3 s cooldown
+  REQUIRE(err_has(b, "this node's exclusion ended: asking for a round again"));
+  const std::string failed = "node check '/bin/sh " + check + "': exit code 1: GPU 1 flagged by the test; not joining, next try in 0.5 s\n";
+  // Three failed checks in a row (about 1 s): all that time host 2 has no rank and the
+  // coordinator has not heard from it.
+  REQUIRE(b.wait_until([&](const std::string&, const std::string& err) { return count(err, failed) >= 3; }, 15s));
+  CHECK(b.err().find("round 3:") == std::string::npos);
+  CHECK(a.err().find("joins again: its exclusion ended") == std::string::npos);
+  // The check passes: host 2 asks again and waits, the round being full, until the spare is lost.
+  std::ofstream(verdict) << "ok\n";
+  REQUIRE(err_has(b, "node checks pass again; joining"));
+  REQUIRE(err_has(a, "joins again: its exclusion ended"));
+  spare.signal(SIGKILL);
+  CHECK(node_rank_of(b, 3, 2, 2) == b_rank);
+  ExclusionJob::touch(job.done);
+  CHECK(a.wait_exit() == 0);
+  CHECK(b.wait_exit() == 0);
+  const std::string stamps = read_file(job.stamps);
+  INFO(stamps << b.err());
+  CHECK(count(stamps, "start host=2 group_rank=" + std::to_string(b_rank) + " restart=2") == 1);
+}
+
 TEST_CASE("a worker's stop-job closes the job on every node with its exit code, no restart", "[worker_request]") {
   Cluster cl(2);
   RequestJob job;
