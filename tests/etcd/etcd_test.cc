@@ -21,6 +21,7 @@
 #include "tests/support/etcd_cluster.h"
 #include "tests/support/eventually.h"
 #include "tests/support/exclusion_job.h"
+#include "tests/support/pinned_agent.h"
 #include "tests/support/state_digest.h"
 
 using namespace crun::test;
@@ -677,4 +678,46 @@ TEST_CASE("etcd-v3: a host whose node check fails never gets a rank; node rank 0
   CHECK(bad.err().find("node rank") == std::string::npos);
   bad.signal(SIGTERM);
   CHECK(bad.wait_exit(60s).has_value());
+}
+
+// --precheck over etcd-v3, as tests/multinode's slowed-host case: host 2's agent, and so its
+// precheck, pinned to CPU 1 beside the busy loops (tests/support/pinned_agent.h), hosts 1 and 3
+// to CPU 0. Host 2 is reported slow and asks to be excluded; the spare (host 3) takes its node
+// rank and the job finishes. CRUN_PRECHECK_REPEAT makes the compute part long enough for the
+// spare to be waiting before the slow host's request arrives.
+TEST_CASE("etcd-v3: --precheck reports a slowed host slow and keeps it out; the spare takes its node rank", "[precheck]") {
+  Cluster cl(3);
+  EtcdCluster etcd(cl, {1});
+  ExclusionJob job;
+  auto busy = busy_loops_on_cpu1();
+  auto flags = etcd_v3(etcd, "2:2", 1, 5);
+  flags.insert(flags.end(), {"--precheck", "--precheck-slowdown", "1.5"});
+  auto env = [&](int host) {
+    auto e = job.env(host, false);
+    e.push_back("CRUN_PRECHECK_REPEAT=120");
+    return e;
+  };
+  auto& a = crun_pinned(cl, 1, 0, flags, job.script(), env(1));
+  auto& b = crun_pinned(cl, 2, 1, flags, job.script(), env(2));
+  const int b_rank = node_rank_of(b, 0, 2, 0);
+  REQUIRE(b_rank >= 0);
+  REQUIRE(node_rank_of(a, 0, 2, 0) == 1 - b_rank);
+  auto& spare = crun_pinned(cl, 3, 0, flags, job.script(), env(3));
+  REQUIRE(err_has(spare, "round 0 is full (2 nodes); waiting for the next one"));
+  const std::string slow = "slow node rank " + std::to_string(b_rank);
+  REQUIRE(err_has(b, slow + " (this node: it asks to be excluded)"));
+  REQUIRE(err_has(a, slow + "; waiting for the next round"));
+  CHECK(node_rank_of(spare, 1, 2, 1) == b_rank);
+  REQUIRE(node_rank_of(a, 1, 2, 1) == 1 - b_rank);
+  for (auto& p : busy) p->signal(SIGKILL);
+  CHECK_THAT(a.err(), Catch::Contains("a worker asked to exclude it: precheck: "));
+  REQUIRE(eventually([&] { return count(read_file(job.stamps), "start host=") == 2; }, std::chrono::seconds(20)));
+  ExclusionJob::touch(job.done);
+  CHECK(a.wait_exit() == 0);
+  CHECK(spare.wait_exit() == 0);
+  CHECK(b.wait_exit().has_value());
+  const std::string stamps = read_file(job.stamps);
+  INFO(stamps << a.err() << b.err());
+  CHECK(count(stamps, "start host=3 group_rank=" + std::to_string(b_rank) + " restart=1") == 1);
+  CHECK(count(stamps, "host=2") == 0);
 }

@@ -16,6 +16,7 @@
 #include "tests/support/cluster.h"
 #include "tests/support/eventually.h"
 #include "tests/support/exclusion_job.h"
+#include "tests/support/pinned_agent.h"
 #include "tests/support/state_digest.h"
 
 using namespace crun::test;
@@ -764,33 +765,7 @@ TEST_CASE("a host whose node check fails never gets a rank; node rank 0 shows wh
   CHECK(bad.wait_exit(60s).has_value());
 }
 
-namespace {
-
-// --precheck's slowed host: crun, and so its workers, pinned to one CPU. The tests pin the healthy
-// hosts to CPU 0 and the slowed one to CPU 1 beside kBusyLoops busy loops (about 1/7 of a core
-// against a whole one): other work on this shared machine then cannot bring the two close.
-constexpr int kBusyLoops = 6;
-
-ChildProcess& crun_pinned(Cluster& cl, int host, int cpu, const std::vector<std::string>& flags, const std::string& script,
-                          const std::vector<std::string>& env) {
-  std::vector<std::string> argv{"/usr/bin/taskset", "-c", std::to_string(cpu), "/usr/bin/env"};
-  argv.insert(argv.end(), env.begin(), env.end());
-  argv.push_back(CRUN_BIN);
-  argv.insert(argv.end(), flags.begin(), flags.end());
-  argv.insert(argv.end(), {"/bin/sh", script});
-  return cl.start(host, argv);
-}
-
-std::vector<std::unique_ptr<ChildProcess>> busy_loops_on_cpu1() {
-  std::vector<std::unique_ptr<ChildProcess>> busy;
-  for (int i = 0; i < kBusyLoops; ++i) {
-    busy.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{"/usr/bin/taskset", "-c", "1", "/bin/sh", "-c", "while :; do :; done"}));
-  }
-  return busy;
-}
-
-}  // namespace
+// --precheck's slowed host: tests/support/pinned_agent.h (crun_pinned, busy_loops_on_cpu1).
 
 // --precheck (docs/operations.md, "Pre-flight check"). Two healthy hosts: the precheck passes on
 // both and the training starts in round 0 with restart count 0, without another round. The
