@@ -7,8 +7,12 @@
 //     their own ("//crun/precheck/", never the workers' "//worker/attempt_<N>/").
 //   - Each rank times a fixed fp32 matmul (--size N, --repeat K or CRUN_PRECHECK_REPEAT; 256 x 40,
 //     about 0.2 s on one core of a laptop-class CPU), passes a barrier, times a 4 MiB
-//     all_reduce three times; every rank's compute time and GROUP_RANK are shared (an all_reduce of
-//     a vector that is zero but in its own slots), and every rank computes the same verdict
+//     all_reduce three times. When the group is NCCL (a CUDA build on a GPU) both run on the
+//     rank's device, LOCAL_RANK as the runtime numbers it: cuBLAS's SGEMM, synchronized before the
+//     clock is read, and a device buffer (precheck/gpu_compute.h); otherwise the CPU matmul
+//     below, one core per rank, and a host buffer. Every rank's compute time and GROUP_RANK are
+//     shared (an all_reduce of a vector that is zero but in its own slots, on the CPU group), and
+//     every rank computes the same verdict
 //     (precheck/precheck_verdict.h) with --slowdown X.
 //   - Each local rank 0 writes the verdict as one JSON line to $CRUN_PRECHECK_RESULT (when set); on
 //     a slow node it also calls crun::rt::request_exclude_node(reason). Exit 0 then; any error: one
@@ -22,10 +26,14 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "precheck/precheck_verdict.h"
+#ifdef CRUN_PRECHECK_WITH_CUDA
+#include "precheck/gpu_compute.h"
+#endif
 #include "worker_runtime/control.h"
 #include "worker_runtime/runtime.h"
 
@@ -97,16 +105,43 @@ int main(int argc, char** argv) {
     const int group_rank = env_int("GROUP_RANK", 0);
     rt->heartbeat(0);  // under --initial-heartbeat-timeout the precheck is a worker as any other
 
-    const auto t0 = Clock::now();
-    volatile float keep = matmul(size, repeat);
-    (void)keep;
-    const double compute = seconds_since(t0);
+#ifdef CRUN_PRECHECK_WITH_CUDA
+    const bool on_gpu = rt->pg().backend() == "nccl";
+    const int device = rt->env().local_rank;  // the NCCL group's device
+#else
+    const bool on_gpu = false;  // no NCCL group without CUDA
+#endif
+    double compute = 0;
+    if (on_gpu) {
+#ifdef CRUN_PRECHECK_WITH_CUDA
+      compute = crun::precheck::time_gpu_sgemm(device, size, repeat);
+      if (device == 0) std::fprintf(stderr, "crun-precheck: compute part on CUDA device 0 (cuBLAS SGEMM), one device per local rank\n");
+#endif
+    } else {
+      const auto t0 = Clock::now();
+      volatile float keep = matmul(size, repeat);
+      (void)keep;
+      compute = seconds_since(t0);
+    }
     rt->heartbeat(1);
 
     rt->pg().barrier()->wait();
-    std::vector<float> block(std::size_t{1} << 20, 1.0f);  // 4 MiB
+    constexpr std::size_t kBlock = std::size_t{1} << 20;  // 1 Mi floats: 4 MiB
+    std::vector<float> host_block;
+    float* block = nullptr;
+#ifdef CRUN_PRECHECK_WITH_CUDA
+    std::unique_ptr<crun::precheck::DeviceFloats> device_block;
+    if (on_gpu) {
+      device_block = std::make_unique<crun::precheck::DeviceFloats>(device, kBlock, 1.0f);
+      block = device_block->data();
+    }
+#endif
+    if (!on_gpu) {
+      host_block.assign(kBlock, 1.0f);
+      block = host_block.data();
+    }
     const auto t1 = Clock::now();
-    for (int i = 0; i < 3; ++i) rt->pg().all_reduce_now(block.data(), block.size(), crun::rt::DType::kFloat32, crun::rt::ReduceOp::kSum);
+    for (int i = 0; i < 3; ++i) rt->pg().all_reduce_now(block, kBlock, crun::rt::DType::kFloat32, crun::rt::ReduceOp::kSum);
     const double allreduce = seconds_since(t1);
 
     // Every rank's node and compute time, on every rank.

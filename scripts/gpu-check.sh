@@ -7,7 +7,9 @@
 # 2. train_mlp under `crun --standalone`, --device cpu (gloo) against --device cuda (cuBLAS+NCCL),
 #    at the defaults and at a larger model, 5 runs each, the throughput lines side by side;
 # 3. a PyTorch worker (tests/pytorch/nccl_smoke.py) with the nccl backend under crun, and three
-#    of the PyTorch parity cases (tests/pytorch/run_case.py) against PYTHON's own torchrun.
+#    of the PyTorch parity cases (tests/pytorch/run_case.py) against PYTHON's own torchrun;
+# 4. `crun --standalone --precheck` on one GPU: crun-precheck's compute part as cuBLAS's SGEMM on
+#    the device (its line says so), its all_reduce through NCCL, then the program starts.
 # Prints "gpu-check: N failed" last; exit status 1 when anything failed.
 set -u
 build=${1:?usage: gpu-check.sh BUILD_DIR [PYTHON]}
@@ -46,5 +48,10 @@ for case in ddp tcpstore record_fail; do
   step "PyTorch parity, case $case, crun against $("$python" -c 'import torch; print("torch", torch.__version__)')'s torchrun"
   PYTHON_EXEC=$python run 300 "$python" "$root/tests/pytorch/run_case.py" --crun "$crun" --case "$case"; tail -3 "$log"
 done
+step "--precheck on one GPU: the compute part on the device"
+CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} run 120 "$crun" --standalone --nproc-per-node 1 --precheck /bin/echo precheck-then-program
+cat "$log"
+grep -q "compute part on CUDA device 0 (cuBLAS SGEMM)" "$log" && grep -q "precheck: node rank 0 " "$log" &&
+  grep -q "precheck-then-program" "$log" || { echo "gpu-check: FAILED: the precheck did not run on the GPU"; failed=$((failed + 1)); }
 echo; echo "gpu-check: $failed failed"
 [ $failed -eq 0 ]
