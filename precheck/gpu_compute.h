@@ -8,7 +8,9 @@
 //     of the clock. Returns the seconds of the `repeat` calls.
 //   - DeviceFloats(device, count, value): `count` floats of device memory, each `value`, ready
 //     (synchronized) when the constructor returns; freed by the destructor.
-//   - Any CUDA or cuBLAS error throws std::runtime_error with one line naming the call.
+//   - cuBLAS is not linked: the first time_gpu_sgemm opens it (dlopen, libcublas.so.<CUDA major>,
+//     else from the build's toolkit folder), so a CPU run never loads it.
+//   - Any CUDA or cuBLAS error, or no cuBLAS to open, throws std::runtime_error with one line.
 //
 // Threading
 //   Use from one thread; each call makes `device` current on it.
