@@ -6,7 +6,7 @@
 //     process group (Gloo on CPU, NCCL on GPU: backend "auto"), its store keys under a prefix of
 //     their own ("//crun/precheck/", never the workers' "//worker/attempt_<N>/").
 //   - Each rank times a fixed fp32 matmul (--size N, --repeat K or CRUN_PRECHECK_REPEAT; 256 x 40,
-//     about 0.2 s on one core of a laptop-class CPU), passes a barrier, times a 4 MiB
+//     about 0.2 s on one core of a laptop-class CPU; 4096 x 40 on a GPU), passes a barrier, times a 4 MiB
 //     all_reduce three times. When the group is NCCL (a CUDA build on a GPU) both run on the
 //     rank's device, LOCAL_RANK as the runtime numbers it: cuBLAS's SGEMM, synchronized before the
 //     clock is read, and a device buffer (precheck/gpu_compute.h); otherwise the CPU matmul
@@ -40,6 +40,10 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The GPU's default matmul side: 4096^3 x 2 flops a call, milliseconds on a current GPU, so the
+// time is the device's work, not the launch latency that a 256 x 256 SGEMM would measure.
+constexpr int kGpuSize = 4096;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -75,7 +79,7 @@ int env_int(const char* name, int fallback) {
 
 int main(int argc, char** argv) {
   double slowdown = 2.0;
-  int size = 256;
+  int size = 0;  // 0: 256 on the CPU, kGpuSize on a GPU
   int repeat = 40;
   if (const int r = env_int("CRUN_PRECHECK_REPEAT", 0); r >= 1 && r <= 100000) repeat = r;  // the compute part's length
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -112,6 +116,7 @@ int main(int argc, char** argv) {
     const bool on_gpu = false;  // no NCCL group without CUDA
 #endif
     double compute = 0;
+    if (size == 0) size = on_gpu ? kGpuSize : 256;
     if (on_gpu) {
 #ifdef CRUN_PRECHECK_WITH_CUDA
       compute = crun::precheck::time_gpu_sgemm(device, size, repeat);
