@@ -42,10 +42,11 @@ if [ "$kind" = thread ]; then
   # TSan looks for races between crun's threads (the agent's loop, the store server, the
   # coordinator, helper threads, the keeper and worker spawns): every room but the native
   # workers' training (runtime, and the multi-host tests that train: TSan slows Gloo's
-  # training ~20x past their bounds; ASan runs them).
+  # training ~20x past their bounds; ASan runs them), and the pre-flight check's slowed-host
+  # tests (they judge crun-precheck's matmul times, which TSan makes 8-60 s; ASan runs them).
   labels='base|store|rendezvous|agent|launcher|multinode|ops'
   skip_rooms='faults;runtime'
-  exclude='^multinode\.(train_mlp|hang)$'
+  exclude='^(multinode\.(train_mlp|hang|precheck)|etcd\.precheck)$'
 fi
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCRUN_SANITIZE="$kind" -DCRUN_FUZZ="$fuzz" -DCRUN_BUILD_BENCH=OFF -DCRUN_SKIP_TEST_ROOMS="$skip_rooms" >/dev/null
