@@ -1,7 +1,11 @@
 // The pre-flight check's verdict rule (precheck/precheck_verdict.h): pure.
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
+#include "agent/precheck_run.h"
 #include "precheck/precheck_verdict.h"
+#include "tests/support/temp_dir.h"
 
 using namespace crun::precheck;
 
@@ -35,4 +39,21 @@ TEST_CASE("every node equal: none is slow; the JSON names them all", "[precheck_
   REQUIRE(verdict_json(v, 2, 0.05) ==
           "{\"node\":2,\"seconds\":0.25,\"median\":0.25,\"slowdown\":1.5,\"allreduce_seconds\":0.05,\"slow\":[],"
           "\"nodes\":[[0,0.25],[1,0.25],[2,0.25],[3,0.25]]}");
+}
+
+TEST_CASE("the agent reads the verdict crun-precheck wrote; an oversized or missing file is no verdict",
+          "[precheck_verdict]") {
+  crun::test::TempDir dir("precheck");
+  const std::string path = (dir.path / "verdict.json").string();
+  const auto v = judge_precheck({{0, 0.2}, {1, 0.9}}, 2.0);
+  std::ofstream(path) << verdict_json(v, 0, 0.05) << "\n";
+  const crun::PrecheckReading r = crun::read_precheck(path);
+  CHECK_FALSE(r.proceed);
+  CHECK_THAT(r.line, Catch::Contains("slow node rank 1; waiting for the next round"));
+  // Past the bound (1 MiB) the file is not read whole: no verdict, the node proceeds.
+  std::ofstream(path) << verdict_json(v, 0, 0.05) << std::string(std::size_t{2} << 20, ' ') << "\n";
+  const crun::PrecheckReading big = crun::read_precheck(path);
+  CHECK(big.proceed);
+  CHECK(big.verdict.empty());
+  CHECK(crun::read_precheck((dir.path / "absent").string()).proceed);
 }
