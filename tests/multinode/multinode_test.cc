@@ -556,9 +556,11 @@ TEST_CASE("train_mlp checkpointing into CRUN_STATE_DIR: node 0 SIGKILLed, a spar
   REQUIRE(b.wait_for_stdout("epoch 1:", 1, 120s));  // past step 39: checkpoints saved and replicated
   b.signal(SIGKILL);
   REQUIRE(b.wait_exit() == 128 + SIGKILL);
-  REQUIRE(a.wait_exit(180s) == 0);
-  REQUIRE(spare.wait_exit(180s) == 0);
-  CAPTURE(a.err(), spare.err());
+  const auto a_code = a.wait_exit(180s);
+  const auto spare_code = spare.wait_exit(180s);
+  CAPTURE(a_code.value_or(-1), spare_code.value_or(-1), a.err(), spare.err());  // shown with any failure below
+  REQUIRE(a_code == 0);
+  REQUIRE(spare_code == 0);
   CHECK_THAT(a.err(), Catch::Contains("round 1: node rank 0 of 2"));
   CHECK_THAT(a.err(), Catch::Contains("rank 0 from this node's replicas"));
   CHECK_THAT(spare.err(), Catch::Contains("rank 1 from 10.77.0.1:"));
