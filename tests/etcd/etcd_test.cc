@@ -46,18 +46,7 @@ std::vector<std::string> etcd_v3(const EtcdCluster& etcd, const std::string& nno
 
 // Waits (bound 30 s) until the agent says "round R: node rank K of N, restart C"; returns K, or -1.
 int node_rank(ChildProcess& agent, int round, int nodes, int restart = 0) {
-  const std::regex line("round " + std::to_string(round) + ": node rank ([0-9]+) of " + std::to_string(nodes) +
-                        ", restart " + std::to_string(restart) + ",");
-  int rank = -1;
-  agent.wait_until(
-      [&](const std::string&, const std::string& err) {
-        std::smatch m;
-        if (!std::regex_search(err, m, line)) return false;
-        rank = std::stoi(m[1].str());
-        return true;
-      },
-      30s);
-  return rank;
+  return node_rank_of(agent, round, nodes, restart);
 }
 
 // Starts one agent per host; returns them by host.
