@@ -1,5 +1,7 @@
 #include "agent/control_file.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -163,7 +165,8 @@ ControlFileReading read_control_file(const std::string& path) {
     ::close(fd);
     return failed;
   }
-  std::string text(kControlFileMaxBytes, '\0');
+  // As much as the file holds, up to the bound: memory grows with the bytes the worker wrote.
+  std::string text(std::min<std::uint64_t>(static_cast<std::uint64_t>(st.st_size), kControlFileMaxBytes), '\0');
   std::size_t got = 0;
   while (got < text.size()) {
     const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
