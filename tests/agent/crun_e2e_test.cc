@@ -446,11 +446,21 @@ TEST_CASE("a console that reads again gets every line: 2 x 40,000 lines through 
   CHECK(counts == std::map<int, long>{{0, 40000}, {1, 40000}});
 }
 
+TEST_CASE("the harness: a program that cannot be run is an error, not a child exiting 127 unseen", "[e2e][output]") {
+  // ChildProcess runs argv[0] as given (execve, no PATH search): the busy load below once ran
+  // "timeout" that way, never ran, and its forked copy exited under TSan with a thread-leak report.
+  CHECK_THROWS_WITH(ChildProcess({"timeout", "1", "true"}), Catch::Contains("cannot run timeout"));
+  ChildProcess ok({"/bin/true"});
+  CHECK(ok.wait_exit() == 0);
+}
+
 TEST_CASE("stdout and stderr on one pipe (2>&1), busy CPUs: every line whole", "[e2e][output]") {
-  // Both cores busy for the test's length (bounded by timeout(1); killed with the test).
+  // Both cores busy for the test's length: one process each, ending by itself after 60 s at most,
+  // SIGKILLed with its ChildProcess (a wrapper such as timeout(1) would leave its child running).
   std::vector<std::unique_ptr<ChildProcess>> busy;
   for (int i = 0; i < 2; ++i) {
-    busy.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{"timeout", "60", "sh", "-c", "while :; do :; done"}));
+    busy.push_back(std::make_unique<ChildProcess>(
+        std::vector<std::string>{"/bin/bash", "-c", "while [ $SECONDS -lt 60 ]; do :; done"}));
   }
   TempDir logs;
   const std::string xs(100, 'x'), ys(60, 'y');

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -107,7 +108,14 @@ TEST_CASE("every descriptor of the agents, the store's host included, is close-o
     auto own = fds_without_cloexec(p->pid());
     for (int fd = 0; fd <= 2; ++fd) own.erase(fd);
     for (const auto& [fd, target] : inherited) own.erase(fd);
-    for (const auto& [fd, target] : own) UNSCOPED_INFO("pid " << p->pid() << " fd " << fd << " -> " << target);
+    for (const auto& [fd, target] : own) {
+      UNSCOPED_INFO("pid " << p->pid() << " fd " << fd << " -> " << target);
+      // Also ahead of Catch's report (CI shows a failure's first lines): what it is, and whether it
+      // is still open without the flag a moment later (a window between open and F_SETFD) or for good.
+      const auto again = fds_without_cloexec(p->pid());
+      std::cerr << "not close-on-exec: pid " << p->pid() << " fd " << fd << " -> " << target << " ("
+                << (again.count(fd) != 0 && again.at(fd) == target ? "still" : "gone at a second look") << ")\n";
+    }
     CHECK(own.empty());
   }
   terminate_host_last({&a, &b});  // the other first: both end with 128 + SIGTERM, never "store lost"

@@ -37,8 +37,10 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, std::vector<std::strin
   for (auto& e : full_env) cenv.push_back(e.data());
   cenv.push_back(nullptr);
 
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+  int out[2], err[2], exec_error[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 || ::pipe2(exec_error, O_CLOEXEC) != 0) {
+    throw std::runtime_error("pipe");
+  }
   const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error("fork");
@@ -49,10 +51,26 @@ ChildProcess::ChildProcess(std::vector<std::string> argv, std::vector<std::strin
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     ::execve(cargv[0], cargv.data(), cenv.data());
+    const int e = errno;  // the exec failed: the parent throws with it
+    (void)!::write(exec_error[1], &e, sizeof e);
     ::_exit(127);
   }
   ::close(out[1]);
   ::close(err[1]);
+  ::close(exec_error[1]);
+  // The pipe closes at the exec (close-on-exec), or carries the exec's errno: a program that cannot
+  // run is the test's mistake, said here, not a child that exits 127 unseen.
+  int exec_errno = 0;
+  ssize_t got;
+  do got = ::read(exec_error[0], &exec_errno, sizeof exec_errno);
+  while (got < 0 && errno == EINTR);
+  ::close(exec_error[0]);
+  if (got > 0) {
+    ::waitpid(pid_, nullptr, 0);
+    ::close(out[0]);
+    ::close(err[0]);
+    throw std::runtime_error("cannot run " + argv[0] + ": " + std::strerror(exec_errno));
+  }
   out_fd_ = out[0];
   err_fd_ = err[0];
   pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
