@@ -15,6 +15,7 @@ pkgs=(
   libssl-dev                            # TLS to etcd (the etcd-v3 rendezvous)
   etcd-server etcd-client openssl curl  # a real etcd cluster (its certificates; curl checks its gateway) for the etcd-v3 tests
   prometheus chromium                   # promtool checks /metrics; headless Chromium renders the status page (tests/ops)
+  elfutils                              # eu-stack: every native thread's stack of a worker before crun kills it
 )
 
 missing=()
