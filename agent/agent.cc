@@ -10,10 +10,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 
 #include "agent/agent_state_machine.h"
+#include "agent/console_collapser.h"
 #include "agent/console_sink.h"
 #include "agent/control_file.h"
 #include "agent/failure_report.h"
@@ -22,6 +24,7 @@
 #include "agent/heartbeat_files.h"
 #include "agent/http_endpoint.h"
 #include "agent/line_router.h"
+#include "agent/log_line_prefix.h"
 #include "agent/node_checks.h"
 #include "agent/operator_view.h"
 #include "agent/gpu_memory.h"
@@ -62,11 +65,13 @@ constexpr std::chrono::seconds kJoinNotice{5};
 struct ConsoleLog final : LogSink {
   explicit ConsoleLog(ConsoleSink& e) : err(e) {}
   void write_log(std::string_view text) override {
+    if (before_line) before_line();  // --collapse-logs: the workers' held lines come first
     err.write(text.data(), text.size());
     if (!in_loop) err.flush();
   }
   ConsoleSink& err;
   bool in_loop = false;
+  std::function<void()> before_line;
 };
 
 // Log lines through `err` on this thread while it lives; both sinks written out at its end,
@@ -127,6 +132,10 @@ struct Agent::Impl {
   ConsoleSink console_out{io, 1};
   std::unique_ptr<ConsoleSink> own_err = ConsoleSink::same_stream(1, 2) ? nullptr : std::make_unique<ConsoleSink>(io, 2);
   ConsoleSink& console_err = own_err ? *own_err : console_out;
+  // --collapse-logs: each stream's lines of the local ranks, collapsed (null when off). Declared
+  // before the group, whose routers hand them lines until the group is gone.
+  std::unique_ptr<ConsoleCollapser> collapse_out;
+  std::unique_ptr<ConsoleCollapser> collapse_err;
   asio::signal_set signals;
   bool preempted = false;  // a preemption notice (SIGUSR1/SIGUSR2) arrived
   asio::steady_timer stop_timer;
@@ -199,6 +208,8 @@ struct Agent::Impl {
   void share_status_later();
   std::optional<std::int64_t> highest_step() const;
   std::optional<WorkerRequest> read_requests(const WorkerExit& e);
+  void begin_collapse(const std::vector<WorkerLaunchPlan>& plans);
+  void flush_collapsed();
 };
 
 Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
@@ -213,6 +224,12 @@ int Agent::Impl::run() {
     if (::fcntl(fd, F_GETFD) == -1) ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
   }
   if (!start_operator_view()) return kExitUsage;
+  if (config.collapse_logs) {
+    const LineCollapse::Limits limits{config.collapse_window};
+    collapse_out = std::make_unique<ConsoleCollapser>(io, console_out, limits);
+    collapse_err = std::make_unique<ConsoleCollapser>(io, console_err, limits);
+    console.log.before_line = [this] { flush_collapsed(); };
+  }
   try {
     const bool logs = keeps_worker_logs(config.redirects, config.tee);
     run_dir = RunDirectory::make(config.log_dir, config.temp_dir, config.run_id, logs);
@@ -277,6 +294,7 @@ int Agent::Impl::run() {
   }
   endpoint.reset();  // nothing answers once the loop has stopped: refuse rather than hang
   group.reset();  // SIGKILLs what is left of the workers' trees
+  flush_collapsed();
   node_checks.reset();  // a check still running is killed (its containment still there)
   standbys.reset();  // and the standbys
   if (replication) replication->close();  // its connections closed before the state they read goes
@@ -406,6 +424,7 @@ void Agent::Impl::start_group(int restart_count, bool precheck) {
       }
       launches.push_back(make_launch(plans.back(), duplicate_stdout, duplicate_stderr));
     }
+    if (collapse_out) begin_collapse(plans);
     for (int lr = 0; standbys && !precheck && lr < config.nproc_per_node; ++lr) {
       // From here the standby runs this launch: WorkerGroup::start adopts it.
       StandbyPool::Taken taken = standbys->take(lr, plans[static_cast<std::size_t>(lr)]);
@@ -494,6 +513,8 @@ WorkerLaunch Agent::Impl::make_launch(const WorkerLaunchPlan& plan, const std::s
       r.console = console_fd == 1 ? &console_out : &console_err;
       r.console_prefix = s.console_prefix;
       if (s.duplicate) r.duplicate = duplicate;
+      r.collapse = console_fd == 1 ? collapse_out.get() : collapse_err.get();
+      r.local_rank = plan.local_rank;
     }
     return r;
   };
@@ -969,6 +990,29 @@ void Agent::Impl::read_precheck_verdict(int restart_count) {
   precheck_reading = read_precheck(run_dir.attempt_file(restart_count, "precheck.json").string());
   log_line(precheck_reading->line);
   view->precheck(precheck_reading->line, precheck_reading->verdict);
+}
+
+// --collapse-logs: a start of the group. Every console line carries a prefix, even where the
+// rank's stream has none without collapsing (no --tee): a collapsed line must say whose it is.
+void Agent::Impl::begin_collapse(const std::vector<WorkerLaunchPlan>& plans) {
+  std::vector<bool> out_shown;
+  std::vector<bool> err_shown;
+  for (const auto& p : plans) {
+    out_shown.push_back(p.out.console);
+    err_shown.push_back(p.err.console);
+  }
+  auto prefix = [tmpl = config.log_line_prefix_template, role = config.role,
+                 offset = current_round.rank_offset](const std::vector<int>& ranks) {
+    return log_line_prefix_for_ranks(tmpl, role, offset, ranks);
+  };
+  collapse_out->begin(out_shown, prefix);
+  collapse_err->begin(err_shown, prefix);
+}
+
+// Before crun's own lines and at the end: what the collapsers hold goes out, in order.
+void Agent::Impl::flush_collapsed() {
+  if (collapse_out) collapse_out->flush();
+  if (collapse_err) collapse_err->flush();
 }
 
 }  // namespace crun

@@ -104,6 +104,10 @@ struct AgentConfig {
   // asks to be excluded.
   bool precheck = false;
   double precheck_slowdown = 2.0;
+  // --collapse-logs (agent/line_collapse.h): a console line several local ranks print within
+  // collapse_window is shown once, with their ranks' prefix. This node's ranks only.
+  bool collapse_logs = false;
+  std::chrono::milliseconds collapse_window{200};
 };
 
 }  // namespace crun

@@ -1,5 +1,6 @@
 #include "agent/line_router.h"
 
+#include "agent/console_collapser.h"
 #include "agent/console_sink.h"
 #include "base/fd_io.h"
 
@@ -42,7 +43,7 @@ void LineRouter::feed(const char* data, std::size_t size) {
   const char* last_nl = static_cast<const char*>(::memrchr(data, '\n', size));
   if (last_nl == nullptr) {
     partial_.append(data, size);
-    if (partial_.size() >= kMaxPartial) finish();
+    if (partial_.size() >= kMaxPartial) flush_partial();
     return;
   }
   const std::size_t whole = static_cast<std::size_t>(last_nl - data) + 1;
@@ -65,6 +66,11 @@ void LineRouter::feed(const char* data, std::size_t size) {
 }
 
 void LineRouter::finish() {
+  flush_partial();
+  if (route_.collapse != nullptr && route_.console_fd >= 0) route_.collapse->end_rank(route_.local_rank);
+}
+
+void LineRouter::flush_partial() {
   if (partial_.empty()) return;
   partial_.push_back('\n');
   out_.clear();
@@ -96,12 +102,15 @@ void LineRouter::flush_console() {
 }
 
 void LineRouter::emit_lines(const char* data, std::size_t size) {
-  if (route_.console_fd >= 0 && route_.console_prefix.empty()) out_.append(data, size);
+  const bool collapsed = route_.collapse != nullptr && route_.console_fd >= 0;
+  if (collapsed) route_.collapse->lines(route_.local_rank, data, size);
+  const bool prefixed = !collapsed && route_.console_fd >= 0 && !route_.console_prefix.empty();
+  if (!collapsed && route_.console_fd >= 0 && route_.console_prefix.empty()) out_.append(data, size);
   std::size_t pos = 0;
   while (pos < size) {
     const char* nl = static_cast<const char*>(std::memchr(data + pos, '\n', size - pos));
     const std::size_t end = nl ? static_cast<std::size_t>(nl - data) + 1 : size;
-    if (route_.console_fd >= 0 && !route_.console_prefix.empty()) {
+    if (prefixed) {
       out_.append(route_.console_prefix);
       out_.append(data + pos, end - pos);
     }

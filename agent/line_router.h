@@ -31,6 +31,7 @@
 
 namespace crun {
 
+class ConsoleCollapser;
 class ConsoleSink;
 
 // The file a group's filtered lines go to (attempt_<N>/filtered_std{out,err}.log).
@@ -53,6 +54,8 @@ struct StreamRoute {
   std::string file_path;       // the log file's name, for the one line about a failed write
   std::shared_ptr<DuplicateSink> duplicate;  // console lines matching its filters also go there
   ConsoleSink* console = nullptr;  // not owned; writes console_fd's lines when set
+  ConsoleCollapser* collapse = nullptr;  // not owned; with a console: takes its lines (--collapse-logs)
+  int local_rank = 0;                    // whose lines they are, for `collapse`
 };
 
 class LineRouter {
@@ -69,6 +72,7 @@ class LineRouter {
 
  private:
   void emit_lines(const char* data, std::size_t size);  // `data` holds whole lines only
+  void flush_partial();  // the line without a newline goes out, one added
   void remember(const char* line, std::size_t size);
   void drop_file(int error);
 

@@ -96,6 +96,11 @@ const std::vector<SettingSpec>& launch_settings() {
        "before the first start, time a short compute and all_reduce on every node; a slow node is excluded", "0", true},
       {"precheck_slowdown", "--precheck-slowdown,--precheck_slowdown",
        "with --precheck: a node slower than this many times the nodes' median is slow (> 1)", "2.0"},
+      {"collapse_logs", "--collapse-logs,--collapse_logs",
+       "console: a line several of this node's local ranks print within --collapse-window is shown once, "
+       "prefixed with their ranks ([default0-7]:); per node only; log files unchanged", "0", true},
+      {"collapse_window", "--collapse-window,--collapse_window",
+       "with --collapse-logs: seconds a line waits for the other local ranks to print it (> 0, at most 60)", "0.2"},
   };
   return specs;
 }

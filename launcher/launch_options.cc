@@ -51,6 +51,8 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.standby_preload = plan.standby_preload.value;
   c.precheck = plan.precheck.value;
   c.precheck_slowdown = plan.precheck_slowdown.value;
+  c.collapse_logs = plan.collapse_logs.value;
+  c.collapse_window = plan.collapse_window.value;
   // Multi-node the coordinator owns the rule; progress is measured in heartbeat steps.
   if (c.multi_node && (c.heartbeat_timeout.count() > 0 || c.initial_heartbeat_timeout.count() > 0)) {
     c.multi_node->rendezvous.no_progress_limit = c.max_no_progress_restarts;

@@ -3,6 +3,7 @@
 #include "base/random_bits.h"
 #include "launcher/agent_settings.h"
 #include "launcher/command_line.h"
+#include "launcher/console_settings.h"
 #include "launcher/job_environment.h"
 #include "launcher/node_check_options.h"
 #include "launcher/option_values.h"
@@ -199,6 +200,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   plan_program(cl.program, s, env, plan);
   plan_standby(s, plan);
   plan_precheck(s, plan);
+  plan_console_settings(s, plan);
   plan_agent_settings(env, host, plan);
   if (cl.slurm_tasks) {
     try {

@@ -103,6 +103,9 @@ struct LaunchPlan {
   Sourced<bool> state_replication;           // multi-node: CRUN_STATE_REPLICATION=0 turns it off
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables
+
+  Sourced<bool> collapse_logs;                            // launcher/console_settings.h
+  Sourced<std::chrono::milliseconds> collapse_window;
 };
 
 LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSnapshot& env, const HostFacts& host);
