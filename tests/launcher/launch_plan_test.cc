@@ -1165,3 +1165,28 @@ TEST_CASE("--precheck and --precheck-slowdown reach the agent; PET_PRECHECK; bad
     CHECK(error.find('\n') == std::string::npos);
   }
 }
+
+TEST_CASE("--collapse-logs and --collapse-window reach the agent; PET_*; bad values are one line", "[launch_plan]") {
+  const auto off = parse({"--standalone", "--no-python", "/bin/true"}).agent;
+  CHECK_FALSE(off.collapse_logs);
+  CHECK(off.collapse_window == std::chrono::milliseconds(200));
+  const auto on = parse({"--standalone", "--collapse-logs", "--collapse-window", "0.05", "--no-python", "/bin/true"}).agent;
+  CHECK(on.collapse_logs);
+  CHECK(on.collapse_window == std::chrono::milliseconds(50));
+  const EnvSnapshot pet{{{"PET_COLLAPSE_LOGS", "true"}, {"PET_COLLAPSE_WINDOW", "1.5"}}};
+  const auto from_env = plan({"--standalone", "--no-python", "/bin/true"}, pet);
+  CHECK(from_env.collapse_logs.value);
+  CHECK(from_env.collapse_logs.source == "PET_COLLAPSE_LOGS");
+  CHECK(from_env.collapse_window.value == std::chrono::milliseconds(1500));
+  CHECK_THAT(*parse({"--print-config", "/bin/true"}, pet).exit_now, Catch::Contains("collapse_logs = 1  (PET_COLLAPSE_LOGS)"));
+  for (const std::string value : {"0", "-1", "61", "soon", ""}) {
+    const std::string error = usage_error({"--collapse-logs", "--collapse-window", value, "--no-python", "/bin/true"});
+    INFO(value << ": " << error);
+    CHECK_THAT(error, Catch::Contains("--collapse-window"));
+    CHECK(error.find('\n') == std::string::npos);
+  }
+  CHECK(usage_error({"--no-python", "/bin/true"}, EnvSnapshot{{{"PET_COLLAPSE_LOGS", "sometimes"}}}) ==
+        "PET_COLLAPSE_LOGS: expected true or false, got 'sometimes'");
+  CHECK(usage_error({"--no-python", "/bin/true"}, EnvSnapshot{{{"PET_COLLAPSE_WINDOW", "0"}}}) ==
+        "--collapse-window: expected seconds > 0 (at most 60), got '0' (from PET_COLLAPSE_WINDOW)");
+}
