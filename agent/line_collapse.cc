@@ -4,7 +4,7 @@
 
 namespace crun {
 
-LineCollapse::LineCollapse(Limits limits) : limits_(limits) {}
+LineCollapse::LineCollapse(Limits limits) : limits_(limits), max_lines_(limits.max_lines), max_bytes_(limits.max_bytes) {}
 
 void LineCollapse::begin(const std::vector<bool>& shown, Prefix prefix, std::string& out) {
   flush(out);
@@ -14,6 +14,9 @@ void LineCollapse::begin(const std::vector<bool>& shown, Prefix prefix, std::str
   last_seq_.assign(shown.size(), 0);
   ended_.assign(shown.size(), false);
   for (std::size_t r = 0; r < shown.size(); ++r) ended_[r] = !shown[r];
+  const auto ranks = static_cast<std::size_t>(std::count(shown.begin(), shown.end(), true));
+  max_lines_ = std::max(limits_.max_lines, ranks * limits_.lines_per_rank);
+  max_bytes_ = std::max(limits_.max_bytes, ranks * limits_.bytes_per_rank);
   lagging_ = 0;
 }
 
@@ -83,7 +86,7 @@ bool LineCollapse::oldest_complete() {
 
 void LineCollapse::release(Clock::time_point now, std::string& out) {
   while (!held_.empty()) {
-    const bool over = held_.size() > limits_.max_lines || bytes_ > limits_.max_bytes;
+    const bool over = held_.size() > max_lines_ || bytes_ > max_bytes_;
     if (!over && held_.front().deadline > now && !oldest_complete()) return;
     emit_oldest(out);
   }

@@ -16,8 +16,10 @@
 //         later line held or shown; or
 //       * its window has passed (add, end_rank or expire with `now` at or past its end): a rank
 //         that prints the same text later gets its own line; or
-//       * more than max_lines lines or max_bytes bytes are held: the oldest go out at once with
-//         the ranks they have (memory stays bounded whatever the ranks print).
+//       * more lines or bytes are held than the bound: the oldest go out at once with the ranks
+//         they have (memory stays bounded whatever the ranks print). The bound is max_lines and
+//         max_bytes, or lines_per_rank and bytes_per_rank times the shown ranks when that is more
+//         (by default 2,048 lines and 128 KiB, two of the group's 64 KiB reads, per rank).
 //   - end_rank(rank, now, out): the rank's stream ended (a line it still sends is taken as any).
 //   - flush(out): every held line goes out now (a stop, crun's own lines, the agent's end).
 //   - next_deadline(): the oldest held line's window end; nullopt when nothing is held.
@@ -48,6 +50,8 @@ class LineCollapse {
     std::chrono::milliseconds window{200};
     std::size_t max_lines = 8192;
     std::size_t max_bytes = std::size_t{1} << 20;  // text, plus each line's ranks and bookkeeping
+    std::size_t lines_per_rank = 2048;
+    std::size_t bytes_per_rank = std::size_t{128} << 10;
   };
 
   explicit LineCollapse(Limits limits);
@@ -76,6 +80,8 @@ class LineCollapse {
   void emit_oldest(std::string& out);
 
   Limits limits_;
+  std::size_t max_lines_;  // the bound for this start of the group
+  std::size_t max_bytes_;
   Prefix prefix_;
   std::deque<Held> held_;  // oldest first; elements never move (only push_back / pop_front)
   std::unordered_map<std::string_view, std::vector<Held*>> by_text_;  // views of held_'s texts; seq ascending

@@ -69,6 +69,7 @@ class LineRouter {
   void finish();
   const std::deque<std::string>& tail() const { return tail_; }
   ConsoleSink* console() const { return route_.console_fd >= 0 ? route_.console : nullptr; }
+  bool collapsing() const { return route_.console_fd >= 0 && route_.collapse != nullptr; }
 
  private:
   void emit_lines(const char* data, std::size_t size);  // `data` holds whole lines only

@@ -106,7 +106,9 @@ struct WorkerGroup::Impl {
     s.pipe.async_wait(asio::posix::stream_descriptor::wait_read,
                       [this, w, &s](const boost::system::error_code& ec) {
                         if (ec || w->closed || !s.open) return;
-                        if (drain(s, 16)) watch_stream(w, s);
+                        // Collapsing, one read a turn: ranks that print the same lines fast
+                        // reach the collapser together (agent/line_collapse.h's bound).
+                        if (drain(s, s.router.collapsing() ? 1 : 16)) watch_stream(w, s);
                       });
   }
 

@@ -35,6 +35,8 @@ LineCollapse::Limits limits(std::chrono::milliseconds window, std::size_t max_li
   l.window = window;
   l.max_lines = max_lines;
   l.max_bytes = max_bytes;
+  l.lines_per_rank = 0;  // the bound is exactly max_lines / max_bytes
+  l.bytes_per_rank = 0;
   return l;
 }
 
@@ -197,5 +199,29 @@ TEST_CASE("the range prefix: torch's default and the template, runs and gaps", "
     CHECK(log_line_prefix_for_ranks("", "default", 8, {r}) == log_line_prefix("", "default", 8 + r, r));
     CHECK(log_line_prefix_for_ranks("${role_name}:$rank:$local_rank ", "w", 8, {r}) ==
           log_line_prefix("${role_name}:$rank:$local_rank ", "w", 8 + r, r));
+  }
+}
+
+TEST_CASE("the bound grows with the shown ranks: each may be two reads ahead of the others", "[line_collapse]") {
+  LineCollapse::Limits l;
+  l.window = 60s;
+  l.max_bytes = 1 << 20;
+  l.bytes_per_rank = 128 << 10;
+  std::string out;
+  const Clock::time_point t{};
+  for (const int ranks : {2, 16}) {
+    LineCollapse c(l);
+    c.begin(std::vector<bool>(static_cast<std::size_t>(ranks) + 1, true), braces, out);  // the last one never prints
+    const std::string line = std::string(1000, 'y') + "\n";
+    std::size_t most = 0;
+    for (int i = 0; i < 4000; ++i) {
+      c.add(0, std::to_string(i) + line, t, out);
+      most = std::max(most, c.held_bytes());
+    }
+    const std::size_t bound = std::max<std::size_t>(1 << 20, static_cast<std::size_t>(ranks + 1) * (128 << 10));
+    INFO(ranks << " ranks, at most " << most << " bytes held");
+    CHECK(most <= bound + 1100);
+    CHECK(most >= bound - 1100);
+    c.flush(out);
   }
 }
