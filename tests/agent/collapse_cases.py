@@ -205,9 +205,10 @@ def case_held(crun, tmp):
         files = glob.glob(os.path.join(log_dir, "*", "attempt_0", str(rank), "stdout.log"))
         return bool(files) and text in open(files[0]).read()
 
-    # crun writes a log file as it reads the pipe: once both are there it has read both lines.
+    # crun writes a log file as it reads the pipe: once both are there it has read both lines
+    # (the newline too: Python may write a line and its newline apart).
     deadline = time.monotonic() + 30
-    while not (logged(0, "held line") and logged(1, "partial without newline")):
+    while not (logged(0, "held line\n") and logged(1, "partial without newline")):
         expect(time.monotonic() < deadline, "the workers' lines never reached their log files")
         time.sleep(0)  # yields; the files have no event to wait on
     t0 = time.monotonic()
