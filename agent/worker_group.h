@@ -14,6 +14,9 @@
 //     then every remaining descendant (group_over()). Without one (tests), only the process groups.
 //   - A stream whose console sink is backlogged (agent/console_sink.h) is not read until the sink
 //     has drained: the worker waits on its full pipe, and the agent's loop goes on.
+//   - A ready stream is read up to 16 x 64 KiB a turn; one read a turn when its router collapses
+//     (--collapse-logs), so that ranks printing the same lines fast stay within a read of each
+//     other (agent/line_collapse.h).
 //   - When a worker ends, its pipes are drained of everything it wrote before the exit event is
 //     delivered to `on_exit` (so a crashing worker's last lines are routed, and its stderr tail is
 //     complete, before the agent reacts).
