@@ -75,6 +75,4 @@ void ConsoleCollapser::flush() {
   impl_->done();
 }
 
-std::size_t ConsoleCollapser::held_lines() const { return impl_->collapse.held_lines(); }
-
 }  // namespace crun

@@ -40,7 +40,6 @@ class ConsoleCollapser {
   void lines(int local_rank, const char* data, std::size_t size);
   void end_rank(int local_rank);
   void flush();
-  std::size_t held_lines() const;
 
  private:
   struct Impl;
