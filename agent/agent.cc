@@ -1,5 +1,7 @@
 #include "agent/agent.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include "agent/failure_report.h"
 #include "agent/file_timer_server.h"
 #include "agent/hang_watch.h"
+#include "agent/heartbeat_estimator.h"
 #include "agent/heartbeat_files.h"
 #include "agent/http_endpoint.h"
 #include "agent/line_router.h"
@@ -114,12 +117,14 @@ struct Agent::Impl {
         machine(AgentPolicy{config.nproc_per_node, config.max_restarts, config.stop_timeout,
                             config.multi_node.has_value(),
                             // Progress is measured in heartbeat steps: without heartbeats there is none to see.
-                            config.heartbeat_timeout.count() > 0 || config.initial_heartbeat_timeout.count() > 0
+                            config.heartbeat_timeout.count() > 0 || config.initial_heartbeat_timeout.count() > 0 ||
+                                    config.heartbeat_auto
                                 ? config.max_no_progress_restarts
                                 : 0,
                             config.precheck}),
         hang_timer(io),
-        hang_limits{config.initial_heartbeat_timeout, config.heartbeat_timeout},
+        hang_limits{config.initial_heartbeat_timeout,
+                    config.heartbeat_auto ? config.initial_heartbeat_timeout : config.heartbeat_timeout},
         share_timer(io),
         join_notice(io),
         exclusion_wait(io),
@@ -159,6 +164,8 @@ struct Agent::Impl {
   HangLimits hang_limits;
   std::unique_ptr<HeartbeatFiles> heartbeats;   // the current group's, when hang detection is on
   std::optional<HangWatch> hang_watch;          // while the group runs
+  std::optional<HeartbeatEstimator> estimator;  // --heartbeat-timeout auto, while the group runs
+  bool watching_heartbeats() const { return hang_limits.enabled() || config.heartbeat_auto; }
   std::uint64_t hang_generation = 0;            // a stale expiry (an earlier group's) is ignored
   std::unique_ptr<FileTimerServer> file_timer;  // torch's file timer, when enabled
   std::map<int, std::string> watchdog_notes;     // local rank -> what the watchdog did to it, this group
@@ -202,6 +209,7 @@ struct Agent::Impl {
   std::optional<int> worker_of(int pid) const;
   void watch_heartbeats();
   void check_heartbeats();
+  void learn_heartbeat_timeout(const std::vector<std::optional<Heartbeat>>& beats);
   void on_hang(const Hang& h);
   void abandon_workers();
   bool start_operator_view();
@@ -283,7 +291,7 @@ int Agent::Impl::run() {
   }
   next_start.base_env = current_environment();  // passed through to the workers
   next_start.agent_id = containment->agent_id();
-  next_start.heartbeats = hang_limits.enabled();
+  next_start.heartbeats = watching_heartbeats();
   if (file_timer) next_start.timer_file = file_timer->path();
   wait_signal();
   perform(machine.start(AgentClock::now()));
@@ -400,7 +408,8 @@ void Agent::Impl::finish(int code) {
 void Agent::Impl::start_group(int restart_count, bool precheck) {
   group.reset();  // the previous round's workers are all gone by now
   hang_watch.reset();
-  heartbeats = hang_limits.enabled() ? std::make_unique<HeartbeatFiles>(config.nproc_per_node) : nullptr;
+  estimator.reset();
+  heartbeats = watching_heartbeats() ? std::make_unique<HeartbeatFiles>(config.nproc_per_node) : nullptr;
   watchdog_notes.clear();
   if (file_timer) file_timer->clear();
   try {
@@ -454,8 +463,18 @@ void Agent::Impl::start_group(int restart_count, bool precheck) {
     for (int lr = 0; lr < group->size(); ++lr) pids.push_back(group->pid(lr));
     view->group_started(restart_count, pids);
     start_standbys(restart_count);
-    if (hang_limits.enabled()) {
+    if (watching_heartbeats()) {
       hang_watch.emplace(hang_limits, config.nproc_per_node, AgentClock::now());
+      if (config.heartbeat_auto) {
+        AutoTimeoutRule rule;
+        rule.ceiling = config.heartbeat_auto_ceiling;
+        estimator.emplace(rule, config.nproc_per_node);
+        view->heartbeat_timeout("auto: learning (" + (hang_limits.steady.count() > 0
+                                                         ? "initial limit " + seconds_text(hang_limits.steady)
+                                                         : std::string("no limit")) + ")");
+      } else {
+        view->heartbeat_timeout(hang_limits.steady.count() > 0 ? seconds_text(hang_limits.steady) : "");
+      }
       watch_heartbeats();
     }
   } catch (const std::exception& e) {
@@ -651,7 +670,11 @@ std::optional<std::int64_t> Agent::Impl::highest_step() const {
 void Agent::Impl::watch_heartbeats() {
   const std::uint64_t generation = ++hang_generation;
   hang_timer.cancel();
-  const auto due = hang_watch ? hang_watch->next_deadline() : std::nullopt;
+  auto due = hang_watch ? hang_watch->next_deadline() : std::nullopt;
+  if (hang_watch && estimator) {  // auto: the files are also read often enough to see each beat
+    const auto sample = AgentClock::now() + estimator->sample_period();
+    if (!due || sample < *due) due = sample;
+  }
   if (!due) return;
   hang_timer.expires_at(*due);
   hang_timer.async_wait([this, generation](const boost::system::error_code& ec) {
@@ -665,11 +688,31 @@ void Agent::Impl::check_heartbeats() {
   if (!group || !hang_watch || machine.state() != AgentStateMachine::State::kRunning) return;
   std::vector<std::optional<Heartbeat>> beats;
   for (int lr = 0; lr < group->size(); ++lr) beats.push_back(heartbeats->read(lr));
+  if (estimator) learn_heartbeat_timeout(beats);
   if (auto hang = hang_watch->observe_group(beats, AgentClock::now())) {
     on_hang(*hang);
     return;
   }
   watch_heartbeats();
+}
+
+// --heartbeat-timeout auto: the beats fold into the estimate; once known it is the steady limit,
+// logged and shown in /status when first set and when it moves by a quarter or more.
+void Agent::Impl::learn_heartbeat_timeout(const std::vector<std::optional<Heartbeat>>& beats) {
+  for (std::size_t lr = 0; lr < beats.size(); ++lr) estimator->observe(static_cast<int>(lr), beats[lr]);
+  const auto timeout = estimator->timeout();
+  if (!timeout) return;
+  hang_watch->set_steady(*timeout);
+  if (!estimator->take_change()) return;
+  const auto& rule = estimator->rule();
+  char factor[16];
+  std::snprintf(factor, sizeof factor, "%g", rule.factor);
+  const auto ms = [](std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; };
+  log_line("heartbeat timeout (auto): " + ms(*timeout) + " = " + factor + " x the longest of the last " +
+           std::to_string(std::min(estimator->intervals_seen(), rule.window)) + " beat intervals (" +
+           ms(estimator->longest_recent()) + "), floor " + ms(rule.floor) +
+           (rule.ceiling.count() > 0 ? ", ceiling " + ms(rule.ceiling) : std::string()));
+  view->heartbeat_timeout(ms(*timeout) + " (auto, " + factor + " x " + ms(estimator->longest_recent()) + ")");
 }
 
 // A hung worker is killed at once (SIGTERM rarely moves a process stuck in a collective), which

@@ -108,6 +108,14 @@ struct AgentConfig {
   // collapse_window is shown once, with their ranks' prefix. This node's ranks only.
   bool collapse_logs = false;
   std::chrono::milliseconds collapse_window{200};
+
+  // The timeout stack (docs/operations.md, "Timeouts, in order"). --heartbeat-timeout auto: the
+  // steady limit is derived from the workers' beat intervals (agent/heartbeat_estimator.h), at
+  // most heartbeat_auto_ceiling (0: none); until it is known, initial_heartbeat_timeout applies.
+  // pg_timeout (--pg-timeout): the workers get it as CRUN_PG_TIMEOUT_SEC (nullopt: not given).
+  bool heartbeat_auto = false;
+  std::chrono::milliseconds heartbeat_auto_ceiling{0};
+  std::optional<std::chrono::milliseconds> pg_timeout;
 };
 
 }  // namespace crun

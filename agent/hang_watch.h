@@ -18,6 +18,8 @@
 //     for a worker owing its first beat with no initial limit, the next look every `steady` (so
 //     that its first beat is learned at most `steady` late); nullopt: nothing to watch.
 //   - highest_step() is the highest step any worker of the group has beaten with.
+//   - set_steady(limit) replaces the steady limit from now on (`--heartbeat-timeout auto`: the
+//     agent/heartbeat_estimator.h value once it is known); deadlines follow at once.
 //
 // Threading
 //   Not thread-safe; owned by the agent's event loop (or a test).
@@ -56,6 +58,8 @@ class HangWatch {
   void exited(int local_rank);
   std::optional<Clock::time_point> next_deadline() const;
   std::optional<std::int64_t> highest_step() const { return highest_step_; }
+  void set_steady(std::chrono::milliseconds limit) { limits_.steady = limit; }
+  const HangLimits& limits() const { return limits_; }
 
  private:
   struct Worker {

@@ -58,7 +58,8 @@ json node_json(const NodeStatus& s) {
           {"excluded_nodes", excluded_json(s.excluded_nodes)},
           {"exclusions_total", s.exclusions_total},
           {"node_check", s.node_check},
-          {"precheck", s.precheck}};
+          {"precheck", s.precheck},
+          {"heartbeat_timeout", s.heartbeat_timeout}};
 }
 
 template <typename T>
@@ -128,6 +129,7 @@ std::optional<NodeStatus> parse_node(const json& j) {
       }
     }
     if (j.contains("node_check")) s.node_check = field<std::string>(j, "node_check");
+    if (j.contains("heartbeat_timeout")) s.heartbeat_timeout = field<std::string>(j, "heartbeat_timeout");
     return s;
   } catch (const json::exception&) {
     return std::nullopt;

@@ -74,6 +74,9 @@ struct NodeStatus {
   std::string node_check;
   // --precheck: this node's verdict line ("0.21 s, median 0.20 s: ok"; "": none ran).
   std::string precheck;
+  // The heartbeat timeout in force: "30 s", "0.503 s (auto, 2.5 x 0.201 s)", "auto: learning
+  // (initial limit 30 s)"; "" when heartbeats are off. Absent from an older node's JSON: "".
+  std::string heartbeat_timeout;
   bool operator==(const NodeStatus&) const = default;
 
   std::string to_json() const;

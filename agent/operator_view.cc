@@ -471,4 +471,10 @@ void OperatorView::precheck(const std::string& line, const std::string& verdict)
   changed();
 }
 
+void OperatorView::heartbeat_timeout(const std::string& text) {
+  if (node_.heartbeat_timeout == text) return;
+  node_.heartbeat_timeout = text;
+  changed();
+}
+
 }  // namespace crun

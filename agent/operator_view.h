@@ -98,6 +98,8 @@ class OperatorView {
   // --precheck's verdict on this node (status "precheck", event precheck): `line` as the agent
   // logged it, `verdict` crun-precheck's JSON object ("": it wrote none).
   void precheck(const std::string& line, const std::string& verdict);
+  // The heartbeat timeout in force (NodeStatus::heartbeat_timeout), when it is set or changes.
+  void heartbeat_timeout(const std::string& text);
 
   using HeartbeatReader = std::function<std::optional<Heartbeat>(int local_rank)>;
   void set_heartbeats(HeartbeatReader read) { heartbeats_ = std::move(read); }

@@ -25,11 +25,19 @@ EnvironmentList worker_variables(const std::vector<std::string>& base, const Rou
   bool has_omp = false;
   bool has_nccl = false;
   bool has_legacy_nccl = false;
+  bool has_pg_timeout = false;
+  std::optional<std::string> handling, legacy_handling, blocking, legacy_blocking;
   for (const auto& kv : base) {
     const auto key = key_of(kv);
+    const auto value = [&] { return std::string(kv.substr(std::min(kv.size(), key.size() + 1))); };
     has_omp = has_omp || key == "OMP_NUM_THREADS";
     has_nccl = has_nccl || key == "TORCH_NCCL_ASYNC_ERROR_HANDLING";
     has_legacy_nccl = has_legacy_nccl || key == "NCCL_ASYNC_ERROR_HANDLING";
+    has_pg_timeout = has_pg_timeout || key == "CRUN_PG_TIMEOUT_SEC";
+    if (key == "TORCH_NCCL_ASYNC_ERROR_HANDLING") handling = value();
+    if (key == "NCCL_ASYNC_ERROR_HANDLING") legacy_handling = value();
+    if (key == "TORCH_NCCL_BLOCKING_WAIT") blocking = value();
+    if (key == "NCCL_BLOCKING_WAIT") legacy_blocking = value();
   }
 
   EnvironmentList updates;
@@ -62,8 +70,12 @@ EnvironmentList worker_variables(const std::vector<std::string>& base, const Rou
   if (!has_omp && who.local_world_size > 1) set("OMP_NUM_THREADS", "1");
   // torch >= 2.2 reads TORCH_NCCL_ASYNC_ERROR_HANDLING; torch 1.x-2.1 (and its torchrun) only
   // NCCL_ASYNC_ERROR_HANDLING. Both, so that every torch version aborts on NCCL errors.
-  if (!has_nccl) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-  if (!has_legacy_nccl) set("NCCL_ASYNC_ERROR_HANDLING", "1");
+  // A user's value under one spelling is copied to the other, so that every torch version sees it.
+  if (!has_nccl) set("TORCH_NCCL_ASYNC_ERROR_HANDLING", legacy_handling.value_or("1"));
+  if (!has_legacy_nccl) set("NCCL_ASYNC_ERROR_HANDLING", handling.value_or("1"));
+  if (blocking && !legacy_blocking) set("NCCL_BLOCKING_WAIT", *blocking);
+  if (legacy_blocking && !blocking) set("TORCH_NCCL_BLOCKING_WAIT", *legacy_blocking);
+  if (!who.pg_timeout_sec.empty() && !has_pg_timeout) set("CRUN_PG_TIMEOUT_SEC", who.pg_timeout_sec);
   return updates;
 }
 

@@ -12,7 +12,10 @@
 //   CRUN_STATE_DIR when who.state_dir is set (agent/state_directory.h: the rank's directory);
 //   CRUN_CONTROL_FILE when who.control_file is set (agent/control_file.h: the worker's requests);
 //   TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (torch >= 2.2's name) and NCCL_ASYNC_ERROR_HANDLING=1
-//   (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` has them; OMP_NUM_THREADS=1 unless
+//   (torch 1.x-2.1's, what torchrun 1.13 sets) unless `base` has them; when `base` has only one
+//   spelling of ASYNC_ERROR_HANDLING or BLOCKING_WAIT, the other gets its value (one setting for
+//   every torch version; the launcher refuses two spellings that disagree);
+//   CRUN_PG_TIMEOUT_SEC when who.pg_timeout_sec is set, unless `base` has it (launcher/timeout_order.h); OMP_NUM_THREADS=1 unless
 //   `base` has it or local_world_size is 1 (as torchrun); CRUN_AGENT_ID=<agent_id>
 //   (worker_containment.h) when agent_id is set. With who.visible_device (torch's
 //   --virtual-local-rank) LOCAL_RANK is 0 and CUDA_VISIBLE_DEVICES that device. Each key once.
@@ -47,6 +50,7 @@ struct WorkerIdentity {
   std::string control_file;    // CRUN_CONTROL_FILE ("" = none: nobody reads requests)
   // torch's --virtual-local-rank: LOCAL_RANK=0 and this CUDA_VISIBLE_DEVICES (nullopt: off).
   std::optional<std::string> visible_device;
+  std::string pg_timeout_sec;  // --pg-timeout as CRUN_PG_TIMEOUT_SEC ("": none)
 };
 
 using EnvironmentList = std::vector<std::pair<std::string, std::string>>;

@@ -1,5 +1,7 @@
 #include "agent/worker_launch.h"
 
+#include <cstdio>
+
 #include "agent/log_line_prefix.h"
 #include "agent/state_directory.h"
 #include "agent/template_text.h"
@@ -8,6 +10,16 @@
 namespace crun {
 
 namespace {
+
+// --pg-timeout as CRUN_PG_TIMEOUT_SEC: seconds, to the millisecond ("600", "0.25").
+std::string pg_timeout_text(std::chrono::milliseconds d) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(d.count()) / 1000.0);
+  std::string t = buf;
+  while (t.back() == '0') t.pop_back();
+  if (t.back() == '.') t.pop_back();
+  return t;
+}
 
 StreamPlan stream_plan(unsigned bit, unsigned redirect, unsigned tee, bool shown, const std::filesystem::path& file,
                        const std::string& prefix) {
@@ -52,6 +64,7 @@ WorkerLaunchPlan plan_worker_launch(const AgentConfig& config, const RunDirector
     who.state_dir = StateDirectory::rank_dir_of(start.state_root, start.round.rank_offset + local_rank).string();
   }
   if (idx < config.visible_devices.size()) who.visible_device = config.visible_devices[idx];
+  if (config.pg_timeout) who.pg_timeout_sec = pg_timeout_text(*config.pg_timeout);
   p.env = worker_environment(start.base_env, start.round, who);
 
   p.program = config.worker_program;

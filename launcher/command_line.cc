@@ -62,7 +62,7 @@ const std::vector<SettingSpec>& launch_settings() {
       {"numa_binding", "--numa-binding,--numa_binding", "bind local rank i to CPUs near GPU i: node, socket, exclusive or core-complex", "",
        false, "", false},
       {"heartbeat_timeout", "--heartbeat-timeout,--heartbeat_timeout",
-       "seconds a worker may go without a heartbeat before it counts as hung (0: off)", "0"},
+       "seconds a worker may go without a heartbeat before it counts as hung (0: off; auto: from its step intervals)", "0"},
       {"initial_heartbeat_timeout", "--initial-heartbeat-timeout,--initial_heartbeat_timeout",
        "seconds from a worker's start to its first heartbeat (0: off)", "0"},
       {"max_no_progress_restarts", "--max-no-progress-restarts,--max_no_progress_restarts",
@@ -101,6 +101,9 @@ const std::vector<SettingSpec>& launch_settings() {
        "prefixed with their ranks ([default0-7]:); per node only; log files unchanged", "0", true},
       {"collapse_window", "--collapse-window,--collapse_window",
        "with --collapse-logs: seconds a line waits for the other local ranks to print it (> 0, at most 60)", "0.2"},
+      {"pg_timeout", "--pg-timeout,--pg_timeout",
+       "seconds: torch's process-group timeout the workers pass to init_process_group (exported as CRUN_PG_TIMEOUT_SEC); "
+       "crun's timeouts are checked to fire before it (unset: torch's 10 min)", "", false, "CRUN_PG_TIMEOUT_SEC"},
   };
   return specs;
 }

@@ -1,6 +1,7 @@
 #include "launcher/launch_options.h"
 
 #include "launcher/print_config.h"
+#include "launcher/timeout_order.h"
 
 namespace crun {
 
@@ -53,14 +54,18 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.precheck_slowdown = plan.precheck_slowdown.value;
   c.collapse_logs = plan.collapse_logs.value;
   c.collapse_window = plan.collapse_window.value;
+  c.heartbeat_auto = plan.heartbeat_auto.value;
+  c.heartbeat_auto_ceiling = pg_timeout_ceiling(plan.pg_timeout_in_effect.value);
+  c.pg_timeout = plan.pg_timeout.value;
   // Multi-node the coordinator owns the rule; progress is measured in heartbeat steps.
-  if (c.multi_node && (c.heartbeat_timeout.count() > 0 || c.initial_heartbeat_timeout.count() > 0)) {
+  if (c.multi_node && (c.heartbeat_timeout.count() > 0 || c.initial_heartbeat_timeout.count() > 0 || c.heartbeat_auto)) {
     c.multi_node->rendezvous.no_progress_limit = c.max_no_progress_restarts;
   }
   out.standalone = plan.standalone.value;
   out.slurm_tasks = plan.slurm_tasks;
   out.task_env = plan.task_env;
   out.note = plan.note;
+  for (const auto& line : plan.timeout_notes) out.note += (out.note.empty() ? "" : "\n") + line;
   if (plan.print_config) out.exit_now = print_plan(plan);
   return out;
 }

@@ -11,6 +11,7 @@
 #include "launcher/operator_settings.h"
 #include "launcher/slurm_tasks.h"
 #include "launcher/standby_settings.h"
+#include "launcher/timeout_order.h"
 #include "launcher/torch2_settings.h"
 #include "launcher/worker_settings.h"
 
@@ -197,6 +198,7 @@ LaunchPlan resolve_launch_plan(const std::vector<std::string>& argv, const EnvSn
   plan_watchdogs(s, env, plan);
   plan_node_checks(s, env, plan);
   plan_rendezvous(s, job, cl.program, env, host, plan.max_restarts.value, plan);
+  plan_timeouts(s, env, plan);
   plan_program(cl.program, s, env, plan);
   plan_standby(s, plan);
   plan_precheck(s, plan);

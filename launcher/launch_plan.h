@@ -13,7 +13,7 @@
 //     typed setting carries its value and that source.
 //   - Validates each group of settings once (rendezvous here and in launcher/multi_node_options.h,
 //     workers and the program in launcher/worker_settings.h, torchrun 2.x's worker settings in
-//     launcher/torch2_settings.h) before anything starts: a bad value, an unknown flag, a missing
+//     launcher/torch2_settings.h; the timeouts' order in launcher/timeout_order.h) before anything starts: a bad value, an unknown flag, a missing
 //     program or interpreter raise LaunchUsageError whose message is one line naming the flag or
 //     variable.
 //   - Decides single vs multi-node and who hosts the store (multi_node); --slurm-tasks instead
@@ -101,6 +101,13 @@ struct LaunchPlan {
   Sourced<bool> store_local_socket;          // CRUN_STORE_TCP_ONLY=1 turns it off (c10d/static)
   Sourced<std::string> state_root;           // CRUN_STATE_ROOT: where the job's state directory goes
   Sourced<bool> state_replication;           // multi-node: CRUN_STATE_REPLICATION=0 turns it off
+  // The timeout stack (launcher/timeout_order.h): --heartbeat-timeout auto; --pg-timeout (nullopt:
+  // not given, the workers get no CRUN_PG_TIMEOUT_SEC from crun); the process group's timeout
+  // the order was checked against (torch's lowest default when not given); the notes to print.
+  Sourced<bool> heartbeat_auto;
+  Sourced<std::optional<std::chrono::milliseconds>> pg_timeout;
+  Sourced<std::chrono::milliseconds> pg_timeout_in_effect;
+  std::vector<std::string> timeout_notes;
 
   EnvironmentList task_env;  // --slurm-tasks: the worker's variables
 

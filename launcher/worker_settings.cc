@@ -148,7 +148,11 @@ void plan_watchdogs(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& p
     return Sourced<std::chrono::milliseconds>{std::chrono::milliseconds(static_cast<long long>(v * 1000.0)),
                                               s.at(key).source};
   };
-  plan.heartbeat_timeout = seconds("heartbeat_timeout", "--heartbeat-timeout");
+  // "auto": derived from the workers' step intervals (agent/heartbeat_estimator.h).
+  const auto& hb = s.at("heartbeat_timeout");
+  plan.heartbeat_auto = {trim(hb.value) == "auto", hb.source};
+  plan.heartbeat_timeout = plan.heartbeat_auto.value ? Sourced<std::chrono::milliseconds>{std::chrono::milliseconds(0), hb.source}
+                                                     : seconds("heartbeat_timeout", "--heartbeat-timeout");
   plan.initial_heartbeat_timeout = seconds("initial_heartbeat_timeout", "--initial-heartbeat-timeout");
   plan.max_no_progress_restarts = {int_setting(s, "max_no_progress_restarts", "--max-no-progress-restarts"),
                                    s.at("max_no_progress_restarts").source};

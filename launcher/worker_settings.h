@@ -11,6 +11,7 @@
 //     path whose nearest existing part is a directory (stat'd here). A bad value throws
 //     LaunchUsageError naming the flag.
 //   - plan_watchdogs: heartbeat_timeout and initial_heartbeat_timeout, seconds >= 0 (0: off);
+//     heartbeat_timeout "auto" sets heartbeat_auto (its timeout then 0 until the agent derives one);
 //     max_no_progress_restarts >= 0;
 //     torch's file timer, on when TORCHELASTIC_ENABLE_FILE_TIMER is "1" in `env` (as torch's
 //     LocalElasticAgent), its FIFO at TORCHELASTIC_TIMER_FILE if set, else one crun makes.
