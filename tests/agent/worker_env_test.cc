@@ -106,3 +106,29 @@ TEST_CASE("worker environment: --virtual-local-rank gives LOCAL_RANK 0 and the w
   REQUIRE(env["RANK"] == "1");
   REQUIRE(env["CUDA_VISIBLE_DEVICES"] == "6");
 }
+
+TEST_CASE("worker environment: one spelling of an NCCL switch is copied to the other; CRUN_PG_TIMEOUT_SEC", "[worker_env]") {
+  RoundInfo round;
+  WorkerIdentity who;
+  SECTION("torch 1.x's name given: torch 2.x's gets the same value") {
+    auto env = crun::test::env_map(worker_environment({"NCCL_ASYNC_ERROR_HANDLING=0", "NCCL_BLOCKING_WAIT=1"}, round, who));
+    CHECK(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0");
+    CHECK(env["TORCH_NCCL_BLOCKING_WAIT"] == "1");
+  }
+  SECTION("torch 2.x's name given: torch 1.x's gets the same value") {
+    auto env = crun::test::env_map(worker_environment({"TORCH_NCCL_ASYNC_ERROR_HANDLING=3", "TORCH_NCCL_BLOCKING_WAIT=0"}, round, who));
+    CHECK(env["NCCL_ASYNC_ERROR_HANDLING"] == "3");
+    CHECK(env["NCCL_BLOCKING_WAIT"] == "0");
+  }
+  SECTION("blocking wait stays unset when the user sets neither") {
+    auto env = crun::test::env_map(worker_environment({"PATH=/bin"}, round, who));
+    CHECK(env.count("NCCL_BLOCKING_WAIT") == 0);
+    CHECK(env.count("TORCH_NCCL_BLOCKING_WAIT") == 0);
+    CHECK(env.count("CRUN_PG_TIMEOUT_SEC") == 0);
+  }
+  SECTION("--pg-timeout reaches the workers; the user's own variable is kept") {
+    who.pg_timeout_sec = "120";
+    CHECK(crun::test::env_map(worker_environment({"PATH=/bin"}, round, who))["CRUN_PG_TIMEOUT_SEC"] == "120");
+    CHECK(crun::test::env_map(worker_environment({"CRUN_PG_TIMEOUT_SEC=120.0"}, round, who))["CRUN_PG_TIMEOUT_SEC"] == "120.0");
+  }
+}
