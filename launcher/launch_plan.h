@@ -13,9 +13,9 @@
 //     typed setting carries its value and that source.
 //   - Validates each group of settings once (rendezvous here and in launcher/multi_node_options.h,
 //     workers and the program in launcher/worker_settings.h, torchrun 2.x's worker settings in
-//     launcher/torch2_settings.h; the timeouts' order in launcher/timeout_order.h) before anything starts: a bad value, an unknown flag, a missing
-//     program or interpreter raise LaunchUsageError whose message is one line naming the flag or
-//     variable.
+//     launcher/torch2_settings.h; the timeouts' order in launcher/timeout_order.h) before anything
+//     starts: a bad value, an unknown flag, a missing program or interpreter, an inconsistent set
+//     of timeouts raise LaunchUsageError whose message is one line naming the flag or variable.
 //   - Decides single vs multi-node and who hosts the store (multi_node); --slurm-tasks instead
 //     builds the task's worker environment (launcher/slurm_tasks.h).
 //   - --help / --version: only `exit_now` is set.

@@ -101,7 +101,9 @@ void plan_timeouts(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& pl
     t.pg = {kTorchLowestDefaultPgTimeout, ""};
     plan.pg_timeout = {std::nullopt, "default"};
   }
-  if (const auto var = env.get(kPgTimeoutVariable)) t.pg_variable = TimeoutValue{positive_seconds(*var, kPgTimeoutVariable), kPgTimeoutVariable};
+  if (const auto var = env.get(kPgTimeoutVariable)) {
+    t.pg_variable = TimeoutValue{positive_seconds(*var, kPgTimeoutVariable), kPgTimeoutVariable};
+  }
   if (plan.heartbeat_timeout.value.count() > 0) {
     t.heartbeat = TimeoutValue{plan.heartbeat_timeout.value, plan.heartbeat_timeout.source};
   }
