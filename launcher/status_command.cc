@@ -135,6 +135,7 @@ std::string format_job_status(const std::string& status_json) {
                     " node(s), " + std::to_string(running) + " of " + std::to_string(workers) + " worker(s) running, restart " +
                     std::to_string(self->restart_count) + " of " + std::to_string(self->max_restarts) + ", " +
                     (self->health.empty() ? "healthy" : self->health) + "\n\n";
+  if (!self->heartbeat_timeout.empty()) out.insert(out.size() - 1, "heartbeat timeout: " + self->heartbeat_timeout + "\n");
   std::vector<std::vector<std::string>> node_rows{{"NODE", "HOST", "ADDRESS", "STATE", "WORKERS", "RESTARTS", "ROUND", "HEALTH"}};
   std::vector<std::pair<int, std::vector<std::string>>> ranks;
   std::optional<FailureReport> failure;

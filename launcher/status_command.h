@@ -1,7 +1,8 @@
 // `crun status URL [--json] [--timeout SECONDS]`: reads an agent's GET /status (its
 // --health-check-port; node rank 0's holds the whole job) and prints the job as tables: a summary
-// line, one row per node, one per rank, and the last failure with its stderr tail; --json prints
-// the document as the agent sent it. URL: http://HOST:PORT[/] or HOST:PORT.
+// line (and the heartbeat timeout in force, when there is one), one row per node, one per rank,
+// and the last failure with its stderr tail; --json prints the document as the agent sent it.
+// URL: http://HOST:PORT[/] or HOST:PORT.
 //
 // Contract
 //   - parse_status_arguments(args) (the words after `status`) parses them with CLI11, as the

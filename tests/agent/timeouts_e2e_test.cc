@@ -125,6 +125,9 @@ TEST_CASE("timeouts: auto on a worker stepping every 200 ms: below 3 intervals, 
   CHECK(ms < 600);   // 3 x 200 ms: the behaviour asked for (2.5 x the longest interval, which is ~200 ms)
   const std::string status = http_get(std::stoi(port[1]), "/status");
   CHECK(status.find("\"heartbeat_timeout\":\"" + chosen[1].str() + " ms (auto, ") != std::string::npos);
+  ChildProcess status_command({CRUN_BIN, "status", "127.0.0.1:" + port[1].str()});
+  REQUIRE(status_command.wait_exit() == 0);
+  CHECK(status_command.out().find("\nheartbeat timeout: " + chosen[1].str() + " ms (auto, ") != std::string::npos);
 
   std::ofstream(stop).put('\n');  // the worker goes silent: the later hang
   REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
