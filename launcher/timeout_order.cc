@@ -49,6 +49,11 @@ TimeoutCheck check_timeout_order(const TimeoutStack& t) {
                         ": when a node dies, the survivors' watchdogs may call their own ranks hung before the rendezvous "
                         "notices the node gone");
   }
+  if (t.heartbeat_auto && t.rendezvous_liveness) {
+    out.notes.push_back("crun: note: --heartbeat-timeout auto may learn a value below " + named(*t.rendezvous_liveness) +
+                        ": when a node dies, the survivors' watchdogs may call their own ranks hung before the rendezvous "
+                        "notices the node gone");
+  }
   if (t.nccl_timeout_off) {
     out.notes.push_back("crun: note: NCCL's async error handling and blocking wait are both off: a hung NCCL collective "
                         "never times out on its own; only --heartbeat-timeout ends it");
@@ -104,6 +109,7 @@ void plan_timeouts(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& pl
   if (const auto var = env.get(kPgTimeoutVariable)) {
     t.pg_variable = TimeoutValue{positive_seconds(*var, kPgTimeoutVariable), kPgTimeoutVariable};
   }
+  t.heartbeat_auto = plan.heartbeat_auto.value;
   if (plan.heartbeat_timeout.value.count() > 0) {
     t.heartbeat = TimeoutValue{plan.heartbeat_timeout.value, plan.heartbeat_timeout.source};
   }

@@ -14,8 +14,8 @@
 //       4. both spellings of one NCCL switch (TORCH_NCCL_X and NCCL_X, X = ASYNC_ERROR_HANDLING
 //          or BLOCKING_WAIT) set to different values: torch 1.x reads one, torch 2.x the other.
 //     Its notes (lines printed before the launch, not refused): multi-node with worker
-//     heartbeats, a rendezvous liveness not below --heartbeat-timeout (a dead node's survivors
-//     may call their own ranks hung first); NCCL's error handling and blocking wait both off (a
+//     heartbeats, a rendezvous liveness not below --heartbeat-timeout, or any with auto (a dead
+//     node's survivors may call their own ranks hung first); NCCL's error handling and blocking wait both off (a
 //     hung NCCL collective then never times out on its own).
 //   - plan_timeouts(s, env, plan) reads --pg-timeout (PET_PG_TIMEOUT, then CRUN_PG_TIMEOUT_SEC:
 //     seconds > 0), the NCCL switches from `env` and the plan's heartbeat and rendezvous
@@ -50,6 +50,7 @@ inline constexpr const char* kPgTimeoutVariable = "CRUN_PG_TIMEOUT_SEC";
 
 struct TimeoutStack {
   std::optional<TimeoutValue> heartbeat;            // crun's, fixed (nullopt: off or auto)
+  bool heartbeat_auto = false;                      // --heartbeat-timeout auto
   std::optional<TimeoutValue> rendezvous_liveness;  // multi-node only
   TimeoutValue pg;                                  // the process group's timeout ("" source: torch's default)
   std::optional<TimeoutValue> pg_variable;          // CRUN_PG_TIMEOUT_SEC in crun's environment

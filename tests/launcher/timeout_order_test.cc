@@ -123,6 +123,10 @@ TEST_CASE("multi-node: the rendezvous' liveness against the process group's time
   REQUIRE(p.timeout_notes.size() == 1);
   CHECK(p.timeout_notes[0].find("--rdzv-conf heartbeat_timeout 15 s is not below --heartbeat-timeout 10 s") != std::string::npos);
   CHECK(to_launch_options(p).note.find("crun: note: --rdzv-conf heartbeat_timeout 15 s") != std::string::npos);
+  const auto learnt = plan(with({"--heartbeat-timeout", "auto"}));
+  REQUIRE(learnt.timeout_notes.size() == 1);
+  CHECK(learnt.timeout_notes[0].find("auto may learn a value below --rdzv-conf heartbeat_timeout 15 s") != std::string::npos);
+  CHECK(plan(with({"--heartbeat-timeout", "30"})).timeout_notes.empty());
 }
 
 TEST_CASE("NCCL's switches: two spellings that disagree are refused; both off is a note", "[timeout_order]") {
