@@ -10,9 +10,15 @@ HangWatch::HangWatch(HangLimits limits, int nproc, Clock::time_point started)
 std::optional<HangWatch::Clock::time_point> HangWatch::deadline(const Worker& w) const {
   if (!w.watched) return std::nullopt;
   if (!w.last_beat) {
-    if (limits_.initial.count() > 0) return started_ + limits_.initial;
-    if (limits_.steady.count() > 0) return w.next_look.value_or(started_ + limits_.steady);
-    return std::nullopt;
+    // Owing its first beat: hung at the initial limit; until then a look every `steady`, so that
+    // a first beat is learned at most `steady` late and the steady limit runs from it.
+    std::optional<Clock::time_point> due;
+    if (limits_.initial.count() > 0) due = started_ + limits_.initial;
+    if (limits_.steady.count() > 0) {
+      const auto look = w.next_look.value_or(started_ + limits_.steady);
+      if (!due || look < *due) due = look;
+    }
+    return due;
   }
   if (limits_.steady.count() == 0) return std::nullopt;
   return *w.last_beat + limits_.steady;
@@ -29,7 +35,7 @@ std::optional<Hang> HangWatch::observe(int local_rank, const std::optional<Heart
   }
   const auto due = deadline(w);
   if (!due || now < *due) return std::nullopt;
-  if (!w.last_beat && limits_.initial.count() == 0) {  // only a look: no first-beat limit
+  if (!w.last_beat && !(limits_.initial.count() > 0 && now >= started_ + limits_.initial)) {  // only a look
     w.next_look = now + limits_.steady;
     return std::nullopt;
   }

@@ -15,8 +15,10 @@
 //     that is furthest behind (no first beat, else the lowest last step), then the longest silent.
 //     Its peers, blocked in a collective waiting for it, fall silent too but are a step ahead.
 //   - next_deadline() is the earliest time a watched worker's file must be read: its deadline, or,
-//     for a worker owing its first beat with no initial limit, the next look every `steady` (so
-//     that its first beat is learned at most `steady` late); nullopt: nothing to watch.
+//     for a worker owing its first beat, the next look every `steady` when that comes first (so
+//     that its first beat is learned at most `steady` late, and a worker that beats once and then
+//     hangs is caught `steady` after that beat, not at the initial limit); nullopt: nothing to
+//     watch.
 //   - highest_step() is the highest step any worker of the group has beaten with.
 //   - set_steady(limit) replaces the steady limit from now on (`--heartbeat-timeout auto`: the
 //     agent/heartbeat_estimator.h value once it is known); deadlines follow at once.

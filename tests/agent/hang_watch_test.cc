@@ -21,7 +21,9 @@ const std::optional<Heartbeat> none = Heartbeat{};  // the file as crun made it:
 
 TEST_CASE("no first beat within the initial limit is a hang", "[hang_watch]") {
   HangWatch w(HangLimits{5s, 2s}, 2, t0);
-  CHECK(w.next_deadline() == t0 + 5s);
+  CHECK(w.next_deadline() == t0 + 2s);  // a look for a first beat, every steady limit
+  CHECK_FALSE(w.observe(0, none, t0 + 2s));
+  CHECK(w.next_deadline() == t0 + 2s);  // rank 1's look
   CHECK_FALSE(w.observe(0, none, t0 + 4999ms));
   auto h = w.observe(0, none, t0 + 5s);
   REQUIRE(h);
@@ -29,7 +31,25 @@ TEST_CASE("no first beat within the initial limit is a hang", "[hang_watch]") {
   CHECK(h->first_beat_missing);
   CHECK(h->silent_for == 5s);
   CHECK_FALSE(w.observe(0, none, t0 + 6s));  // reported once
-  CHECK(w.next_deadline() == t0 + 5s);       // rank 1 is still watched
+  CHECK(w.next_deadline() == t0 + 2s);       // rank 1 is still watched
+}
+
+TEST_CASE("a first beat is learned within the steady limit: a hang after it is not left to the initial limit",
+          "[hang_watch]") {
+  HangWatch w(HangLimits{60s, 2s}, 1, t0);
+  CHECK(w.next_deadline() == t0 + 2s);
+  CHECK_FALSE(w.observe(0, none, t0 + 2s));
+  CHECK(w.next_deadline() == t0 + 4s);
+  CHECK_FALSE(w.observe(0, beat(0, t0 + 3s), t0 + 4s));  // the first beat, then silence
+  CHECK(w.next_deadline() == t0 + 5s);
+  auto h = w.observe(0, beat(0, t0 + 3s), t0 + 5s);
+  REQUIRE(h);
+  CHECK_FALSE(h->first_beat_missing);
+  CHECK(h->silent_for == 2s);
+  HangWatch v(HangLimits{3s, 2s}, 1, t0);  // the look never runs past the initial limit
+  CHECK_FALSE(v.observe(0, none, t0 + 2s));
+  CHECK(v.next_deadline() == t0 + 3s);
+  CHECK(v.observe(0, none, t0 + 3s));
 }
 
 TEST_CASE("after a beat, the steady limit runs from the beat's own time", "[hang_watch]") {

@@ -134,3 +134,35 @@ TEST_CASE("timeouts: auto on a worker stepping every 200 ms: below 3 intervals, 
   CHECK(p.out().find("silent") != std::string::npos);
   CHECK(std::regex_search(p.err(), std::regex(R"(is hung: no heartbeat for [0-4]\.\d s, last at step \d+;)")));
 }
+
+TEST_CASE("timeouts: in order, crun's heartbeat names the hung torch rank before its peer's collective times out",
+          "[e2e][timeouts]") {
+  // Two Gloo ranks beating as each step starts; rank 1 stops before step 5 while rank 0 waits in
+  // step 5's all_reduce, a step ahead. The process group's timeout comes from CRUN_PG_TIMEOUT_SEC,
+  // as docs/operations.md shows; crun's heartbeat (2 s) is below it (20 s), so the report names
+  // rank 1, not rank 0's timed-out collective. With --initial-heartbeat-timeout 60 (torch's
+  // import) this also needs the first beat learned within the steady limit (agent/hang_watch.h):
+  // before, the files were read only at the initial limit and rank 0's collective timed out first.
+  const char* script =
+      "import datetime, mmap, os, struct, time\n"
+      "import torch, torch.distributed as dist\n"
+      "hb = mmap.mmap(os.open(os.environ['CRUN_HEARTBEAT_FILE'], os.O_RDWR), 16)\n"
+      "timeout = datetime.timedelta(seconds=float(os.environ['CRUN_PG_TIMEOUT_SEC']))\n"
+      "dist.init_process_group('gloo', timeout=timeout)\n"
+      "rank, t = dist.get_rank(), torch.ones(1)\n"
+      "for step in range(100000):\n"
+      "    if rank == 1 and step == 5:\n"
+      "        print('rank 1 stuck', flush=True)\n"
+      "        time.sleep(120)\n"
+      "    hb[:] = struct.pack('=qq', step, time.monotonic_ns())\n"
+      "    dist.all_reduce(t)\n"
+      "    time.sleep(0.02)\n";
+  ChildProcess p({CRUN_BIN, "--standalone", "--nproc-per-node", "2", "--heartbeat-timeout", "2", "--initial-heartbeat-timeout",
+                  "60", "--pg-timeout", "20", "--no-python", "/usr/bin/python3", "-c", script});
+  REQUIRE(p.wait_exit(std::chrono::seconds(90)) == 137);
+  INFO(p.out() << p.err());
+  CHECK(p.out().find("rank 1 stuck") != std::string::npos);
+  CHECK(std::regex_search(p.err(), std::regex(R"(local rank 1 \(pid \d+\) is hung: no heartbeat for \d+\.\d s, last at step 4;)")));
+  CHECK(p.err().find("worker failed (root cause): rank 1 (local rank 1") != std::string::npos);
+  CHECK(p.err().find("Timed out") == std::string::npos);  // no collective timed out first
+}
