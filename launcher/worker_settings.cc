@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <set>
 
 #include "agent/signal_names.h"
@@ -82,6 +83,15 @@ std::vector<int> parse_signals(const std::string& text) {
   return out;
 }
 
+// A number of seconds as text (nullopt: not a number).
+std::optional<double> parse_double_text(const std::string& text) {
+  const std::string t = trim(text);
+  char* end = nullptr;
+  const double v = t.empty() ? 0 : std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size()) return std::nullopt;
+  return v;
+}
+
 bool is_regular_file(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -151,8 +161,16 @@ void plan_watchdogs(const SettingTexts& s, const EnvSnapshot& env, LaunchPlan& p
   // "auto": derived from the workers' step intervals (agent/heartbeat_estimator.h).
   const auto& hb = s.at("heartbeat_timeout");
   plan.heartbeat_auto = {trim(hb.value) == "auto", hb.source};
-  plan.heartbeat_timeout = plan.heartbeat_auto.value ? Sourced<std::chrono::milliseconds>{std::chrono::milliseconds(0), hb.source}
-                                                     : seconds("heartbeat_timeout", "--heartbeat-timeout");
+  if (plan.heartbeat_auto.value) {
+    plan.heartbeat_timeout = {std::chrono::milliseconds(0), hb.source};
+  } else {
+    const auto v = parse_double_text(hb.value);
+    if (!v || !(*v >= 0) || *v > 1e6) {
+      usage("--heartbeat-timeout: expected seconds >= 0 (0: off) or auto, got '" + hb.value + "'" +
+            (hb.source.rfind("--", 0) == 0 ? "" : " (from " + hb.source + ")"));
+    }
+    plan.heartbeat_timeout = {std::chrono::milliseconds(static_cast<long long>(*v * 1000.0)), hb.source};
+  }
   plan.initial_heartbeat_timeout = seconds("initial_heartbeat_timeout", "--initial-heartbeat-timeout");
   plan.max_no_progress_restarts = {int_setting(s, "max_no_progress_restarts", "--max-no-progress-restarts"),
                                    s.at("max_no_progress_restarts").source};

@@ -92,6 +92,11 @@ TEST_CASE("--heartbeat-timeout against --pg-timeout and torch's default", "[time
             "the process group's timeout, CRUN_PG_TIMEOUT_SEC 45 s") != std::string::npos);
   CHECK(refusal({"--heartbeat-timeout", "auto"}).empty());  // auto stays below it by its ceiling
   CHECK(refusal({"--pg-timeout", "0"}) == "--pg-timeout: expected seconds > 0, got '0'");
+  CHECK(refusal({"--heartbeat-timeout", "AUTO"}) == "--heartbeat-timeout: expected seconds >= 0 (0: off) or auto, got 'AUTO'");
+  CHECK(refusal({"--heartbeat-timeout", "-1"}) == "--heartbeat-timeout: expected seconds >= 0 (0: off) or auto, got '-1'");
+  CHECK(refusal({}, env_of({{"PET_HEARTBEAT_TIMEOUT", "x"}})) ==
+        "--heartbeat-timeout: expected seconds >= 0 (0: off) or auto, got 'x' (from PET_HEARTBEAT_TIMEOUT)");
+  CHECK(plan({}, env_of({{"PET_HEARTBEAT_TIMEOUT", "auto"}})).heartbeat_auto.value);
   CHECK(refusal({"--pg-timeout", "ten"}) == "--pg-timeout: expected seconds > 0, got 'ten'");
 }
 
