@@ -7,7 +7,7 @@
 //     expansion and no shell is ever run. nullopt with `error` set (one line) for an unbalanced
 //     quote or a command with no word.
 //   - run(done) starts the command (the program found on `search_path` when its name has no
-//     '/'; agent/worker_process.h's spawn: a process group of its own, only descriptors 0-2,
+//     '/'; agent/bounded_command.h runs it: a process group of its own, only descriptors 0-2,
 //     PDEATHSIG, stdin /dev/null; stdout and stderr on one pipe, SpawnOptions::merge_stderr).
 //     What it prints is read as it comes and dropped but for the last kTailBytes: the reason's
 //     last kTailLines lines. Memory stays bounded whatever it prints. `done` runs on the loop once: healthy (exit code 0), or unhealthy with a one-line
@@ -34,6 +34,7 @@ class io_context;
 
 namespace crun {
 
+class BoundedCommand;
 class WorkerContainment;
 
 // One check's verdict: `reason` empty when healthy.
@@ -62,13 +63,12 @@ class CommandCheck {
   const std::string& command() const { return command_; }
 
  private:
-  struct Running;
   boost::asio::io_context& io_;
   std::string command_;
   std::chrono::milliseconds timeout_;
   std::string search_path_;
   WorkerContainment* containment_;
-  std::shared_ptr<Running> running_;
+  std::unique_ptr<BoundedCommand> running_;
 };
 
 }  // namespace crun
