@@ -10,9 +10,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <utility>
 #include <map>
 #include <optional>
 
@@ -32,9 +34,12 @@
 #include "agent/operator_view.h"
 #include "agent/gpu_memory.h"
 #include "agent/precheck_run.h"
+#include "agent/python_stacks.h"
 #include "agent/root_cause_report.h"
 #include "agent/run_directory.h"
 #include "agent/signal_names.h"
+#include "agent/stack_capture.h"
+#include "agent/stack_text.h"
 #include "agent/standby_plan.h"
 #include "agent/standby_pool.h"
 #include "agent/state_directory.h"
@@ -178,6 +183,14 @@ struct Agent::Impl {
   std::unique_ptr<NodeChecks> node_checks;  // null when every check is off
   asio::steady_timer node_check_timer;      // the next try after an unhealthy verdict
   std::optional<AgentClock::time_point> unhealthy_since;  // the first unhealthy verdict of this wait
+  // Stacks before the kill (agent/stack_capture.h): one capture per group, its result kept for
+  // the failure report; actions that come while it runs wait in `held`, in order.
+  std::unique_ptr<StackCapture> stack_capture;  // null: capture off
+  std::filesystem::path python_stacks_dir;      // "" when Python workers dump no Python stacks
+  std::optional<std::vector<RankStack>> group_stacks;
+  std::vector<std::function<void()>> after_capture;
+  std::optional<AgentActions> held;
+  std::optional<int> hung_pid;  // the hung worker, SIGKILLed once its stacks are taken
 
   int run();
   void wait_signal();
@@ -211,6 +224,9 @@ struct Agent::Impl {
   void check_heartbeats();
   void learn_heartbeat_timeout(const std::vector<std::optional<Heartbeat>>& beats);
   void on_hang(const Hang& h);
+  bool capture_stacks(std::optional<int> focus_local_rank, std::function<void()> then);
+  void signal_expired(const FileTimerExpiry& e);
+  void start_stack_capture();
   void abandon_workers();
   bool start_operator_view();
   void share_status_later();
@@ -265,6 +281,7 @@ int Agent::Impl::run() {
       });
     }
     start_node_checks();
+    start_stack_capture();
     for (int s : config.handled_signals) signals.add(s);
     if (config.file_timer) start_file_timer();
     if (config.health_check_port) {
@@ -290,6 +307,12 @@ int Agent::Impl::run() {
     return kExitAgentError;
   }
   next_start.base_env = current_environment();  // passed through to the workers
+  if (!python_stacks_dir.empty()) {
+    if (const std::string why = arrange_python_stacks(next_start.base_env, python_stacks_dir, python_stacks_signal()); !why.empty()) {
+      log_line("no Python stacks before a kill: " + why);
+      python_stacks_dir.clear();
+    }
+  }
   next_start.agent_id = containment->agent_id();
   next_start.heartbeats = watching_heartbeats();
   if (file_timer) next_start.timer_file = file_timer->path();
@@ -304,6 +327,7 @@ int Agent::Impl::run() {
   group.reset();  // SIGKILLs what is left of the workers' trees
   flush_collapsed();
   node_checks.reset();  // a check still running is killed (its containment still there)
+  stack_capture.reset();  // an eu-stack still running is killed
   standbys.reset();  // and the standbys
   if (replication) replication->close();  // its connections closed before the state they read goes
   if (persister) {  // the commits still queued read, each rank's newest set copied before the state goes
@@ -343,11 +367,32 @@ void Agent::Impl::wait_signal() {
 }
 
 void Agent::Impl::perform(const AgentActions& actions) {
-  for (const auto& a : actions) {
+  if (held) {  // a capture runs: after it, in order
+    held->insert(held->end(), actions.begin(), actions.end());
+    return;
+  }
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const auto& a = actions[i];
     if (exit_code) return;
-    if (auto* start = std::get_if<action::StartGroup>(&a)) {
+    if (std::holds_alternative<action::CaptureStacks>(a)) {
+      held = AgentActions(actions.begin() + static_cast<std::ptrdiff_t>(i) + 1, actions.end());
+      const auto root = machine.root_cause();
+      const auto began = AgentClock::now();
+      const bool waits = capture_stacks(root ? std::optional<int>(root->local_rank) : std::nullopt, [this, began] {
+        AgentActions rest = std::move(*held);
+        held.reset();
+        // The stop grace counts from the signal, which waited for the capture.
+        for (auto& r : rest) {
+          if (auto* arm = std::get_if<action::ArmStopTimer>(&r)) arm->deadline += AgentClock::now() - began;
+        }
+        perform(rest);
+      });
+      if (waits) return;
+      held.reset();
+    } else if (auto* start = std::get_if<action::StartGroup>(&a)) {
       start_group(start->restart_count, start->precheck);
     } else if (auto* sig = std::get_if<action::SignalGroup>(&a)) {
+      if (hung_pid) ::kill(-*std::exchange(hung_pid, std::nullopt), SIGKILL);  // its stacks taken: the hung worker first
       if (group) group->signal_all(sig->signo);
     } else if (std::holds_alternative<action::AbandonWorkers>(a)) {
       abandon_workers();
@@ -409,6 +454,8 @@ void Agent::Impl::start_group(int restart_count, bool precheck) {
   group.reset();  // the previous round's workers are all gone by now
   hang_watch.reset();
   estimator.reset();
+  group_stacks.reset();
+  hung_pid.reset();
   heartbeats = watching_heartbeats() ? std::make_unique<HeartbeatFiles>(config.nproc_per_node) : nullptr;
   watchdog_notes.clear();
   if (file_timer) file_timer->clear();
@@ -546,6 +593,7 @@ WorkerLaunch Agent::Impl::make_launch(const WorkerLaunchPlan& plan, const std::s
 void Agent::Impl::report_failure(const action::ReportFailure& r) {
   FailureReport report = report_for(r.root_cause);
   report.restarting = r.restarting;
+  if (group_stacks) report.stacks = *group_stacks;
   report.no_progress = r.no_progress;
   log_text(report.format_text());
   if (r.root_cause.request && r.root_cause.request->kind == WorkerRequest::Kind::kExcludeNode && !config.multi_node) {
@@ -618,6 +666,15 @@ std::optional<int> Agent::Impl::worker_of(int pid) const {
 // torch's FileTimerServer sends the requested signal to the pid that opened the scope; the
 // worker's exit then takes the ordinary failure path, its report saying what the timer saw.
 void Agent::Impl::on_timer_expired(const FileTimerExpiry& e) {
+  if (exit_code) return;
+  const auto& r = e.request;
+  const auto lr = worker_of(r.pid);
+  if (!lr) return;  // gone meanwhile: its exit is on its way
+  // Its stacks (and the others') before the signal that usually ends it.
+  if (!capture_stacks(*lr, [this, e] { signal_expired(e); })) signal_expired(e);
+}
+
+void Agent::Impl::signal_expired(const FileTimerExpiry& e) {
   if (exit_code) return;
   const auto& r = e.request;
   const auto lr = worker_of(r.pid);
@@ -739,7 +796,10 @@ void Agent::Impl::on_hang(const Hang& h) {
   killed.when = AgentClock::now();
   killed.wall_time = std::chrono::system_clock::now();
   const auto actions = machine.on_worker_hung(killed, killed.when);
-  ::kill(-pid, SIGKILL);  // the worker leads its own process group
+  // The worker leads its own process group. Killed with the stop's first signal, after its
+  // stacks are taken (CaptureStacks comes first); at once when no stop follows.
+  if (actions.empty()) ::kill(-pid, SIGKILL);
+  else hung_pid = pid;
   perform(actions);
 }
 
@@ -1056,6 +1116,71 @@ void Agent::Impl::begin_collapse(const std::vector<WorkerLaunchPlan>& plans) {
 void Agent::Impl::flush_collapsed() {
   if (collapse_out) collapse_out->flush();
   if (collapse_err) collapse_err->flush();
+}
+
+}  // namespace crun
+
+namespace crun {
+
+void Agent::Impl::start_stack_capture() {
+  if (config.capture_timeout.count() <= 0) return;
+  StackCaptureOptions o;
+  o.timeout = config.capture_timeout;
+  o.python_signal = python_stacks_signal();
+  o.containment = containment.get();
+  const char* path = std::getenv("PATH");
+  const auto eu_stack = resolve_executable("eu-stack", path != nullptr ? path : "/usr/bin:/bin");
+  if (!eu_stack) log_line("eu-stack (elfutils) not found on PATH: no native stacks before a kill");
+  o.eu_stack = eu_stack.value_or("");
+  stack_capture = std::make_unique<StackCapture>(io, std::move(o));
+  if (config.python_stacks && python_program(config.worker_argv)) python_stacks_dir = run_dir.path() / "python_stacks";
+}
+
+// The running workers' stacks, once per group, then `then`; false (and `then` not kept) when no
+// capture is to be made: off, no group, none running, or this group's already taken. A capture
+// already running: `then` follows it.
+bool Agent::Impl::capture_stacks(std::optional<int> focus_local_rank, std::function<void()> then) {
+  if (!stack_capture || !group || group_stacks) return false;
+  if (stack_capture->running()) {
+    after_capture.push_back(std::move(then));
+    return true;
+  }
+  std::vector<CaptureTarget> targets;
+  for (int lr = 0; lr < group->size(); ++lr) {
+    if (!group->is_running(lr)) continue;
+    CaptureTarget t;
+    t.local_rank = lr;
+    t.rank = current_round.rank_offset + lr;
+    t.pid = group->pid(lr);
+    if (!python_stacks_dir.empty()) t.python_dump = python_dump_file(python_stacks_dir, t.pid);
+    targets.push_back(std::move(t));
+  }
+  if (targets.empty()) return false;
+  after_capture.push_back(std::move(then));
+  const auto began = AgentClock::now();
+  const std::size_t count = targets.size();
+  const int restart = machine.restart_count();
+  stack_capture->run(std::move(targets), [this, began, count, focus_local_rank, restart](std::vector<RankStack> stacks) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(AgentClock::now() - began).count();
+    std::size_t failed = 0;
+    for (const auto& s : stacks) failed += s.error.empty() ? 0 : 1;
+    log_line("took the stacks of " + std::to_string(count) + " local worker(s) in " + std::to_string(ms) + " ms before the stop" +
+             (failed > 0 ? " (" + std::to_string(failed) + " incomplete)" : "") +
+             (run_dir.temporary() ? "" : "; all in " + run_dir.report_file().string()));
+    for (const auto& s : stacks) {
+      if (!focus_local_rank || s.local_rank != *focus_local_rank) continue;
+      const std::string where = where_text(s);
+      log_line("rank " + std::to_string(s.rank) + " (local rank " + std::to_string(s.local_rank) + ") was in " +
+               (where.empty() ? "an unknown place" : where) + (s.error.empty() ? "" : " (" + s.error + ")"));
+    }
+    if (group && restart == machine.restart_count()) group_stacks = std::move(stacks);  // else: a later group's now
+    auto waiting = std::move(after_capture);
+    after_capture.clear();
+    for (auto& f : waiting) {
+      if (!exit_code) f();
+    }
+  });
+  return true;
 }
 
 }  // namespace crun

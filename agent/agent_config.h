@@ -116,6 +116,12 @@ struct AgentConfig {
   bool heartbeat_auto = false;
   std::chrono::milliseconds heartbeat_auto_ceiling{0};
   std::optional<std::chrono::milliseconds> pg_timeout;
+
+  // Stacks before the kill (agent/stack_capture.h): the bound on capturing every local worker's
+  // stacks before a stop crun starts itself (0: no capture); python_stacks: Python workers also
+  // dump their Python stacks (agent/python_stacks.h; --no-python-stacks turns it off).
+  std::chrono::milliseconds capture_timeout{5000};
+  bool python_stacks = true;
 };
 
 }  // namespace crun

@@ -152,8 +152,8 @@ void AgentStateMachine::finish_request(AgentActions& actions) {
 AgentActions AgentStateMachine::begin_stop(int signo, AgentClock::time_point now) {
   state_ = State::kStopping;
   stop_signal_ = signo;
-  return {action::SignalGroup{signo != 0 ? signo : SIGTERM},
-          action::ArmStopTimer{now + policy_.stop_timeout}};
+  if (signo == 0) return {action::CaptureStacks{}, action::SignalGroup{SIGTERM}, action::ArmStopTimer{now + policy_.stop_timeout}};
+  return {action::SignalGroup{signo}, action::ArmStopTimer{now + policy_.stop_timeout}};
 }
 
 AgentActions AgentStateMachine::on_signal(int signo, AgentClock::time_point now) {

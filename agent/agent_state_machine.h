@@ -7,7 +7,11 @@
 //     - start()                 -> JoinRound
 //     - on_round(restart_count) while joining -> StartGroup{restart_count}
 //     - every worker exits 0    -> Exit{0}
-//     - first failing exit      -> it becomes the root cause; SignalGroup{SIGTERM} + ArmStopTimer
+//     - first failing exit      -> it becomes the root cause; CaptureStacks + SignalGroup{SIGTERM} +
+//                                  ArmStopTimer (every stop crun starts itself, not a handled
+//                                  signal's, begins with CaptureStacks: the agent takes the still
+//                                  running workers' stacks, within its bound, before it performs
+//                                  what follows; agent/stack_capture.h)
 //     - handled signal          -> SignalGroup{signal} (forwarded) + ArmStopTimer; crun ends with
 //                                  Exit{128 + signal} once every worker is gone
 //     - stop grace expired      -> KillGroup (SIGKILL to every worker's process group) and
@@ -115,6 +119,8 @@ struct StartGroup {
 };
 // Every precheck worker exited 0: read the verdict, then on_precheck_verdict.
 struct PrecheckDone {};
+// Take the running workers' stacks before the actions that follow (a stop crun starts itself).
+struct CaptureStacks {};
 struct SignalGroup {
   int signo;
 };
@@ -149,7 +155,8 @@ struct PublishSuccess {};
 using AgentAction = std::variant<action::StartGroup, action::SignalGroup, action::KillGroup, action::AbandonWorkers,
                                  action::ArmStopTimer, action::CancelStopTimer,
                                  action::FailureKnown, action::ReportFailure, action::Exit, action::JoinRound,
-                                 action::PublishFailure, action::PublishSuccess, action::PrecheckDone>;
+                                 action::PublishFailure, action::PublishSuccess, action::PrecheckDone,
+                                 action::CaptureStacks>;
 using AgentActions = std::vector<AgentAction>;
 
 // SIGUSR1 and SIGUSR2: a scheduler's preemption notice (Slurm's --signal=USR1@60).

@@ -9,6 +9,7 @@
 
 #include "agent/file_text.h"
 #include "agent/signal_names.h"
+#include "agent/stack_text.h"
 #include "base/utc_text.h"
 
 namespace crun {
@@ -79,6 +80,10 @@ std::string FailureReport::format_text() const {
   if (!excluded.empty()) os << "crun:   node " << excluded << "\n";
   if (!request.empty()) os << "crun:   request (CRUN_CONTROL_FILE): " << request << "\n";
   if (!error_message.empty()) os << "crun:   error file: " << error_message << "\n";
+  for (const auto& s : stacks) {
+    if (s.rank != rank) continue;
+    if (const std::string where = where_text(s); !where.empty()) os << "crun:   stack: rank " << rank << " was in " << where << "\n";
+  }
   const auto traceback = split_lines(error_traceback);
   if (!traceback.empty() && !tail_shows(stderr_tail, traceback.back())) {
     const std::size_t skip = traceback.size() > kTracebackLines ? traceback.size() - kTracebackLines : 0;
@@ -127,6 +132,13 @@ std::string FailureReport::to_json() const {
     j["watchdog"] = watchdog;
   }
   if (!request.empty()) j["request"] = request;
+  if (!stacks.empty()) {
+    auto& list = j["stacks"] = nlohmann::json::array();
+    for (const auto& s : stacks) {
+      list.push_back({{"rank", s.rank}, {"local_rank", s.local_rank}, {"pid", s.pid}, {"threads", s.threads},
+                      {"python_threads", s.python_threads}, {"error", s.error}});
+    }
+  }
   // A worker's stderr need not be UTF-8: invalid bytes become U+FFFD instead of an exception.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -176,6 +188,20 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
     r.stderr_tail = j.at("stderr_tail").get<std::vector<std::string>>();
     if (auto w = j.find("watchdog"); w != j.end() && !w->is_null()) r.watchdog = w->get<std::string>();
     if (auto q = j.find("request"); q != j.end() && !q->is_null()) r.request = q->get<std::string>();
+    if (auto st = j.find("stacks"); st != j.end() && !st->is_null()) {
+      for (const auto& e : st->get_ref<const nlohmann::json::array_t&>()) {
+        RankStack s;
+        const auto srank = int_field(e, "rank"), slocal = int_field(e, "local_rank"), spid = int_field(e, "pid");
+        if (!srank || !slocal || !spid) return std::nullopt;
+        s.rank = *srank;
+        s.local_rank = *slocal;
+        s.pid = *spid;
+        s.threads = e.at("threads").get<std::vector<std::vector<std::string>>>();
+        s.python_threads = e.at("python_threads").get<std::vector<std::vector<std::string>>>();
+        s.error = e.at("error").get<std::string>();
+        r.stacks.push_back(std::move(s));
+      }
+    }
     return r;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

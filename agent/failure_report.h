@@ -11,6 +11,11 @@
 //     node publishes to the rendezvous, so that node rank 0 can print and write a root cause
 //     from another node). from_json() reads it back (nullopt for text that is not such a report);
 //     from_json(to_json()) == the report, to the millisecond.
+//   - stacks: every local worker's stacks as crun captured them before it stopped the group
+//     (agent/stack_capture.h; docs/operations.md, "Stacks before the kill"), raw, one entry per
+//     rank; empty when none were captured. JSON key "stacks": [{rank, local_rank, pid, threads,
+//     python_threads, error}], left out when empty. format_text() names where the root cause's
+//     rank was when its stacks are among them (one line).
 //   - read_error_file_message() understands torch's @record JSON ({"message": {"message": ...,
 //     "extraInfo": {...}}} or {"message": "..."}); returns "" when the file is absent or unreadable.
 //   - copy_error_file_to_parent() does what torchrun's @record main does when the job fails: the
@@ -30,6 +35,7 @@
 #include <vector>
 
 #include "agent/exit_status.h"
+#include "agent/rank_stack.h"
 
 namespace crun {
 
@@ -58,6 +64,8 @@ struct FailureReport {
   // The worker's request through CRUN_CONTROL_FILE that ended the group ("stop-job REASON",
   // agent/control_file.h); "" when none. Shown on its own line, and why no restart follows.
   std::string request;
+  // This node's workers' stacks, captured before the stop (see the contract).
+  std::vector<RankStack> stacks;
 
   std::string format_text() const;
   std::string to_json() const;

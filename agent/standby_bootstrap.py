@@ -122,6 +122,14 @@ def _standby(pristine):
         key, eq, value = entry.partition("=")
         if eq and key and key not in os.environ:
             os.environ[key] = value
+    # crun's Python stacks (agent/python_stacks.h): registered at this interpreter's start; its
+    # directory leaves PYTHONPATH as it did there.
+    here = os.environ.get("CRUN_PYTHON_STACKS", "").partition(":")[2]
+    path = os.environ.get("PYTHONPATH")
+    if here and path == here:
+        del os.environ["PYTHONPATH"]
+    elif here and path is not None and path.startswith(here + ":"):
+        os.environ["PYTHONPATH"] = path[len(here) + 1:]
     if hasattr(sys, "orig_argv"):
         sys.orig_argv[:] = orig_argv
     set_path0(kind, target)

@@ -70,6 +70,10 @@ const char* decimal(int n, char (&buf)[16]) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != agent_pid) ::_exit(127);  // the agent died before prctl took effect
+  // Under Yama ptrace_scope=1 only ancestors may attach; the agent's eu-stack is not one. This lets
+  // the agent and its descendants attach (stacks before a kill; agent/stack_capture.h); it
+  // survives exec. EINVAL without Yama: nothing to allow.
+  ::prctl(PR_SET_PTRACER, agent_pid, 0, 0, 0);
   // Handlers the agent installed (asio's signal_set) must not run here: back to the defaults.
   // SIGPIPE, which the agent ignores, too.
   struct sigaction dfl;

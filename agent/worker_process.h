@@ -11,7 +11,8 @@
 //     migration just did: ~11 ms here for a job started on an idle machine. Where clone3 says
 //     it cannot (an older kernel, another architecture), vfork and the write, as before.
 //   - The child runs in a process group of its own (pgid == pid), has PR_SET_PDEATHSIG(SIGKILL)
-//     set before exec (and exits at once if the agent is already gone), starts with an empty
+//     set before exec (and exits at once if the agent is already gone), PR_SET_PTRACER(the agent)
+//     (Yama: the agent's helpers may read its stacks; agent/stack_capture.h), starts with an empty
 //     signal mask and default SIGPIPE, stdin from /dev/null, stdout and stderr on fresh pipes
 //     whose read ends are returned to the caller (close-on-exec, non-blocking); with
 //     SpawnOptions::merge_stderr both on one pipe.

@@ -104,6 +104,10 @@ const std::vector<SettingSpec>& launch_settings() {
       {"pg_timeout", "--pg-timeout,--pg_timeout",
        "seconds: torch's process-group timeout the workers pass to init_process_group (exported as CRUN_PG_TIMEOUT_SEC); "
        "crun's timeouts are checked to fire before it (unset: torch's 10 min)", "", false, "CRUN_PG_TIMEOUT_SEC"},
+      {"capture_timeout", "--capture-timeout,--capture_timeout",
+       "seconds to take every local worker's stacks before crun stops a failed or hung group (0: off)", "5"},
+      {"no_python_stacks", "--no-python-stacks,--no_python_stacks",
+       "Python workers' stacks before a kill are native only (no faulthandler registered in them)", "0", true},
   };
   return specs;
 }

@@ -84,6 +84,8 @@ struct LaunchPlan {
   Sourced<bool> precheck;                              // --precheck: crun-precheck runs before the first start
   Sourced<double> precheck_slowdown;                   // --precheck-slowdown (> 1)
   Sourced<std::vector<std::string>> standby_preload;   // --standby-preload, split
+  Sourced<std::chrono::milliseconds> capture_timeout;  // --capture-timeout (0: off)
+  Sourced<bool> python_stacks;                         // not --no-python-stacks
   // --virtual-local-rank: each local rank's CUDA_VISIBLE_DEVICES (LOCAL_RANK=0); empty: off.
   Sourced<std::vector<std::string>> visible_devices;
   Sourced<std::string> log_line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE ("": torch's default)

@@ -132,6 +132,10 @@ void plan_workers(const SettingTexts& s, const HostFacts& host, LaunchPlan& plan
   plan.stop_timeout = {std::chrono::milliseconds(static_cast<long long>(stop_timeout * 1000.0)), s.at("stop_timeout").source};
   plan.role = s.at("role");
   if (plan.role.value.empty()) usage("--role: must not be empty");
+  const double capture = number_setting(s, "capture_timeout", "--capture-timeout");
+  if (!(capture >= 0) || capture > 3600) usage("--capture-timeout: expected seconds from 0 (off) to 3600");
+  plan.capture_timeout = {std::chrono::milliseconds(static_cast<long long>(capture * 1000.0)), s.at("capture_timeout").source};
+  plan.python_stacks = {s.at("no_python_stacks").value != "1", s.at("no_python_stacks").source};
   const auto& state_max = s.at("state_max_bytes");
   const auto state_bytes = parse_byte_size(state_max.value);
   if (!state_bytes || *state_bytes == 0) {

@@ -8,7 +8,8 @@
 //     redirects/tee: torchrun's Std, "0".."3" for every local rank or "LOCAL_RANK:0-3,...". The
 //     handled signals are always SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2 (Slurm's preemption
 //     notices), plus --signals-to-handle's (never SIGKILL, SIGSTOP, SIGCHLD). log_dir: "" or a
-//     path whose nearest existing part is a directory (stat'd here). A bad value throws
+//     path whose nearest existing part is a directory (stat'd here). capture_timeout: seconds in
+//     [0, 3600] (0: off); python_stacks: not --no-python-stacks. A bad value throws
 //     LaunchUsageError naming the flag.
 //   - plan_watchdogs: heartbeat_timeout and initial_heartbeat_timeout, seconds >= 0 (0: off);
 //     heartbeat_timeout "auto" sets heartbeat_auto (its timeout then 0 until the agent derives one);

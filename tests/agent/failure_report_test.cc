@@ -11,6 +11,7 @@
 #include <string>
 
 #include "agent/failure_report.h"
+#include "agent/rank_stack.h"
 
 using namespace crun;
 
@@ -170,4 +171,39 @@ TEST_CASE("failure report: a worker's request, in the text, the JSON and back", 
   CHECK(back->to_json() == r.to_json());
   r.restarting = true;  // several nodes: the job restarts without the node that asked
   CHECK_THAT(r.format_text(), Catch::Contains("restarting the group"));
+}
+
+TEST_CASE("failure report: this node's stacks, in the JSON and back, the root cause's place in the text", "[failure_report]") {
+  FailureReport r;
+  r.rank = 5;
+  r.local_rank = 1;
+  r.host = "node1";
+  r.pid = 99;
+  r.status = ExitStatus::killed(SIGKILL);
+  r.time = std::chrono::system_clock::time_point(std::chrono::milliseconds(1'790'000'123'456));
+  CHECK(r.to_json().find("\"stacks\"") == std::string::npos);  // none captured: no key
+  RankStack other;
+  other.rank = 4;
+  other.pid = 98;
+  other.threads = {{"__libc_pause (pause.c:29) [libc.so.6]", "all_reduce (comm.cc:10)", "main"}};
+  other.error = "";
+  RankStack root;
+  root.rank = 5;
+  root.local_rank = 1;
+  root.pid = 99;
+  root.threads = {{"?? (python3.11)"}};
+  root.python_threads = {{"worker (x.py:3)"}, {"stuck_here (x.py:12)", "<module> (x.py:20)"}};
+  root.error = "timed out after 5 s";
+  r.stacks = {other, root};
+  const auto back = FailureReport::from_json(r.to_json());
+  REQUIRE(back);
+  CHECK(back->to_json() == r.to_json());
+  REQUIRE(back->stacks.size() == 2);
+  CHECK(back->stacks[1].python_threads == root.python_threads);
+  CHECK(back->stacks[1].error == root.error);
+  CHECK(back->stacks[0].threads == other.threads);
+  CHECK_THAT(r.format_text(), Catch::Contains("crun:   stack: rank 5 was in stuck_here (x.py:12)\n"));
+  std::string bad = r.to_json();
+  bad.replace(bad.find("\"threads\": [") + 12, 0, "7, ");
+  CHECK_FALSE(FailureReport::from_json(bad));
 }

@@ -68,11 +68,41 @@ TEST_CASE("a failure stops the group with SIGTERM and arms the grace timer", "[s
   AgentStateMachine sm({2, 0, 5s});
   start(sm);
   const auto a = sm.on_worker_exit(exit_of(0, 1, 3, 0, 100ms));
-  REQUIRE(a.size() == 3);
+  REQUIRE(a.size() == 4);
   REQUIRE(std::get<action::FailureKnown>(a[0]).root_cause.local_rank == 1);
-  REQUIRE(std::get<action::SignalGroup>(a[1]).signo == SIGTERM);
-  REQUIRE(std::get<action::ArmStopTimer>(a[2]).deadline == t0 + 100ms + 5s);
+  REQUIRE(std::holds_alternative<action::CaptureStacks>(a[1]));  // the stacks before the signal
+  REQUIRE(std::get<action::SignalGroup>(a[2]).signo == SIGTERM);
+  REQUIRE(std::get<action::ArmStopTimer>(a[3]).deadline == t0 + 100ms + 5s);
   REQUIRE(sm.state() == AgentStateMachine::State::kStopping);
+}
+
+TEST_CASE("a hang, and the coordinator's end of a round, capture the stacks before the signal; a handled signal does not",
+          "[state_machine]") {
+  auto capture_then_signal = [](const AgentActions& a) {
+    std::size_t capture = a.size(), signal = a.size();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (std::holds_alternative<action::CaptureStacks>(a[i]) && capture == a.size()) capture = i;
+      if (std::holds_alternative<action::SignalGroup>(a[i]) && signal == a.size()) signal = i;
+    }
+    return capture < signal && signal < a.size();
+  };
+  {
+    AgentStateMachine sm({2, 0, 5s});
+    start(sm);
+    CHECK(capture_then_signal(sm.on_worker_hung(exit_of(0, 1, 0, SIGKILL), t0)));
+  }
+  {
+    AgentStateMachine sm({2, 0, 5s, true});
+    sm.start(t0);
+    sm.on_round(0);
+    CHECK(capture_then_signal(sm.on_round_ended(t0)));
+  }
+  {
+    AgentStateMachine sm({2, 0, 5s});
+    start(sm);
+    const auto a = sm.on_signal(SIGTERM, t0);
+    CHECK(find<action::CaptureStacks>(a) == nullptr);
+  }
 }
 
 TEST_CASE("the root cause is known at the first failure, and whether it is the last, before the group stops",

@@ -19,6 +19,8 @@
 //   --fail-on-signal SIG   when the failure actions apply: print "ready rank=<r> pid=<pid>" and take
 //                          them only once SIG arrives (a failure at a moment the test picks)
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
+//   --hang-in-named-function  --hang, waiting inside hang_in_named_function() (never inlined):
+//                          the frame a stack capture names
 //   --unkillable-rank R    in the first attempt (restart 0), LOCAL_RANK R has a tracer (its child,
 //                          in a session of its own) hold it at its exit: SIGKILL leaves it stopped,
 //                          unreaped, as uninterruptible sleep would; print "unkillable rank=<r>
@@ -219,6 +221,12 @@ void become_unkillable() {
   std::fflush(stdout);
 }
 
+// Where --hang-in-named-function waits: a frame of its own, with its name, for the stack tests.
+[[gnu::noinline]] void hang_in_named_function() {
+  while (true) ::pause();
+  asm volatile("");  // a frame of its own, whatever the optimiser thinks of the loop
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -228,7 +236,7 @@ int main(int argc, char** argv) {
   rlimit no_core{0, 0};
   ::setrlimit(RLIMIT_CORE, &no_core);
 
-  bool print_env = false, hang = false, bind_master = false;
+  bool print_env = false, hang = false, bind_master = false, named_hang = false;
   long lines = 0, err_lines = 0;
   int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1, hang_before = -1,
       hang_unless_world = -1, fail_on_signal = 0;
@@ -260,6 +268,7 @@ int main(int argc, char** argv) {
     else if (a == "--exit") exit_code = std::atoi(next().c_str());
     else if (a == "--fail-on-signal") fail_on_signal = signum(next());
     else if (a == "--hang") hang = true;
+    else if (a == "--hang-in-named-function") hang = named_hang = true;
     else if (a == "--unkillable-rank") unkillable_rank = std::atoi(next().c_str());
     else if (a == "--hang-before-restart") hang_before = std::atoi(next().c_str());
     else if (a == "--hang-unless-world") { hang = true; hang_unless_world = std::atoi(next().c_str()); }
@@ -361,6 +370,7 @@ int main(int argc, char** argv) {
   if (hang && (hang_before < 0 || restart < hang_before) && !world_reached) {
     std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
     std::fflush(stdout);
+    if (named_hang) hang_in_named_function();
     while (true) ::pause();
   }
   return 0;

@@ -1,0 +1,35 @@
+// Python stacks: how crun arranges for every Python worker to dump all its threads' Python stacks
+// on a signal, without the program doing anything (docs/operations.md, "Stacks before the kill";
+// docs/decisions.md, "Python stacks through usercustomize").
+//
+// Contract
+//   - arrange_python_stacks(env, dir, signo): writes DIR/usercustomize.py and sets, in `env` (the
+//     workers' environment, "KEY=VALUE"), CRUN_PYTHON_STACKS=SIGNO:DIR and PYTHONPATH=DIR, before
+//     the value PYTHONPATH had (joined by ':'). At the interpreter's start site imports
+//     usercustomize: ours opens DIR/<pid>.tmp for appending, registers faulthandler on SIGNO for
+//     it (all_threads, not chained), renames it to DIR/<pid> (its existence says the signal is
+//     safe to send), then takes DIR out of sys.path and PYTHONPATH back to what it was (os.environ),
+//     and runs a usercustomize further on sys.path, if there is one, as site would have. The
+//     standby bootstrap (agent/standby_bootstrap.py) takes DIR out of PYTHONPATH again after it
+//     applies the round's environment. Returns "" or why not (DIR cannot be written, or holds ':').
+//   - python_dump_file(dir, pid): DIR/<pid>.
+//   - kPythonStacksSignal: SIGRTMIN + 6 (glibc keeps the first two; no part of crun, torch or
+//     NCCL sends the others).
+//   - Python workers started with -I, -s or -E, PYTHONNOUSERSITE, or a set-uid interpreter never
+//     import it: their stacks are native only.
+//
+// Threading
+//   Plain functions; any thread.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace crun {
+
+int python_stacks_signal();
+std::string arrange_python_stacks(std::vector<std::string>& env, const std::filesystem::path& dir, int signo);
+std::string python_dump_file(const std::filesystem::path& dir, int pid);
+
+}  // namespace crun

@@ -1,0 +1,267 @@
+// Stacks before the kill (docs/operations.md), end to end: real crun, real workers (native and
+// Debian's /usr/bin/python3), real eu-stack; a worker stopped by SIGSTOP, one held by another
+// tracer, an eu-stack that never answers; crun as an unprivileged user.
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "crun_command.h"
+#include "tests/support/child_process.h"
+#include "tests/support/temp_dir.h"
+
+using namespace crun::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The failure report crun wrote under `log_dir` (its run dir is <log_dir>/<run id>_XXXXXX).
+nlohmann::json read_report(const fs::path& log_dir) {
+  for (const auto& run : fs::directory_iterator(log_dir)) {
+    const fs::path file = run.path() / "failure_report.json";
+    if (!fs::exists(file)) continue;
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    return nlohmann::json::parse(text.str());
+  }
+  FAIL("no failure_report.json under " << log_dir);
+  return {};
+}
+
+const nlohmann::json* stacks_of(const nlohmann::json& report, int rank) {
+  if (!report.contains("stacks")) return nullptr;
+  for (const auto& s : report["stacks"]) {
+    if (s["rank"] == rank) return &s;
+  }
+  return nullptr;
+}
+
+bool has_frame(const nlohmann::json& threads, const std::string& start) {
+  for (const auto& t : threads) {
+    for (const auto& f : t) {
+      if (f.get<std::string>().rfind(start, 0) == 0) return true;
+    }
+  }
+  return false;
+}
+
+// "ready rank=R pid=P" -> P.
+int ready_pid(const std::string& out, int rank) {
+  std::smatch m;
+  const std::regex re("ready rank=" + std::to_string(rank) + " pid=(\\d+)");
+  return std::regex_search(out, m, re) ? std::stoi(m[1]) : -1;
+}
+
+// The PATH with `dir` first.
+std::string path_with(const fs::path& dir) {
+  const char* path = std::getenv("PATH");
+  return "PATH=" + dir.string() + ":" + (path != nullptr ? path : "/usr/bin:/bin");
+}
+
+}  // namespace
+
+TEST_CASE("stacks: a native worker hung in a named function is named on the console and in the report", "[stacks]") {
+  TempDir dir;
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--initial-heartbeat-timeout", "1", "--log-dir", (dir.path / "logs").string()},
+                          {"--hang-in-named-function"}));
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+  INFO(p.err());
+  std::smatch m;
+  const std::string err = p.err();
+  REQUIRE(std::regex_search(err, m, std::regex(R"(crun: rank (\d) \(local rank \d\) was in hang_in_named_function \(test_worker\.cc:\d+\))")));
+  const int hung = std::stoi(m[1]);
+  CHECK(p.err().find("took the stacks of 2 local worker(s)") != std::string::npos);
+  CHECK(p.err().find("crun:   stack: rank " + std::to_string(hung) + " was in hang_in_named_function") != std::string::npos);
+  const auto report = read_report(dir.path / "logs");
+  for (int rank : {0, 1}) {
+    const auto* s = stacks_of(report, rank);
+    REQUIRE(s != nullptr);
+    CHECK((*s)["error"] == "");
+    CHECK(has_frame((*s)["threads"], "hang_in_named_function"));
+    CHECK((*s)["python_threads"].empty());
+  }
+}
+
+TEST_CASE("stacks: a failure while other ranks run takes theirs before the SIGTERM that ends them", "[stacks]") {
+  TempDir dir;
+  SECTION("captured") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--log-dir", (dir.path / "logs").string()},
+                            {"--hang-in-named-function", "--only-rank", "1", "--fail-on-signal", "SIGUSR1", "--exit", "3"}));
+    REQUIRE(p.wait_for_stdout("ready rank=", 2));
+    ::kill(ready_pid(p.out(), 1), SIGUSR1);
+    REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 3);
+    INFO(p.err());
+    CHECK(p.err().find("took the stacks of 1 local worker(s)") != std::string::npos);
+    const auto report = read_report(dir.path / "logs");
+    CHECK(report["rank"] == 1);
+    const auto* s = stacks_of(report, 0);  // pause() ends at SIGTERM: a stack means it came first
+    REQUIRE(s != nullptr);
+    CHECK(has_frame((*s)["threads"], "hang_in_named_function"));
+    CHECK(stacks_of(report, 1) == nullptr);  // the root cause had exited
+  }
+  SECTION("--capture-timeout 0: none") {
+    ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--capture-timeout", "0", "--log-dir", (dir.path / "logs").string()},
+                            {"--hang-in-named-function", "--only-rank", "1", "--fail-on-signal", "SIGUSR1", "--exit", "3"}));
+    REQUIRE(p.wait_for_stdout("ready rank=", 2));
+    ::kill(ready_pid(p.out(), 1), SIGUSR1);
+    REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 3);
+    CHECK(p.err().find("took the stacks") == std::string::npos);
+    CHECK_FALSE(read_report(dir.path / "logs").contains("stacks"));
+  }
+}
+
+TEST_CASE("stacks: an eu-stack that never answers is killed at the bound; the stop goes on", "[stacks]") {
+  TempDir dir;
+  // An eu-stack first on PATH that waits for ever (its stdout open): only the bound ends it.
+  const fs::path bin = dir.path / "bin";
+  fs::create_directories(bin);
+  {
+    std::ofstream script(bin / "eu-stack");
+    script << "#!/bin/sh\nexec sleep 600\n";
+  }
+  fs::permissions(bin / "eu-stack", fs::perms::owner_all);
+  ChildProcess p(crun_cmd({"--nproc-per-node", "2", "--capture-timeout", "1", "--log-dir", (dir.path / "logs").string()},
+                          {"--hang-in-named-function", "--only-rank", "1", "--fail-on-signal", "SIGUSR1", "--exit", "3"}),
+                 {path_with(bin)});
+  REQUIRE(p.wait_for_stdout("ready rank=", 2));
+  const auto failed_at = std::chrono::steady_clock::now();
+  ::kill(ready_pid(p.out(), 1), SIGUSR1);
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 3);
+  const auto took = std::chrono::steady_clock::now() - failed_at;
+  INFO(p.err());
+  const auto report = read_report(dir.path / "logs");
+  const auto* s = stacks_of(report, 0);
+  REQUIRE(s != nullptr);
+  CHECK((*s)["error"] == "timed out after 1 s");
+  CHECK(p.err().find("(1 incomplete)") != std::string::npos);
+  CHECK(took < std::chrono::seconds(10));  // 1 s bound, then SIGTERM ends the worker: far below
+}
+
+TEST_CASE("stacks: a SIGSTOPped worker and a worker held by another tracer delay nothing beyond the bound", "[stacks]") {
+  TempDir dir;
+  ChildProcess p(crun_cmd({"--nproc-per-node", "3", "--capture-timeout", "2", "--stop-timeout", "1", "--log-dir",
+                           (dir.path / "logs").string()},
+                          {"--hang-in-named-function", "--only-rank", "2", "--fail-on-signal", "SIGUSR1", "--exit", "3"}));
+  REQUIRE(p.wait_for_stdout("ready rank=", 3));
+  const int stopped = ready_pid(p.out(), 0), held = ready_pid(p.out(), 1);
+  REQUIRE(::kill(stopped, SIGSTOP) == 0);
+  // The holder seizes rank 1 and never lets a stop go: it ends only with its tracee.
+  int seized[2];
+  REQUIRE(::pipe(seized) == 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    const char ok = ::ptrace(PTRACE_SEIZE, held, nullptr, nullptr) == 0 ? 'y' : 'n';
+    (void)!::write(seized[1], &ok, 1);
+    int status = 0;
+    while (::waitpid(held, &status, __WALL) == held && !WIFEXITED(status) && !WIFSIGNALED(status)) {
+    }
+    ::_exit(0);
+  }
+  char ok = 0;
+  REQUIRE(::read(seized[0], &ok, 1) == 1);
+  REQUIRE(ok == 'y');
+  const auto failed_at = std::chrono::steady_clock::now();
+  ::kill(ready_pid(p.out(), 2), SIGUSR1);
+  const auto code = p.wait_exit(std::chrono::seconds(30));
+  const auto took = std::chrono::steady_clock::now() - failed_at;
+  int holder_status = 0;
+  ::waitpid(holder, &holder_status, 0);
+  ::close(seized[0]);
+  ::close(seized[1]);
+  REQUIRE(code == 3);
+  INFO(p.err());
+  const auto report = read_report(dir.path / "logs");
+  const auto* s0 = stacks_of(report, 0);
+  REQUIRE(s0 != nullptr);  // eu-stack reads a stopped process as well
+  CHECK(has_frame((*s0)["threads"], "hang_in_named_function"));
+  const auto* s1 = stacks_of(report, 1);
+  REQUIRE(s1 != nullptr);
+  CHECK((*s1)["error"].get<std::string>().find("Operation not permitted") != std::string::npos);  // another tracer
+  CHECK((*s1)["threads"].empty());
+  // Capture (2 s at most), stop grace (1 s), SIGKILL's grace (1 s): never the 30 s a wait would take.
+  CHECK(took < std::chrono::seconds(15));
+}
+
+TEST_CASE("stacks: a Python worker hung in stuck_here() is named, every thread's Python stack in the report", "[stacks]") {
+  TempDir dir;
+  const fs::path script = dir.path / "hung.py";
+  {
+    std::ofstream out(script);
+    out << "import os, sys, threading, time\n"                                     // 1
+           "\n"                                                                    // 2
+           "\n"                                                                    // 3
+           "def stuck_here():\n"                                                   // 4
+           "    while True:\n"                                                     // 5
+           "        time.sleep(100)\n"                                             // 6
+           "\n"                                                                    // 7
+           "\n"                                                                    // 8
+           "threading.Thread(target=lambda: time.sleep(1000), daemon=True).start()\n"  // 9
+           "print('ready rank=%s pid=%d path0=%s pythonpath=%s' % (os.environ['RANK'], os.getpid(), sys.path[0],\n"
+           "      os.environ.get('PYTHONPATH')), flush=True)\n"
+           "stuck_here()\n";
+  }
+  SECTION("cold starts, with Python stacks") {
+    ChildProcess p({CRUN_BIN, "--nproc-per-node", "2", "--initial-heartbeat-timeout", "2", "--log-dir",
+                    (dir.path / "logs").string(), script.string()},
+                   {"PYTHON_EXEC=/usr/bin/python3", "PYTHONPATH=/nonexistent-user-path"});
+    REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+    INFO(p.err());
+    // What the program sees is a cold start's: its own sys.path[0], PYTHONPATH as given.
+    CHECK(p.out().find("path0=" + dir.path.string() + " pythonpath=/nonexistent-user-path") != std::string::npos);
+    CHECK(std::regex_search(p.err(), std::regex(R"(crun: rank \d \(local rank \d\) was in stuck_here \(hung\.py:6\))")));
+    const auto report = read_report(dir.path / "logs");
+    for (int rank : {0, 1}) {
+      const auto* s = stacks_of(report, rank);
+      REQUIRE(s != nullptr);
+      CHECK((*s)["error"] == "");
+      REQUIRE((*s)["python_threads"].size() == 2);  // the main thread and the sleeper
+      CHECK((*s)["python_threads"][1][0] == "stuck_here (hung.py:6)");
+      CHECK(has_frame((*s)["python_threads"], "<lambda> (hung.py:9)"));
+      CHECK(!(*s)["threads"].empty());  // and the native stacks
+    }
+  }
+  SECTION("--no-python-stacks: native only") {
+    ChildProcess p({CRUN_BIN, "--nproc-per-node", "1", "--initial-heartbeat-timeout", "2", "--no-python-stacks", "--log-dir",
+                    (dir.path / "logs").string(), script.string()},
+                   {"PYTHON_EXEC=/usr/bin/python3"});
+    REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+    INFO(p.err());
+    CHECK(p.out().find("pythonpath=None") != std::string::npos);
+    const auto report = read_report(dir.path / "logs");
+  const auto* s = stacks_of(report, 0);
+    REQUIRE(s != nullptr);
+    CHECK((*s)["python_threads"].empty());
+    CHECK(!(*s)["threads"].empty());
+  }
+}
+
+TEST_CASE("stacks: crun run by an unprivileged user takes them too (no Yama here: ptrace_scope=1 untested)", "[stacks]") {
+  TempDir dir;
+  REQUIRE(::chmod(dir.path.c_str(), 0777) == 0);
+  ChildProcess p({"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", CRUN_BIN, "--nproc-per-node", "2",
+                  "--initial-heartbeat-timeout", "1", "--log-dir", (dir.path / "logs").string(), "--no-python", CRUN_TEST_WORKER,
+                  "--hang-in-named-function"},
+                 {"CRUN_NO_CGROUP=1", "HOME=" + dir.path.string()});
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+  INFO(p.err());
+  CHECK(std::regex_search(p.err(), std::regex(R"(crun: rank \d \(local rank \d\) was in hang_in_named_function)")));
+  const auto report = read_report(dir.path / "logs");
+  for (int rank : {0, 1}) {
+    const auto* s = stacks_of(report, rank);
+    REQUIRE(s != nullptr);
+    CHECK((*s)["error"] == "");
+    CHECK(has_frame((*s)["threads"], "hang_in_named_function"));
+  }
+}
