@@ -17,10 +17,16 @@ def _crun_python_stacks():
     if not here:
         return
     try:
-        import faulthandler
+        import faulthandler, fcntl
         name = os.path.join(here, str(os.getpid()))
-        f = open(name + ".tmp", "a")
-        faulthandler.register(int(signo), file=f, all_threads=True, chain=False)
+        # A high descriptor, not inherited: the program's own opens get the numbers a plain start gives.
+        low = os.open(name + ".tmp", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fd = fcntl.fcntl(low, fcntl.F_DUPFD_CLOEXEC, 1000)
+            os.close(low)
+        except OSError:  # fewer descriptors allowed: the one there is
+            fd = low
+        faulthandler.register(int(signo), file=fd, all_threads=True, chain=False)
         os.replace(name + ".tmp", name)
     except Exception as e:
         sys.stderr.write("crun: no Python stacks for this worker: %s\n" % e)

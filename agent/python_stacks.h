@@ -6,8 +6,9 @@
 //   - arrange_python_stacks(env, dir, signo): writes DIR/usercustomize.py and sets, in `env` (the
 //     workers' environment, "KEY=VALUE"), CRUN_PYTHON_STACKS=SIGNO:DIR and PYTHONPATH=DIR, before
 //     the value PYTHONPATH had (joined by ':'). At the interpreter's start site imports
-//     usercustomize: ours opens DIR/<pid>.tmp for appending, registers faulthandler on SIGNO for
-//     it (all_threads, not chained), renames it to DIR/<pid> (its existence says the signal is
+//     usercustomize: ours opens DIR/<pid>.tmp for appending (on a descriptor >= 1000,
+//     close-on-exec: the program's own opens get the numbers a plain start gives), registers
+//     faulthandler on SIGNO for it (all_threads, not chained), renames it to DIR/<pid> (its existence says the signal is
 //     safe to send), then takes DIR out of sys.path and PYTHONPATH back to what it was (os.environ),
 //     and runs a usercustomize further on sys.path, if there is one, as site would have. The
 //     standby bootstrap (agent/standby_bootstrap.py) takes DIR out of PYTHONPATH again after it

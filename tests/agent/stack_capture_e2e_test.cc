@@ -232,6 +232,20 @@ TEST_CASE("stacks: a Python worker hung in stuck_here() is named, every thread's
       CHECK(!(*s)["threads"].empty());  // and the native stacks
     }
   }
+  SECTION("a standby's worker (the second start) too") {
+    ChildProcess p({CRUN_BIN, "--nproc-per-node", "1", "--initial-heartbeat-timeout", "2", "--max-restarts", "1",
+                    "--standby-workers", "--standby-preload", "json", "--log-dir", (dir.path / "logs").string(), script.string()},
+                   {"PYTHON_EXEC=/usr/bin/python3"});
+    REQUIRE(p.wait_exit(std::chrono::seconds(60)) == 137);
+    INFO(p.err());
+    CHECK(p.err().find("starts cold") == std::string::npos);  // the second start was the standby's
+    CHECK(p.out().find("path0=" + dir.path.string() + " pythonpath=None") != std::string::npos);
+    const auto report = read_report(dir.path / "logs");
+    CHECK(report["attempt"] == 1);
+    const auto* s = stacks_of(report, 0);
+    REQUIRE(s != nullptr);
+    CHECK(has_frame((*s)["python_threads"], "stuck_here (hung.py:6)"));
+  }
   SECTION("--no-python-stacks: native only") {
     ChildProcess p({CRUN_BIN, "--nproc-per-node", "1", "--initial-heartbeat-timeout", "2", "--no-python-stacks", "--log-dir",
                     (dir.path / "logs").string(), script.string()},

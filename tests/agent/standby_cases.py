@@ -180,12 +180,13 @@ def write(path, text):
 
 def normalized(seen):
     """What may differ between two crun runs, masked: the run directory's random name, the agent's
-    id (also the job cgroup's name), the state root's name (the agent's pid), the sid (each run has its own), pipe inode numbers (already [N])."""
+    id (also the job cgroup's name), the state root's name (the agent's pid), the sid (each run has its own), pipe inode numbers (already [N]), the worker's Python stacks file (its pid)."""
     s = json.loads(json.dumps(seen))
     run_dir = os.path.dirname(os.path.dirname(os.path.dirname(s["env"]["TORCHELASTIC_ERROR_FILE"])))
     text = json.dumps(s).replace(run_dir, "<RUN_DIR>").replace(s["env"]["CRUN_AGENT_ID"], "<AGENT_ID>")  # cgroup's too
     if "CRUN_STATE_DIR" in s["env"]:  # the job's state root holds the agent's pid
         text = text.replace(os.path.dirname(s["env"]["CRUN_STATE_DIR"]), "<STATE_ROOT>")
+    text = re.sub(r"python_stacks/\d+", "python_stacks/<PID>", text)  # each worker's own dump file
     s = json.loads(text)
     s["sid"] = "<SID>"
     return s
