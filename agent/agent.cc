@@ -10,7 +10,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -1128,8 +1127,7 @@ void Agent::Impl::start_stack_capture() {
   o.timeout = config.capture_timeout;
   o.python_signal = python_stacks_signal();
   o.containment = containment.get();
-  const char* path = std::getenv("PATH");
-  const auto eu_stack = resolve_executable("eu-stack", path != nullptr ? path : "/usr/bin:/bin");
+  const auto eu_stack = resolve_executable("eu-stack", config.node_checks.search_path);  // crun's PATH
   if (!eu_stack) log_line("eu-stack (elfutils) not found on PATH: no native stacks before a kill");
   o.eu_stack = eu_stack.value_or("");
   stack_capture = std::make_unique<StackCapture>(io, std::move(o));

@@ -14,8 +14,8 @@
 //     standby bootstrap (agent/standby_bootstrap.py) takes DIR out of PYTHONPATH again after it
 //     applies the round's environment. Returns "" or why not (DIR cannot be written, or holds ':').
 //   - python_dump_file(dir, pid): DIR/<pid>.
-//   - kPythonStacksSignal: SIGRTMIN + 6 (glibc keeps the first two; no part of crun, torch or
-//     NCCL sends the others).
+//   - python_stacks_signal(): SIGRTMIN + 6 (glibc keeps the first two; crun sends no other, nor
+//     does torch 1.13; docs/decisions.md, "Python stacks through usercustomize").
 //   - Python workers started with -I, -s or -E, PYTHONNOUSERSITE, or a set-uid interpreter never
 //     import it: their stacks are native only.
 //
