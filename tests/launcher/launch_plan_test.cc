@@ -1190,3 +1190,20 @@ TEST_CASE("--collapse-logs and --collapse-window reach the agent; PET_*; bad val
   CHECK(usage_error({"--no-python", "/bin/true"}, EnvSnapshot{{{"PET_COLLAPSE_WINDOW", "0"}}}) ==
         "--collapse-window: expected seconds > 0 (at most 60), got '0' (from PET_COLLAPSE_WINDOW)");
 }
+
+TEST_CASE("--capture-timeout and --no-python-stacks: the bound on stacks before a kill, and Python's opt-out", "[launch_plan]") {
+  using std::chrono::milliseconds;
+  auto p = plan({"/bin/true"});
+  CHECK(p.capture_timeout.value == milliseconds(5000));
+  CHECK(p.python_stacks.value);
+  p = plan({"--capture-timeout", "0.5", "--no-python-stacks", "/bin/true"});
+  CHECK(p.capture_timeout.value == milliseconds(500));
+  CHECK_FALSE(p.python_stacks.value);
+  p = plan({"/bin/true"}, EnvSnapshot{{{"PET_CAPTURE_TIMEOUT", "0"}, {"PET_NO_PYTHON_STACKS", "1"}}});
+  CHECK(p.capture_timeout.value == milliseconds(0));
+  CHECK(p.capture_timeout.source == "PET_CAPTURE_TIMEOUT");
+  CHECK_FALSE(p.python_stacks.value);
+  CHECK(parse({"--capture_timeout", "2", "/bin/true"}).agent.capture_timeout == milliseconds(2000));
+  CHECK(usage_error({"--capture-timeout", "-1", "/bin/true"}) == "--capture-timeout: expected seconds from 0 (off) to 3600");
+  CHECK(usage_error({"--capture-timeout", "soon", "/bin/true"}) == "--capture-timeout: expected a number, got 'soon' (from --capture-timeout)");
+}
