@@ -106,6 +106,11 @@ std::string print_plan(const LaunchPlan& plan) {
   std::snprintf(slowdown, sizeof(slowdown), "%g", plan.precheck_slowdown.value);
   line("precheck", plan.precheck.value ? std::string("on, slow above ") + slowdown + "x the nodes' median" : "off",
        plan.precheck.source);
+  line("stacks", plan.capture_timeout.value.count() == 0
+                    ? "off"
+                    : "before a kill, within " + std::to_string(plan.capture_timeout.value.count()) + " ms" +
+                          (plan.runs_python ? (plan.python_stacks.value ? ", Python's too" : ", native only") : ""),
+       plan.capture_timeout.source);
   line("program", join_words(plan.worker_argv.value), plan.worker_argv.source);
   line("executable", plan.worker_program.value, plan.worker_program.source);
   for (const auto& [k, v] : plan.task_env) line("task " + k, v, "Slurm task");
