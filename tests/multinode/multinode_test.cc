@@ -867,3 +867,24 @@ TEST_CASE("--precheck: a slowed host with no spare closes the job with exit 9", 
   CHECK_THAT(b.err(), Catch::Contains("(this node: it asks to be excluded)"));
   CHECK(read_file(job.stamps).empty());
 }
+
+TEST_CASE("another node's failure: this node takes its workers' stacks before it stops them", "[stacks]") {
+  Cluster cl(2);
+  auto& a = cl.crun(1, c10d("2", 2), {"--hang-in-named-function"});
+  auto& b = cl.crun(2, c10d("2", 2), {"--only-rank", "1", "--fail-on-signal", "SIGUSR1", "--raise", "SIGSEGV", "--hang"});
+  REQUIRE(a.wait_for_stdout("ready rank=", 2));
+  REQUIRE(b.wait_for_stdout("ready rank=", 2));
+  // b's local rank 1 fails once every worker waits where it should.
+  int failing = -1;
+  for (const auto& line : lines(b.out())) {
+    int rank = -1, pid = -1;
+    if (std::sscanf(line.c_str(), "ready rank=%d pid=%d", &rank, &pid) == 2 && (rank == 1 || rank == 3)) failing = pid;
+  }
+  REQUIRE(failing > 0);
+  ::kill(failing, SIGUSR1);
+  REQUIRE(b.wait_exit() == 128 + SIGSEGV);
+  REQUIRE(a.wait_exit() == 128 + SIGSEGV);
+  // pause() ends at SIGTERM: two complete stacks mean they were taken first.
+  CHECK_THAT(a.err(), Catch::Contains("took the stacks of 2 local worker(s)") && !Catch::Contains("incomplete"));
+  CHECK_THAT(b.err(), Catch::Contains("took the stacks of 1 local worker(s)") && !Catch::Contains("incomplete"));
+}
