@@ -918,6 +918,10 @@ TEST_CASE("file timer: an overdue scope is killed with its signal and named in t
   CHECK(p.out().find("opened") != std::string::npos);
   CHECK(std::regex_search(p.err(), std::regex(R"(file timer scope 'load' of local rank 0 \(pid \d+\) ran \d+ ms past its deadline; sent SIGKILL)")));
   CHECK(std::regex_search(p.err(), std::regex(R"(killed by SIGKILL.*no restarts left\ncrun:   watchdog: file timer scope 'load')")));
+  // Its stacks first (docs/operations.md, "Stacks before the kill"), then the scope's signal.
+  const auto took = p.err().find("crun: took the stacks of 1 local worker(s)");
+  CHECK(took < p.err().find("file timer scope 'load' of local rank 0"));
+  CHECK(p.err().find("crun: rank 0 (local rank 0) was in ") != std::string::npos);
   CHECK(fs::is_empty(tmp.path));  // the FIFO went with the run dir
 }
 
