@@ -146,6 +146,11 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
   }
 
   void start_native(Slot& s) {
+    if (options.eu_stack.empty()) {  // not installed: what the Python dump gave, if anything
+      if (s.stack.python_threads.empty() && s.stack.error.empty()) s.stack.error = "eu-stack not found";
+      finish(s);
+      return;
+    }
     const auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left_ms.count() <= 0) {
       s.stack.error = "timed out after " + bound_text(options.timeout);

@@ -10,7 +10,8 @@
 //       dump is written in one go by the signal handler, so a pause that long means it is over), or
 //       at half the bound: what was written by then. Never a signal to a worker whose file is not
 //       there (its default action would end it). Read with inotify: no polling.
-//       Then, for every target: `eu_stack` -s -i -m -p PID (agent/bounded_command.h: its own
+//       Then, for every target: `eu_stack` (empty: none, the error "eu-stack not found" when
+//       nothing else was had) -s -i -m -p PID (agent/bounded_command.h: its own
 //       process group, output kept to the first kBytesPerRank bytes, SIGKILL at the bound).
 //   - `done` runs once on the loop, with one RankStack per target in the targets' order: threads
 //     from eu-stack, python_threads from the dump; error "" or one line: "timed out after N s"
