@@ -279,3 +279,51 @@ TEST_CASE("stacks: crun run by an unprivileged user takes them too (no Yama here
     CHECK(has_frame((*s)["threads"], "hang_in_named_function"));
   }
 }
+
+TEST_CASE("stacks: a Python dump without its main thread ends by quiet; a stopped Python worker's by the half bound",
+          "[stacks]") {
+  TempDir dir;
+  const fs::path script = dir.path / "mixed.py";
+  {
+    std::ofstream out(script);
+    out << "import os, threading, time\n"                     // 1
+           "\n"                                               // 2
+           "\n"                                               // 3
+           "def stuck_in_thread():\n"                         // 4
+           "    while True:\n"                                // 5
+           "        time.sleep(100)\n"                        // 6
+           "\n"                                               // 7
+           "\n"                                               // 8
+           "def stuck_here():\n"                              // 9
+           "    while True:\n"                                // 10
+           "        time.sleep(100)\n"                        // 11
+           "\n"                                               // 12
+           "\n"                                               // 13
+           "print('ready rank=%s pid=%d' % (os.environ['RANK'], os.getpid()), flush=True)\n"
+           "if os.environ['RANK'] == '0':\n"
+           "    threading.Thread(target=stuck_in_thread).start()  # the main thread ends; this one stays\n"
+           "else:\n"
+           "    stuck_here()\n";
+  }
+  ChildProcess p({CRUN_BIN, "--nproc-per-node", "2", "--initial-heartbeat-timeout", "3", "--capture-timeout", "2", "--log-dir",
+                  (dir.path / "logs").string(), script.string()},
+                 {"PYTHON_EXEC=/usr/bin/python3"});
+  REQUIRE(p.wait_for_stdout("ready rank=", 2));
+  REQUIRE(::kill(ready_pid(p.out(), 1), SIGSTOP) == 0);
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+  INFO(p.err());
+  const auto report = read_report(dir.path / "logs");
+  const auto* quiet = stacks_of(report, 0);
+  REQUIRE(quiet != nullptr);
+  CHECK((*quiet)["error"] == "");
+  CHECK(has_frame((*quiet)["python_threads"], "stuck_in_thread (mixed.py:6)"));
+  // The main thread waits in threading's shutdown: the dump's last frame is not "<module>", so
+  // only the quiet after the last write says it is over.
+  REQUIRE(!(*quiet)["python_threads"].empty());
+  CHECK((*quiet)["python_threads"].back().back().get<std::string>().rfind("<module>", 0) != 0);
+  const auto* stopped = stacks_of(report, 1);
+  REQUIRE(stopped != nullptr);
+  CHECK((*stopped)["error"] == "Python stack: timed out after 1 s");
+  CHECK((*stopped)["python_threads"].empty());
+  CHECK(!(*stopped)["threads"].empty());  // eu-stack still read it, in the other half
+}
