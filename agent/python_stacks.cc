@@ -31,6 +31,7 @@ def _crun_python_stacks():
     except Exception as e:
         sys.stderr.write("crun: no Python stacks for this worker: %s\n" % e)
     sys.path[:] = [p for p in sys.path if p != here]
+    del os.environ["CRUN_PYTHON_STACKS"]  # the environment a plain start gives
     path = os.environ.get("PYTHONPATH")
     if path == here:
         del os.environ["PYTHONPATH"]

@@ -9,10 +9,11 @@
 //     usercustomize: ours opens DIR/<pid>.tmp for appending (on a descriptor >= 1000,
 //     close-on-exec: the program's own opens get the numbers a plain start gives), registers
 //     faulthandler on SIGNO for it (all_threads, not chained), renames it to DIR/<pid> (its existence says the signal is
-//     safe to send), then takes DIR out of sys.path and PYTHONPATH back to what it was (os.environ),
+//     safe to send), then takes DIR out of sys.path, CRUN_PYTHON_STACKS out of os.environ and
+//     PYTHONPATH back to what it was,
 //     and runs a usercustomize further on sys.path, if there is one, as site would have. The
-//     standby bootstrap (agent/standby_bootstrap.py) takes DIR out of PYTHONPATH again after it
-//     applies the round's environment. Returns "" or why not (DIR cannot be written, or holds ':').
+//     standby bootstrap (agent/standby_bootstrap.py) does both again after it applies the round's
+//     environment. Returns "" or why not (DIR cannot be written, or holds ':').
 //   - python_dump_file(dir, pid): DIR/<pid>.
 //   - python_stacks_signal(): SIGRTMIN + 6 (glibc keeps the first two; crun sends no other, nor
 //     does torch 1.13; docs/decisions.md, "Python stacks through usercustomize").

@@ -123,8 +123,8 @@ def _standby(pristine):
         if eq and key and key not in os.environ:
             os.environ[key] = value
     # crun's Python stacks (agent/python_stacks.h): registered at this interpreter's start; its
-    # directory leaves PYTHONPATH as it did there.
-    here = os.environ.get("CRUN_PYTHON_STACKS", "").partition(":")[2]
+    # variable and its directory in PYTHONPATH go as they did there.
+    here = os.environ.pop("CRUN_PYTHON_STACKS", "").partition(":")[2]
     path = os.environ.get("PYTHONPATH")
     if here and path == here:
         del os.environ["PYTHONPATH"]
