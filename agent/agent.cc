@@ -189,7 +189,7 @@ struct Agent::Impl {
   std::optional<std::vector<RankStack>> group_stacks;
   std::vector<std::function<void()>> after_capture;
   std::optional<AgentActions> held;
-  std::optional<int> hung_pid;  // the hung worker, SIGKILLed once its stacks are taken
+  std::optional<int> hung_local_rank;  // the hung worker, SIGKILLed once its stacks are taken
 
   int run();
   void wait_signal();
@@ -391,7 +391,10 @@ void Agent::Impl::perform(const AgentActions& actions) {
     } else if (auto* start = std::get_if<action::StartGroup>(&a)) {
       start_group(start->restart_count, start->precheck);
     } else if (auto* sig = std::get_if<action::SignalGroup>(&a)) {
-      if (hung_pid) ::kill(-*std::exchange(hung_pid, std::nullopt), SIGKILL);  // its stacks taken: the hung worker first
+      // Its stacks taken: the hung worker first (its process group), unless it ended meanwhile.
+      if (const auto lr = std::exchange(hung_local_rank, std::nullopt); lr && group && group->is_running(*lr)) {
+        ::kill(-group->pid(*lr), SIGKILL);
+      }
       if (group) group->signal_all(sig->signo);
     } else if (std::holds_alternative<action::AbandonWorkers>(a)) {
       abandon_workers();
@@ -454,7 +457,7 @@ void Agent::Impl::start_group(int restart_count, bool precheck) {
   hang_watch.reset();
   estimator.reset();
   group_stacks.reset();
-  hung_pid.reset();
+  hung_local_rank.reset();
   heartbeats = watching_heartbeats() ? std::make_unique<HeartbeatFiles>(config.nproc_per_node) : nullptr;
   watchdog_notes.clear();
   if (file_timer) file_timer->clear();
@@ -798,7 +801,7 @@ void Agent::Impl::on_hang(const Hang& h) {
   // The worker leads its own process group. Killed with the stop's first signal, after its
   // stacks are taken (CaptureStacks comes first); at once when no stop follows.
   if (actions.empty()) ::kill(-pid, SIGKILL);
-  else hung_pid = pid;
+  else hung_local_rank = h.local_rank;
   perform(actions);
 }
 
