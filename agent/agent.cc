@@ -602,7 +602,12 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
     log_line("rank " + std::to_string(report.rank) + " asked to exclude this node, and on one node none can take its place: exit " +
              std::to_string(kExitNodeUnhealthy) + " (this node is unhealthy)");
   }
-  view->failure(report, r.restarting, "");
+  {
+    // /status and the status a node shares stay small: the raw per-rank stacks go to the file only.
+    FailureReport shown = report;
+    shown.stacks.clear();
+    view->failure(shown, r.restarting, "");
+  }
   const std::string& parent_error_file = config.launcher_error_file;
   if (!r.restarting && !parent_error_file.empty()) {
     // Like torchrun under a scheduler that set TORCHELASTIC_ERROR_FILE for the launcher: the
