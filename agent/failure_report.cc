@@ -96,6 +96,10 @@ std::string FailureReport::format_text() const {
     os << "crun:   last " << stderr_tail.size() << " stderr line(s) of rank " << rank << ":\n";
     for (const auto& line : stderr_tail) os << "crun:   | " << line << "\n";
   }
+  if (!stack_groups.empty()) {
+    os << "crun:   stacks before the kill, grouped across " << stack_groups.rank_count() << " rank(s):\n";
+    for (const auto& line : stack_groups.lines()) os << "crun:     " << line << "\n";
+  }
   return os.str();
 }
 
@@ -139,6 +143,7 @@ std::string FailureReport::to_json() const {
                       {"python_threads", s.python_threads}, {"error", s.error}});
     }
   }
+  if (!stack_groups.empty()) j["stack_groups"] = nlohmann::json::parse(stack_groups.to_json());
   // A worker's stderr need not be UTF-8: invalid bytes become U+FFFD instead of an exception.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -201,6 +206,11 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
         s.error = e.at("error").get<std::string>();
         r.stacks.push_back(std::move(s));
       }
+    }
+    if (auto g = j.find("stack_groups"); g != j.end() && !g->is_null()) {
+      auto groups = StackGroups::from_json(g->dump());
+      if (!groups) return std::nullopt;
+      r.stack_groups = std::move(*groups);
     }
     return r;
   } catch (const nlohmann::json::exception&) {

@@ -6,7 +6,8 @@
 //     and time, then what the watchdog saw (when crun stopped the worker), the worker's request
 //     (CRUN_CONTROL_FILE), the error-file message (if any), the error file's traceback
 //     (its last 40 lines; left out when the stderr tail already ends the same way, i.e. Python
-//     printed it) and the last stderr lines.
+//     printed it), the last stderr lines and the stacks before the kill grouped across ranks
+//     (one line per group, the odd one out marked).
 //   - to_json() carries the same fields (written to --log-dir as failure_report.json, and what a
 //     node publishes to the rendezvous, so that node rank 0 can print and write a root cause
 //     from another node). from_json() reads it back (nullopt for text that is not such a report);
@@ -36,6 +37,7 @@
 
 #include "agent/exit_status.h"
 #include "agent/rank_stack.h"
+#include "agent/stack_groups.h"
 
 namespace crun {
 
@@ -66,6 +68,10 @@ struct FailureReport {
   std::string request;
   // This node's workers' stacks, captured before the stop (see the contract).
   std::vector<RankStack> stacks;
+  // The workers' stacks before the kill, grouped across ranks (agent/stack_groups.h): this
+  // node's; on node rank 0, every node's of the round that reached it, merged. Empty: none
+  // captured. JSON "stack_groups" (absent when empty); text: one line per group after the rest.
+  StackGroups stack_groups;
 
   std::string format_text() const;
   std::string to_json() const;

@@ -205,5 +205,33 @@ TEST_CASE("failure report: this node's stacks, in the JSON and back, the root ca
   CHECK_THAT(r.format_text(), Catch::Contains("crun:   stack: rank 5 was in stuck_here (x.py:12)\n"));
   std::string bad = r.to_json();
   bad.replace(bad.find("\"threads\": [") + 12, 0, "7, ");
+TEST_CASE("failure report: the stacks grouped across ranks, in the text, the JSON and back", "[failure_report]") {
+  FailureReport r;
+  r.rank = 6;
+  r.host = "h";
+  r.status = ExitStatus::killed(SIGKILL);
+  r.time = std::chrono::system_clock::time_point(std::chrono::seconds(1'790'000'000));
+  CHECK(r.to_json().find("\"stack_groups\"") == std::string::npos);
+  CHECK(r.format_text().find("stacks before the kill") == std::string::npos);
+  std::vector<RankStack> stacks;
+  for (int rank = 0; rank < 8; ++rank) {
+    RankStack s;
+    s.rank = rank;
+    s.python_threads = {{rank == 6 ? "stuck_here (train.py:12)" : "all_reduce (train.py:40)", "main (train.py:80)"}};
+    stacks.push_back(s);
+  }
+  r.stack_groups = group_stacks(stacks, 0);
+  CHECK_THAT(r.format_text(), Catch::EndsWith("crun:   stacks before the kill, grouped across 8 rank(s):\n"
+                                              "crun:     ranks 0-5, 7: all_reduce \xe2\x86\x90 main\n"
+                                              "crun:     rank 6 (the odd one out): stuck_here \xe2\x86\x90 main\n"));
+  const auto back = FailureReport::from_json(r.to_json());
+  REQUIRE(back);
+  CHECK(back->stack_groups == r.stack_groups);
+  CHECK(back->to_json() == r.to_json());
+  // Malformed groups make the whole report unreadable, as any other malformed field does.
+  std::string bad = r.to_json();
+  const auto at = bad.find("\"rank_count\": 7");
+  REQUIRE(at != std::string::npos);
+  bad.replace(at, 15, "\"rank_count\": 0");
   CHECK_FALSE(FailureReport::from_json(bad));
 }
