@@ -32,6 +32,8 @@ json excluded_json(const std::vector<ExcludedNodeStatus>& nodes) {
   return list;
 }
 
+json stack_groups_json(const StackGroups& g) { return g.empty() ? json(nullptr) : json::parse(g.to_json()); }
+
 json node_json(const NodeStatus& s) {
   json workers = json::array();
   for (const auto& w : s.workers) workers.push_back(worker_json(w));
@@ -59,7 +61,8 @@ json node_json(const NodeStatus& s) {
           {"exclusions_total", s.exclusions_total},
           {"node_check", s.node_check},
           {"precheck", s.precheck},
-          {"heartbeat_timeout", s.heartbeat_timeout}};
+          {"heartbeat_timeout", s.heartbeat_timeout},
+          {"stack_groups", stack_groups_json(s.stack_groups)}};
 }
 
 template <typename T>
@@ -130,6 +133,11 @@ std::optional<NodeStatus> parse_node(const json& j) {
     }
     if (j.contains("node_check")) s.node_check = field<std::string>(j, "node_check");
     if (j.contains("heartbeat_timeout")) s.heartbeat_timeout = field<std::string>(j, "heartbeat_timeout");
+    if (const auto g = j.find("stack_groups"); g != j.end() && !g->is_null()) {
+      auto groups = StackGroups::from_json(g->dump());
+      if (!groups) return std::nullopt;
+      s.stack_groups = std::move(*groups);
+    }
     return s;
   } catch (const json::exception&) {
     return std::nullopt;
@@ -175,6 +183,10 @@ std::string job_json(const NodeStatus& self, const std::vector<std::string>& pub
                                               [](const WorkerStatus& w) { return w.state == "running"; }));
   }
   for (const auto& s : outside) list.push_back(node_json(s));
+  std::vector<StackGroups> stacks;
+  for (const auto& [rank, s] : nodes) {
+    if (!s.stack_groups.empty()) stacks.push_back(s.stack_groups);
+  }
   json job = {{"run_id", self.run_id},
               {"nodes_expected", self.nodes},
               {"nodes_seen", static_cast<int>(nodes.size())},
@@ -183,7 +195,8 @@ std::string job_json(const NodeStatus& self, const std::vector<std::string>& pub
               {"workers_running", running},
               {"restart_count", self.restart_count},
               {"max_restarts", self.max_restarts},
-              {"nodes", std::move(list)}};
+              {"nodes", std::move(list)},
+              {"stack_groups", stack_groups_json(merge_stack_groups(stacks))}};
   return json{{"node", node_json(self)}, {"job", std::move(job)}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

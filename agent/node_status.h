@@ -9,7 +9,9 @@
 //   - job_json(): the document GET /status answers: {"node": <this node>, "job": {"nodes": [...]}}
 //     where the job holds every node's record the agent has (node rank 0: every node's; others:
 //     their own), sorted by node rank; then the records of nodes in no round (node rank -1: their
-//     node checks fail), each listed (nodes_outside counts them).
+//     node checks fail), each listed (nodes_outside counts them). The job's "stack_groups": every
+//     listed record's stack_groups of the newest attempt among them, merged
+//     (agent/stack_groups.h's merge_stack_groups); null when none has any.
 //
 // Threading
 //   Value types and pure functions; any thread.
@@ -20,6 +22,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "agent/stack_groups.h"
 
 namespace crun {
 
@@ -77,6 +81,10 @@ struct NodeStatus {
   // The heartbeat timeout in force: "30 s", "0.503 s (auto, 2.5 x 0.201 s)", "auto: learning
   // (initial limit 30 s)"; "" when heartbeats are off. Absent from an older node's JSON: "".
   std::string heartbeat_timeout;
+  // The newest stacks captured before a kill on this node, grouped across its ranks (within
+  // kMaxJsonBytes); kept until the next capture. JSON "stack_groups", null when empty; absent
+  // from an older node's JSON: empty.
+  StackGroups stack_groups;
   bool operator==(const NodeStatus&) const = default;
 
   std::string to_json() const;

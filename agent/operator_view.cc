@@ -229,7 +229,9 @@ void OperatorView::failure(const FailureReport& report, bool restarting, const s
   const double when = std::chrono::duration<double>(report.time.time_since_epoch()).count();
   if (!last_failure_unix_ || when >= *last_failure_unix_) {
     last_failure_unix_ = when;
-    node_.last_failure = report.to_json();
+    FailureReport shown = report;  // the stacks are in stack_groups (this node's) and the job's merge
+    shown.stack_groups = {};
+    node_.last_failure = shown.to_json();
   }
   if (!restarting) {
     node_.health = !report.request.empty() ? requested_health(report.rank, report.host, report.request)
@@ -474,6 +476,11 @@ void OperatorView::precheck(const std::string& line, const std::string& verdict)
 void OperatorView::heartbeat_timeout(const std::string& text) {
   if (node_.heartbeat_timeout == text) return;
   node_.heartbeat_timeout = text;
+  changed();
+}
+
+void OperatorView::stacks_captured(StackGroups groups) {
+  node_.stack_groups = std::move(groups);
   changed();
 }
 

@@ -100,6 +100,10 @@ class OperatorView {
   void precheck(const std::string& line, const std::string& verdict);
   // The heartbeat timeout in force (NodeStatus::heartbeat_timeout), when it is set or changes.
   void heartbeat_timeout(const std::string& text);
+  // The stacks captured on this node before a kill, grouped across its ranks
+  // (agent/stack_groups.h): in its /status record ("stack_groups") and so, multi-node, in what
+  // node rank 0 reads and merges; they stay until the next capture.
+  void stacks_captured(StackGroups groups);
 
   using HeartbeatReader = std::function<std::optional<Heartbeat>(int local_rank)>;
   void set_heartbeats(HeartbeatReader read) { heartbeats_ = std::move(read); }

@@ -322,3 +322,65 @@ TEST_CASE("operator view: a worker's request is an event, in its /status record 
   view.group_started(1, {21, 22});  // the next start: no request yet
   CHECK(nlohmann::json::parse(view.serve("/status").body)["node"]["workers"][1].contains("request") == false);
 }
+
+namespace {
+StackGroups node_stacks(int first_rank, int odd_rank, int attempt) {
+  std::vector<RankStack> stacks;
+  for (int r = first_rank; r < first_rank + 4; ++r) {
+    RankStack s;
+    s.rank = r;
+    s.python_threads = {{r == odd_rank ? "stuck_here (t.py:3)" : "all_reduce (t.py:9)", "main (t.py:20)"}};
+    stacks.push_back(s);
+  }
+  return group_stacks(stacks, attempt);
+}
+}  // namespace
+
+TEST_CASE("stack groups in /status: each node's record, the job's merge; the view's setter publishes",
+          "[operator_view]") {
+  NodeStatus self = sample_node(0, "a");
+  NodeStatus other = sample_node(1, "b");
+  self.stack_groups = node_stacks(0, -1, 1);
+  other.stack_groups = node_stacks(4, 6, 1);
+  const auto back = NodeStatus::from_json(other.to_json());
+  REQUIRE(back);
+  CHECK(*back == other);
+  auto j = json::parse(other.to_json());
+  j["stack_groups"]["groups"][0]["ranks"] = json::array({json::array({2, 1})});
+  CHECK_FALSE(NodeStatus::from_json(j.dump()));  // malformed groups: the record is refused
+  j.erase("stack_groups");
+  CHECK(NodeStatus::from_json(j.dump())->stack_groups.empty());  // an older node's record
+
+  NodeStatus older_attempt = sample_node(2, "c");
+  older_attempt.stack_groups = node_stacks(8, 9, 0);
+  auto doc = json::parse(job_json(self, {other.to_json(), older_attempt.to_json()}));
+  const auto merged = StackGroups::from_json(doc["job"]["stack_groups"].dump());
+  REQUIRE(merged);
+  CHECK(merged->attempt == 1);
+  REQUIRE(merged->lines() == std::vector<std::string>{"ranks 0-5, 7: all_reduce \xe2\x86\x90 main",
+                                                      "rank 6 (the odd one out): stuck_here \xe2\x86\x90 main"});
+  CHECK(doc["node"]["stack_groups"]["groups"].size() == 1);
+  CHECK(json::parse(job_json(sample_node(0, "a"), {}))["job"]["stack_groups"].is_null());
+
+  // The agent hands the view this node's groups once; /status shows them, and so does what it publishes.
+  OperatorView view({"job", "trainer", "h", 4, 0}, EventLog::open("null"));
+  std::vector<std::string> published;
+  view.set_sharing([&](std::string status, bool) { published.push_back(std::move(status)); }, [] {
+    return std::vector<std::string>{};
+  });
+  const auto before = published.size();
+  view.stacks_captured(node_stacks(0, 2, 0));
+  REQUIRE(published.size() == before + 1);
+  CHECK(NodeStatus::from_json(published.back())->stack_groups == node_stacks(0, 2, 0));
+  doc = json::parse(view.serve("/status").body);
+  CHECK(doc["job"]["stack_groups"]["groups"][1]["line"] == "rank 2 (the odd one out): stuck_here \xe2\x86\x90 main");
+  // A failure report keeps its groups out of last_failure: the record carries them once.
+  FailureReport r;
+  r.rank = 2;
+  r.host = "h";
+  r.status = ExitStatus::killed(9);
+  r.stack_groups = node_stacks(0, 2, 0);
+  view.failure(r, true, "");
+  CHECK(json::parse(view.status().last_failure).count("stack_groups") == 0);
+  CHECK(view.status().stack_groups == r.stack_groups);
+}
