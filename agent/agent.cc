@@ -10,6 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -39,6 +40,7 @@
 #include "agent/signal_names.h"
 #include "agent/stack_capture.h"
 #include "agent/stack_text.h"
+#include "agent/stack_groups.h"
 #include "agent/standby_plan.h"
 #include "agent/standby_pool.h"
 #include "agent/state_directory.h"
@@ -190,6 +192,11 @@ struct Agent::Impl {
   std::vector<std::function<void()>> after_capture;
   std::optional<AgentActions> held;
   std::optional<int> hung_local_rank;  // the hung worker, SIGKILLed once its stacks are taken
+  // Stacks before the kill (docs/operations.md, "Grouped across ranks"): this node's newest
+  // capture, grouped; on node rank 0, the root cause's report it printed last, whose groups grow
+  // as other nodes' arrive (gather_stacks).
+  std::optional<StackGroups> own_stacks;
+  std::optional<FailureReport> shown_report;
 
   int run();
   void wait_signal();
@@ -230,6 +237,11 @@ struct Agent::Impl {
   bool start_operator_view();
   void share_status_later();
   std::optional<std::int64_t> highest_step() const;
+  // The one call the capture makes: the stacks of this node's workers of group start
+  // `restart_count`, taken before the kill. Call it before the failure is published
+  // (PublishFailure) for the root cause node's groups to travel in its report.
+  void stacks_captured(int restart_count, const std::vector<RankStack>& stacks);
+  void gather_stacks(bool announce = true);
   std::optional<WorkerRequest> read_requests(const WorkerExit& e);
   void begin_collapse(const std::vector<WorkerLaunchPlan>& plans);
   void flush_collapsed();
@@ -617,6 +629,8 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
                          : parent_error_file + " (TORCHELASTIC_ERROR_FILE) left as it is: " + why);
   }
   write_report_file(report);
+  shown_report = report;
+  gather_stacks();
 }
 
 // failure_report.json in the log dir (not in a temporary run dir, which is removed at exit).
@@ -648,6 +662,7 @@ const FailureReport& Agent::Impl::report_for(const WorkerExit& e) {
   if (auto note = watchdog_notes.find(e.local_rank); note != watchdog_notes.end()) facts.watchdog = note->second;
   if (e.request) facts.request = request_text(*e.request);
   root_report = assemble_failure_report(e, std::move(facts));
+  if (own_stacks && own_stacks->attempt == e.restart_count) root_report->stack_groups = *own_stacks;
   return *root_report;
 }
 
@@ -1020,9 +1035,11 @@ void Agent::Impl::print_remote_report(const ControlEvent& e) {
   report->no_progress = e.kind == ControlEvent::Kind::kClosed && e.exit_code == kExitNoProgress;
   report->excluded = e.excluded;
   log_line("root cause reported by node " + e.origin_node + ":");
-  log_text(report->format_text());
-  view->failure(*report, report->restarting, e.origin_node);
-  write_report_file(*report);
+  shown_report = *report;
+  gather_stacks(false);  // this node's own and those it read, when they are in: printed just below
+  log_text(shown_report->format_text());
+  view->failure(*shown_report, report->restarting, e.origin_node);
+  write_report_file(*shown_report);
 }
 
 // The events' handler first: a path that cannot be written is a usage error, before anything starts.
@@ -1049,6 +1066,7 @@ void Agent::Impl::share_status_later() {
   share_timer.async_wait([this](const boost::system::error_code& ec) {
     if (ec || exit_code) return;
     view->share();
+    gather_stacks();
     share_status_later();
   });
 }
@@ -1123,6 +1141,37 @@ void Agent::Impl::begin_collapse(const std::vector<WorkerLaunchPlan>& plans) {
 void Agent::Impl::flush_collapsed() {
   if (collapse_out) collapse_out->flush();
   if (collapse_err) collapse_err->flush();
+}
+
+void Agent::Impl::stacks_captured(int restart_count, const std::vector<RankStack>& stacks) {
+  own_stacks = crun::group_stacks(stacks, restart_count);
+  view->stacks_captured(*own_stacks);
+  // Printed and written with this node's root cause once the group has stopped.
+  if (root_report && root_report->restart_count == restart_count) root_report->stack_groups = *own_stacks;
+  gather_stacks();
+}
+
+// Node rank 0, multi-node: the root cause it showed gets every node's groups of that start of the
+// group it has: those that came with the report, its own, and those in the nodes' status records
+// (read back when the operators' endpoint shares them). When they grow after the report was
+// printed, the new grouping is printed and failure_report.json written again.
+void Agent::Impl::gather_stacks(bool announce) {
+  if (!config.multi_node || !shown_report || current_round.group_rank != 0) return;
+  const int attempt = shown_report->restart_count;
+  std::vector<StackGroups> parts{shown_report->stack_groups};
+  if (own_stacks && own_stacks->attempt == attempt) parts.push_back(*own_stacks);
+  for (const auto& record : rendezvous->job_status()) {
+    const auto node = NodeStatus::from_json(record);
+    if (node && node->run_id == config.run_id && node->stack_groups.attempt == attempt) parts.push_back(node->stack_groups);
+  }
+  parts.erase(std::remove_if(parts.begin(), parts.end(), [&](const StackGroups& g) { return g.empty() || g.attempt != attempt; }),
+              parts.end());
+  StackGroups merged = merge_stack_groups(parts);
+  if (merged.empty() || merged == shown_report->stack_groups) return;
+  const bool printed = !shown_report->stack_groups.empty();
+  shown_report->stack_groups = std::move(merged);
+  if (printed && announce) log_text(shown_report->stack_groups.text("crun:   "));
+  write_report_file(*shown_report);
 }
 
 }  // namespace crun

@@ -96,10 +96,7 @@ std::string FailureReport::format_text() const {
     os << "crun:   last " << stderr_tail.size() << " stderr line(s) of rank " << rank << ":\n";
     for (const auto& line : stderr_tail) os << "crun:   | " << line << "\n";
   }
-  if (!stack_groups.empty()) {
-    os << "crun:   stacks before the kill, grouped across " << stack_groups.rank_count() << " rank(s):\n";
-    for (const auto& line : stack_groups.lines()) os << "crun:     " << line << "\n";
-  }
+  if (!stack_groups.empty()) os << stack_groups.text("crun:   ");
   return os.str();
 }
 

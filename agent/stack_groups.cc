@@ -446,6 +446,12 @@ std::vector<std::string> StackGroups::lines() const {
   return out;
 }
 
+std::string StackGroups::text(std::string_view prefix) const {
+  std::string out = std::string(prefix) + "stacks before the kill, grouped across " + std::to_string(rank_count()) + " rank(s):\n";
+  for (const auto& line : lines()) out += std::string(prefix) + "  " + line + "\n";
+  return out;
+}
+
 std::string StackGroups::to_json() const { return dump(*this); }
 
 std::optional<StackGroups> StackGroups::from_json(std::string_view text, std::string* why) {

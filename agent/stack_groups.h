@@ -99,6 +99,9 @@ struct StackGroups {
   const StackGroup* odd_one_out() const;
   // One line per entry, then "N more groups (M ranks) left out" when some were.
   std::vector<std::string> lines() const;
+  // "<prefix>stacks before the kill, grouped across N rank(s):\n" and each line after
+  // "<prefix>  " (the failure report's text, node rank 0's console).
+  std::string text(std::string_view prefix) const;
 
   std::string to_json() const;
   static std::optional<StackGroups> from_json(std::string_view text, std::string* why = nullptr);
