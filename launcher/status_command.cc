@@ -16,6 +16,7 @@
 
 #include "agent/failure_report.h"
 #include "agent/node_status.h"
+#include "agent/stack_groups.h"
 #include "base/exit_codes.h"
 #include "base/utc_text.h"
 #include "store/store_client.h"
@@ -105,16 +106,52 @@ std::string columns(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-}  // namespace
+// The job's merged groups of a /status document: nullopt when it has none (an older agent's
+// document has no "stack_groups"); throws std::runtime_error when they do not read back.
+std::optional<StackGroups> job_stacks(const json& doc) {
+  const auto it = doc["job"].find("stack_groups");
+  if (it == doc["job"].end() || it->is_null()) return std::nullopt;
+  std::string why;
+  auto groups = StackGroups::from_json(it->dump(), &why);
+  if (!groups) throw std::runtime_error("the answer is not a crun /status document (" + why + ")");
+  return groups;
+}
 
-std::string format_job_status(const std::string& status_json) {
-  // Every record is checked as a node's published status is (agent/node_status.h): the answer
-  // comes from the network.
-  const json doc = json::parse(status_json, nullptr, false);
+json status_document(const std::string& status_json) {
+  json doc = json::parse(status_json, nullptr, false);
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("job") || !doc.contains("node") || !doc["job"].is_object() ||
       !doc["job"].contains("nodes") || !doc["job"]["nodes"].is_array()) {
     throw std::runtime_error("the answer is not a crun /status document");
   }
+  return doc;
+}
+
+}  // namespace
+
+std::string format_job_stacks(const std::string& status_json) {
+  const json doc = status_document(status_json);
+  (void)format_job_status(status_json);  // every record checked, as for the tables
+  const auto groups = job_stacks(doc);
+  if (!groups || groups->empty()) return "no stacks captured\n";
+  std::string out = "stacks before the kill (attempt " + std::to_string(groups->attempt) + "), grouped across " +
+                    std::to_string(groups->rank_count()) + " rank(s):\n";
+  for (const auto& g : groups->groups) {
+    out += "\n  " + g.line() + "\n";
+    for (std::size_t t = 0; t < g.threads.size(); ++t) {
+      if (g.threads.size() > 1 || g.threads_left_out > 0) out += "    thread " + std::to_string(t + 1) + ":\n";
+      for (const auto& frame : g.threads[t]) out += "      " + frame + "\n";
+    }
+    if (g.threads_left_out > 0) out += "    " + std::to_string(g.threads_left_out) + " more thread(s) not shown\n";
+  }
+  if (groups->groups_left_out > 0) out += "\n  " + groups->lines().back() + "\n";
+  return out;
+}
+
+std::string format_job_status(const std::string& status_json) {
+  // Every record is checked as a node's published status is (agent/node_status.h): the answer
+  // comes from the network.
+  const json doc = status_document(status_json);
+  const auto stacks = job_stacks(doc);
   const auto self = NodeStatus::from_json(doc["node"].dump());
   if (!self) throw std::runtime_error("the answer is not a crun /status document (its node record)");
   std::vector<NodeStatus> nodes;
@@ -186,6 +223,7 @@ std::string format_job_status(const std::string& status_json) {
       at = end + 1;
     }
   }
+  if (stacks && !stacks->empty()) out += "\n" + stacks->text("") + "(crun status --stacks: each group's frames)\n";
   return out;
 }
 
@@ -196,6 +234,9 @@ StatusRequest parse_status_arguments(const std::vector<std::string>& args) {
   std::string timeout = "5";
   app.add_option("url", out.url, "the agent: http://HOST:PORT[/] or HOST:PORT")->type_name("URL");
   app.add_flag("--json", out.as_json, "print the /status document as the agent sent it");
+  app.add_flag("--stacks", out.stacks,
+               "print the stacks before the kill grouped across ranks, each group with its frames (with --json: the job's "
+               "stack_groups)");
   app.add_option("--timeout", timeout, "seconds to wait for the answer, in (0, 3600]; default 5")->type_name("SECONDS");
   std::vector<const char*> argv{"crun status"};
   for (const auto& a : args) argv.push_back(a.c_str());
@@ -231,7 +272,7 @@ int run_status_command(const std::vector<std::string>& args) {
   try {
     request = parse_status_arguments(args);
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "crun status: %s (usage: crun status http://HOST:PORT [--json] [--timeout SECONDS])\n", e.what());
+    std::fprintf(stderr, "crun status: %s (usage: crun status http://HOST:PORT [--json] [--stacks] [--timeout SECONDS])\n", e.what());
     return kExitUsage;
   }
   if (request.help) {
@@ -241,7 +282,15 @@ int run_status_command(const std::vector<std::string>& args) {
   const std::string& url = request.url;
   try {
     const std::string body = fetch_status(StoreEndpoint{request.host, request.port}, request.timeout);
-    if (request.as_json) {
+    if (request.stacks && request.as_json) {
+      (void)format_job_status(body);  // every record checked
+      const auto groups = job_stacks(status_document(body));
+      const std::string text = (groups ? groups->to_json() : std::string("null")) + "\n";
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else if (request.stacks) {
+      const std::string text = format_job_stacks(body);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else if (request.as_json) {
       if (json::parse(body, nullptr, false).is_discarded()) throw std::runtime_error("the answer is not JSON");
       std::fwrite(body.data(), 1, body.size(), stdout);
       if (body.empty() || body.back() != '\n') std::fputc('\n', stdout);

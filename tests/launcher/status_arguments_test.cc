@@ -40,6 +40,8 @@ TEST_CASE("crun status takes one URL, --json and --timeout in any order", "[stat
   CHECK(all.as_json);
   CHECK(all.timeout == 250ms);
   CHECK(parse_status_arguments({"127.0.0.1:1", "--timeout=3600"}).timeout == 3600s);
+  CHECK_FALSE(all.stacks);
+  CHECK(parse_status_arguments({"--stacks", "127.0.0.1:1"}).stacks);
 }
 
 TEST_CASE("crun status --help carries the help and checks nothing else", "[status]") {

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
+#include "agent/node_status.h"
+#include "agent/stack_groups.h"
 #include "tests/support/child_process.h"
 #include "tests/support/loopback_socket.h"
 
@@ -135,4 +137,86 @@ TEST_CASE("crun status: node rank 0's excluded nodes: who, why, until when, how 
   CHECK_THAT(tables.out, Catch::Contains("excluded nodes (1 exclusion(s) so far):"));
   CHECK_THAT(tables.out, Catch::Contains("h2") && Catch::Contains("10.0.0.3") && Catch::Contains("h2:7:b") &&
                              Catch::Contains("2026-11-26T02:23:36Z") && Catch::Contains("the root cause 2 times"));
+}
+
+namespace {
+// Node `node_rank`'s record with its 4 ranks' grouped stacks (rank `odd` elsewhere, -1: none).
+crun::NodeStatus node_with_stacks(int node_rank, int odd) {
+  crun::NodeStatus s;
+  s.run_id = "job";
+  s.hostname = "h" + std::to_string(node_rank);
+  s.node_id = "h" + std::to_string(node_rank) + ":1:a";
+  s.node_rank = node_rank;
+  s.nodes = 2;
+  s.state = "failed";
+  s.updated_unix = 1795659216.5;
+  std::vector<crun::RankStack> stacks;
+  for (int r = node_rank * 4; r < node_rank * 4 + 4; ++r) {
+    crun::RankStack rank;
+    rank.rank = r;
+    rank.python_threads = {{r == odd ? "stuck_here (train.py:12)" : "all_reduce (train.py:40)", "main (train.py:80)"}};
+    stacks.push_back(rank);
+  }
+  s.stack_groups = crun::group_stacks(stacks, 0);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("crun status --stacks: node rank 0's merged groups, each with its frames; in the tables too", "[status_cli]") {
+  LoopbackSocket agent(LoopbackSocket::Mode::kListening);
+  const std::string url = "127.0.0.1:" + std::to_string(agent.port);
+  const std::string doc = crun::job_json(node_with_stacks(0, -1), {node_with_stacks(1, 6).to_json()});
+  auto peer = answer_once(agent.fd, doc);
+  const auto stacks = status({url, "--stacks"});
+  peer.join();
+  INFO(stacks.err);
+  CHECK(stacks.code == 0);
+  CHECK(stacks.out ==
+        "stacks before the kill (attempt 0), grouped across 8 rank(s):\n"
+        "\n  ranks 0-5, 7: all_reduce \xe2\x86\x90 main\n"
+        "      all_reduce (train.py:40)\n"
+        "      main (train.py:80)\n"
+        "\n  rank 6 (the odd one out): stuck_here \xe2\x86\x90 main\n"
+        "      stuck_here (train.py:12)\n"
+        "      main (train.py:80)\n");
+
+  peer = answer_once(agent.fd, doc);
+  const auto tables = status({url});
+  peer.join();
+  CHECK(tables.code == 0);
+  CHECK_THAT(tables.out, Catch::Contains("stacks before the kill, grouped across 8 rank(s):\n"
+                                         "  ranks 0-5, 7: all_reduce \xe2\x86\x90 main\n"
+                                         "  rank 6 (the odd one out): stuck_here \xe2\x86\x90 main\n"));
+
+  peer = answer_once(agent.fd, doc);
+  const auto raw = status({url, "--stacks", "--json"});
+  peer.join();
+  CHECK(raw.code == 0);
+  const auto back = crun::StackGroups::from_json(raw.out);
+  REQUIRE(back);
+  CHECK(back->odd_one_out()->ranks_text() == "rank 6");
+
+  // None captured: one line, exit 0; groups that do not read back: exit 1, one line.
+  crun::NodeStatus plain = node_with_stacks(0, -1);
+  plain.stack_groups = {};
+  peer = answer_once(agent.fd, crun::job_json(plain, {}));
+  const auto none = status({url, "--stacks"});
+  peer.join();
+  CHECK(none.code == 0);
+  CHECK(none.out == "no stacks captured\n");
+  const std::string merged =
+      crun::merge_stack_groups({node_with_stacks(0, -1).stack_groups, node_with_stacks(1, 6).stack_groups}).to_json();
+  const auto job_groups = doc.find(merged);
+  REQUIRE(job_groups != std::string::npos);
+  for (const auto at : {job_groups, doc.find("\"signature\":\"")}) {  // the job's merge; a node's record
+    std::string bad = doc;
+    bad.replace(bad.find("\"signature\":\"", at) + 13, 3, "XYZ");
+    peer = answer_once(agent.fd, bad);
+    const auto refused = status({url, "--stacks"});
+    peer.join();
+    INFO(refused.err);
+    CHECK(refused.code == 1);
+    CHECK(one_line(refused.err));
+    CHECK_THAT(refused.err, Catch::Contains("not a crun /status document"));
+  }
 }
