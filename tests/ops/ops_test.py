@@ -10,7 +10,10 @@ restarting job), page (the status page in headless Chromium: its DOM, and a scre
 artifact), bad_http (garbage, a 10 MB header, 1,000 idle connections, slowloris: the workers go on
 and the endpoint answers again), errors (an events path that cannot be written, a port taken,
 bad flags: one line, nothing started), stopping (a failure with no restart left while a worker
-ignores SIGTERM: unhealthy and counted at once). Each wait is bounded; nothing sleeps to wait.
+ignores SIGTERM: unhealthy and counted at once), page_stacks (the page and `crun status --stacks` on
+a /status document carrying grouped stacks: a real agent's page and document, served again by a
+Python server with a "stack_groups" that crun's own parser must read back). Each wait is bounded;
+nothing sleeps to wait.
 """
 import argparse
 import atexit
@@ -468,11 +471,84 @@ def case_errors(a):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def stack_groups_doc():
+    """Two groups of 8 ranks, rank 6 the odd one out, as agent/stack_groups.h writes them."""
+    arrow = " \u2190 "
+    def group(signature, ranks, count, frames, odd):
+        summary = arrow.join(f.split(" (")[0] for f in frames)
+        text = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in ranks)
+        line = ("rank " if count == 1 else "ranks ") + text + (" (the odd one out)" if odd else "") + ": " + summary
+        return {"signature": signature, "line": line, "ranks": [list(r) for r in ranks], "rank_count": count,
+                "summary": summary, "odd_one_out": odd, "error": "", "python": True, "threads": [frames],
+                "threads_left_out": 0}
+    return {"attempt": 0, "rank_count": 8, "groups_left_out": 0, "ranks_left_out": 0,
+            "groups": [group("00000000000000a1", [(0, 5), (7, 7)], 7, ["all_reduce (train.py:40)", "main (train.py:80)"], False),
+                       group("00000000000000b2", [(6, 6)], 1, ["stuck_here (train.py:12)", "main (train.py:80)"], True)]}
+
+
+def case_page_stacks(a):
+    import http.server
+    import threading
+    chromium = shutil.which("chromium")
+    if not check(chromium is not None, "chromium is not installed (scripts/install-deps.sh installs it)"):
+        return
+    job = failing_job(a)
+    try:
+        code, page, _ = job.get("/")
+        check(code == 200, f"GET / answered {code}")
+        doc = job.status()
+    finally:
+        job.stop()
+    groups = stack_groups_doc()
+    doc["job"]["stack_groups"] = groups
+    body = {"/": ("text/html; charset=utf-8", page.encode()), "/status": ("application/json", json.dumps(doc).encode())}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            kind, data = body.get(self.path, ("text/plain", b"not found"))
+            self.send_response(200 if self.path in body else 404)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        # crun's own parser reads the groups back: the document is one an agent could send.
+        r = subprocess.run([a.crun, "status", url, "--stacks", "--json"], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and json.loads(r.stdout)["groups"][1]["ranks"] == [[6, 6]],
+              f"crun status --stacks --json: rc {r.returncode} {r.stdout[-500:]} {r.stderr[-500:]}")
+        r = subprocess.run([a.crun, "status", url, "--stacks"], capture_output=True, text=True, timeout=60)
+        check(r.returncode == 0 and "\n  rank 6 (the odd one out): stuck_here \u2190 main\n      stuck_here (train.py:12)\n" in r.stdout,
+              f"crun status --stacks: rc {r.returncode} {r.stdout[-1000:]} {r.stderr[-500:]}")
+        profile = tempfile.mkdtemp(prefix="crun-chromium-")
+        dom = subprocess.run([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                              "--disable-extensions", f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+                              "--dump-dom", url], capture_output=True, text=True, timeout=120)
+        shutil.rmtree(profile, ignore_errors=True)
+        html = dom.stdout
+        check(dom.returncode == 0, f"chromium --dump-dom rc {dom.returncode}: {dom.stderr[-2000:]}")
+        check(re.search(r'<details class="stack-group odd"><summary>rank 6 \(the odd one out\): stuck_here \u2190 main'
+                        r'</summary><pre>stuck_here \(train.py:12\)\nmain \(train.py:80\)</pre>', html) is not None,
+              "the page's odd group, marked, with its frames")
+        check(re.search(r'<details class="stack-group"><summary>ranks 0-5, 7: all_reduce \u2190 main</summary>', html)
+              is not None, "the page's other group")
+        check("attempt 0, 8 rank(s)" in html, "the page's stacks header")
+    finally:
+        server.shutdown()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--crun", required=True)
     p.add_argument("--worker", required=True)
-    p.add_argument("--case", required=True, choices=["endpoint", "page", "bad_http", "errors", "stopping"])
+    p.add_argument("--case", required=True, choices=["endpoint", "page", "bad_http", "errors", "stopping",
+                                                       "page_stacks"])
     p.add_argument("--artifacts", default=os.path.join(tempfile.gettempdir(), "crun-test-artifacts"))
     a = p.parse_args()
     if a.case in ("endpoint",) and shutil.which("promtool") is None:
