@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <utility>
 
 namespace crun {
@@ -442,6 +443,8 @@ std::vector<std::string> StackGroups::lines() const {
   if (groups_left_out > 0) {
     out.push_back(std::to_string(groups_left_out) + " more group(s) (" + std::to_string(ranks_left_out) +
                   " rank(s)) left out");
+  } else if (ranks_left_out > 0) {
+    out.push_back(std::to_string(ranks_left_out) + " more rank(s) left out");
   }
   return out;
 }
@@ -490,15 +493,14 @@ std::optional<StackGroups> StackGroups::from_json(std::string_view text, std::st
 StackGroups group_stacks(const std::vector<RankStack>& stacks, int attempt) {
   std::map<std::string, StackGroup> by_signature;
   std::map<std::string, std::vector<std::pair<int, int>>> ranks;
-  std::vector<int> seen;
+  std::set<int> seen;
   std::int64_t out_of_range = 0;
   for (const auto& s : stacks) {
     if (s.rank < 0 || s.rank > kMaxStackRank) {
       ++out_of_range;
       continue;
     }
-    if (std::find(seen.begin(), seen.end(), s.rank) != seen.end()) continue;  // the first capture of a rank counts
-    seen.push_back(s.rank);
+    if (!seen.insert(s.rank).second) continue;  // the first capture of a rank counts
     StackGroup g = entry_of(s);
     ranks[g.signature].emplace_back(s.rank, s.rank);
     by_signature.try_emplace(g.signature, std::move(g));  // the first rank's shows

@@ -26,11 +26,11 @@
 //     ranks in two places are not one odd rank). Error entries are never named.
 //   - Bounds (what the same text may carry through the rendezvous store and be read back):
 //     kMaxGroups entries (beyond them: the largest, and the odd one out, are kept; the rest are
-//     counted in groups_left_out and ranks_left_out), kMaxRangesPerGroup rank ranges per entry
-//     (further ranks counted in rank_count, not listed), kMaxThreadsShown threads shown per
-//     entry (a Python entry shows its main thread; a native one its distinct threads, first
-//     listed first; the rest counted in threads_left_out), kMaxFramesShown innermost frames per
-//     shown thread, kMaxTextBytes per frame, summary and error (cut at a UTF-8 boundary; control
+//     counted in groups_left_out and ranks_left_out; so are ranks outside [0, kMaxStackRank]),
+//     kMaxRangesPerGroup rank ranges per entry (further ranks counted in rank_count, not
+//     listed), kMaxThreadsShown threads shown per entry (a Python entry shows its main thread;
+//     a native one its distinct threads, first listed first; the rest counted in
+//     threads_left_out), kMaxFramesShown innermost frames per shown thread, kMaxTextBytes per frame, summary and error (cut at a UTF-8 boundary; control
 //     characters and bytes that are not UTF-8 become '?'). When the JSON would still pass
 //     kMaxJsonBytes, fewer threads and frames are shown, down to none: the ranks and summaries
 //     always fit.
@@ -94,10 +94,11 @@ struct StackGroups {
   int ranks_left_out = 0;
   bool operator==(const StackGroups&) const = default;
 
-  bool empty() const { return groups.empty() && groups_left_out == 0; }
+  bool empty() const { return groups.empty() && groups_left_out == 0 && ranks_left_out == 0; }
   int rank_count() const;  // every rank, left-out ones included
   const StackGroup* odd_one_out() const;
-  // One line per entry, then "N more groups (M ranks) left out" when some were.
+  // One line per entry, then "N more group(s) (M rank(s)) left out" when some were (or "M more
+  // rank(s) left out": ranks beyond kMaxStackRank).
   std::vector<std::string> lines() const;
   // "<prefix>stacks before the kill, grouped across N rank(s):\n" and each line after
   // "<prefix>  " (the failure report's text, node rank 0's console).

@@ -306,3 +306,18 @@ TEST_CASE("stack groups: JSON round trip; malformed text refused with a reason",
   refused(edited([](nlohmann::json& j) { j["groups"][0]["python"] = 1; }));
   refused(std::string(4 * kMaxJsonBytes + 1, ' '));
 }
+
+TEST_CASE("stack groups: a rank captured twice counts once; a rank beyond the bound is counted, not listed",
+          "[stack_groups]") {
+  std::vector<RankStack> stacks;
+  for (int r = 0; r < 3; ++r) stacks.push_back(python_rank(r, kAllReduce));
+  stacks.push_back(python_rank(1, kRead));  // the first capture of rank 1 counts
+  stacks.push_back(python_rank(kMaxStackRank + 1, kRead));
+  stacks.push_back(python_rank(-1, kRead));
+  const auto g = group_stacks(stacks, 0);
+  REQUIRE(g.groups.size() == 1);
+  REQUIRE(g.groups[0].ranks_text() == "ranks 0-2");
+  REQUIRE(g.ranks_left_out == 2);
+  REQUIRE(g.rank_count() == 5);
+  REQUIRE(g.lines().back() == "2 more rank(s) left out");
+}
