@@ -134,7 +134,8 @@ struct Agent::Impl {
         share_timer(io),
         join_notice(io),
         exclusion_wait(io),
-        node_check_timer(io) {}
+        node_check_timer(io),
+        stacks_timer(io) {}
 
   AgentConfig config;
   asio::io_context io;
@@ -197,6 +198,8 @@ struct Agent::Impl {
   // as other nodes' arrive (gather_stacks).
   std::optional<StackGroups> own_stacks;
   std::optional<FailureReport> shown_report;
+  asio::steady_timer stacks_timer;  // node rank 0 without the endpoint: the nodes' records read for a while
+  int stacks_reads_left = 0;
 
   int run();
   void wait_signal();
@@ -242,6 +245,8 @@ struct Agent::Impl {
   // (PublishFailure) for the root cause node's groups to travel in its report.
   void stacks_captured(int restart_count, const std::vector<RankStack>& stacks);
   void gather_stacks(bool announce = true);
+  void watch_stacks();
+  void gather_stacks_later();
   std::optional<WorkerRequest> read_requests(const WorkerExit& e);
   void begin_collapse(const std::vector<WorkerLaunchPlan>& plans);
   void flush_collapsed();
@@ -461,6 +466,7 @@ void Agent::Impl::finish(int code) {
   hang_timer.cancel();
   join_notice.cancel();
   node_check_timer.cancel();
+  stacks_timer.cancel();
   io.stop();
 }
 
@@ -631,6 +637,7 @@ void Agent::Impl::report_failure(const action::ReportFailure& r) {
   write_report_file(report);
   shown_report = report;
   gather_stacks();
+  watch_stacks();
 }
 
 // failure_report.json in the log dir (not in a temporary run dir, which is removed at exit).
@@ -1040,6 +1047,7 @@ void Agent::Impl::print_remote_report(const ControlEvent& e) {
   log_text(shown_report->format_text());
   view->failure(*shown_report, report->restarting, e.origin_node);
   write_report_file(*shown_report);
+  watch_stacks();
 }
 
 // The events' handler first: a path that cannot be written is a usage error, before anything starts.
@@ -1146,14 +1154,18 @@ void Agent::Impl::flush_collapsed() {
 void Agent::Impl::stacks_captured(int restart_count, const std::vector<RankStack>& stacks) {
   own_stacks = crun::group_stacks(stacks, restart_count);
   view->stacks_captured(*own_stacks);
+  if (config.multi_node && !endpoint && current_round.group_rank != 0) {
+    rendezvous->publish_status(view->status().to_json(), false);  // without the endpoint nothing else shares it
+  }
   // Printed and written with this node's root cause once the group has stopped.
   if (root_report && root_report->restart_count == restart_count) root_report->stack_groups = *own_stacks;
   gather_stacks();
+  if (shown_report && shown_report->restart_count == restart_count) watch_stacks();
 }
 
 // Node rank 0, multi-node: the root cause it showed gets every node's groups of that start of the
 // group it has: those that came with the report, its own, and those in the nodes' status records
-// (read back when the operators' endpoint shares them). When they grow after the report was
+// (read back while the operators' endpoint shares them, or watch_stacks asks for them). When they grow after the report was
 // printed, the new grouping is printed and failure_report.json written again.
 void Agent::Impl::gather_stacks(bool announce) {
   if (!config.multi_node || !shown_report || current_round.group_rank != 0) return;
@@ -1172,6 +1184,31 @@ void Agent::Impl::gather_stacks(bool announce) {
   shown_report->stack_groups = std::move(merged);
   if (printed && announce) log_text(shown_report->stack_groups.text("crun:   "));
   write_report_file(*shown_report);
+}
+
+// Node rank 0 without the operators' endpoint: nobody reads the nodes' records back, so for up to
+// 30 s after a root cause with stacks it has the rendezvous read them (the records the others
+// publish once they captured, stacks_captured) and merges them every second, until every rank
+// is in.
+void Agent::Impl::watch_stacks() {
+  if (!config.multi_node || endpoint || current_round.group_rank != 0 || !shown_report) return;
+  const bool captured = !shown_report->stack_groups.empty() || (own_stacks && own_stacks->attempt == shown_report->restart_count);
+  if (!captured) return;  // no stacks this time (a capture off or failed everywhere): nothing to wait for
+  if (stacks_reads_left == 0) rendezvous->publish_status(view->status().to_json(), true);
+  stacks_reads_left = 30;
+  gather_stacks_later();
+}
+
+void Agent::Impl::gather_stacks_later() {
+  stacks_timer.expires_after(std::chrono::seconds(1));
+  stacks_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (ec || exit_code || stacks_reads_left == 0) return;
+    gather_stacks();
+    const bool every_rank = shown_report && shown_report->stack_groups.rank_count() >= current_round.world_size;
+    if (--stacks_reads_left > 0 && !every_rank) return gather_stacks_later();
+    stacks_reads_left = 0;
+    rendezvous->publish_status(view->status().to_json(), false);  // no more reading back
+  });
 }
 
 }  // namespace crun
