@@ -1074,7 +1074,6 @@ void Agent::Impl::share_status_later() {
   share_timer.async_wait([this](const boost::system::error_code& ec) {
     if (ec || exit_code) return;
     view->share();
-    gather_stacks();
     share_status_later();
   });
 }
@@ -1165,14 +1164,15 @@ void Agent::Impl::stacks_captured(int restart_count, const std::vector<RankStack
 
 // Node rank 0, multi-node: the root cause it showed gets every node's groups of that start of the
 // group it has: those that came with the report, its own, and those in the nodes' status records
-// (read back while the operators' endpoint shares them, or watch_stacks asks for them). When they grow after the report was
-// printed, the new grouping is printed and failure_report.json written again.
+// (watch_stacks). When they grow after the report was printed, the new grouping is printed and
+// failure_report.json written again.
 void Agent::Impl::gather_stacks(bool announce) {
   if (!config.multi_node || !shown_report || current_round.group_rank != 0) return;
   const int attempt = shown_report->restart_count;
   std::vector<StackGroups> parts{shown_report->stack_groups};
   if (own_stacks && own_stacks->attempt == attempt) parts.push_back(*own_stacks);
   for (const auto& record : rendezvous->job_status()) {
+    if (record.find("\"stack_groups\":{") == std::string::npos) continue;  // none: not worth parsing
     const auto node = NodeStatus::from_json(record);
     if (node && node->run_id == config.run_id && node->stack_groups.attempt == attempt) parts.push_back(node->stack_groups);
   }
@@ -1186,15 +1186,15 @@ void Agent::Impl::gather_stacks(bool announce) {
   write_report_file(*shown_report);
 }
 
-// Node rank 0 without the operators' endpoint: nobody reads the nodes' records back, so for up to
-// 30 s after a root cause with stacks it has the rendezvous read them (the records the others
-// publish once they captured, stacks_captured) and merges them every second, until every rank
-// is in.
+// Node rank 0, for up to 30 s after a root cause with stacks: merges the nodes' records every
+// second (gather_stacks), until every rank of the round is in. With the operators' endpoint the
+// records are shared and read back anyway; without it, a node that captured publishes its record
+// once (stacks_captured) and node rank 0 has the rendezvous read them back for that while.
 void Agent::Impl::watch_stacks() {
-  if (!config.multi_node || endpoint || current_round.group_rank != 0 || !shown_report) return;
+  if (!config.multi_node || current_round.group_rank != 0 || !shown_report) return;
   const bool captured = !shown_report->stack_groups.empty() || (own_stacks && own_stacks->attempt == shown_report->restart_count);
   if (!captured) return;  // no stacks this time (a capture off or failed everywhere): nothing to wait for
-  if (stacks_reads_left == 0) rendezvous->publish_status(view->status().to_json(), true);
+  if (stacks_reads_left == 0 && !endpoint) rendezvous->publish_status(view->status().to_json(), true);
   stacks_reads_left = 30;
   gather_stacks_later();
 }
@@ -1207,7 +1207,7 @@ void Agent::Impl::gather_stacks_later() {
     const bool every_rank = shown_report && shown_report->stack_groups.rank_count() >= current_round.world_size;
     if (--stacks_reads_left > 0 && !every_rank) return gather_stacks_later();
     stacks_reads_left = 0;
-    rendezvous->publish_status(view->status().to_json(), false);  // no more reading back
+    if (!endpoint) rendezvous->publish_status(view->status().to_json(), false);  // no more reading back
   });
 }
 
