@@ -10,7 +10,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -1168,17 +1167,9 @@ void Agent::Impl::stacks_captured(int restart_count, const std::vector<RankStack
 // failure_report.json written again.
 void Agent::Impl::gather_stacks(bool announce) {
   if (!config.multi_node || !shown_report || current_round.group_rank != 0) return;
-  const int attempt = shown_report->restart_count;
   std::vector<StackGroups> parts{shown_report->stack_groups};
-  if (own_stacks && own_stacks->attempt == attempt) parts.push_back(*own_stacks);
-  for (const auto& record : rendezvous->job_status()) {
-    if (record.find("\"stack_groups\":{") == std::string::npos) continue;  // none: not worth parsing
-    const auto node = NodeStatus::from_json(record);
-    if (node && node->run_id == config.run_id && node->stack_groups.attempt == attempt) parts.push_back(node->stack_groups);
-  }
-  parts.erase(std::remove_if(parts.begin(), parts.end(), [&](const StackGroups& g) { return g.empty() || g.attempt != attempt; }),
-              parts.end());
-  StackGroups merged = merge_stack_groups(parts);
+  if (own_stacks) parts.push_back(*own_stacks);
+  StackGroups merged = merged_stack_groups(rendezvous->job_status(), config.run_id, shown_report->restart_count, std::move(parts));
   if (merged.empty() || merged == shown_report->stack_groups) return;
   const bool printed = !shown_report->stack_groups.empty();
   shown_report->stack_groups = std::move(merged);

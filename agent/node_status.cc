@@ -200,4 +200,15 @@ std::string job_json(const NodeStatus& self, const std::vector<std::string>& pub
   return json{{"node", node_json(self)}, {"job", std::move(job)}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+StackGroups merged_stack_groups(const std::vector<std::string>& published, const std::string& run_id, int attempt,
+                                std::vector<StackGroups> parts) {
+  for (const auto& text : published) {
+    if (text.find("\"stack_groups\":{") == std::string::npos) continue;  // none: not worth parsing
+    auto s = NodeStatus::from_json(text);
+    if (s && s->run_id == run_id) parts.push_back(std::move(s->stack_groups));
+  }
+  std::erase_if(parts, [attempt](const StackGroups& g) { return g.empty() || g.attempt != attempt; });
+  return merge_stack_groups(parts);
+}
+
 }  // namespace crun

@@ -95,4 +95,11 @@ struct NodeStatus {
 // records that do not parse are left out, `self` replaces its own older record.
 std::string job_json(const NodeStatus& self, const std::vector<std::string>& published);
 
+// Node rank 0's merge of the stacks before a kill (agent/stack_groups.h): `parts` (what it holds
+// itself) and the stack_groups of `attempt` in every published record of run `run_id`, merged;
+// records that do not parse, of another run or attempt, or with none, are left out (one without
+// "stack_groups":{ is not parsed at all).
+StackGroups merged_stack_groups(const std::vector<std::string>& published, const std::string& run_id, int attempt,
+                                std::vector<StackGroups> parts);
+
 }  // namespace crun

@@ -384,3 +384,24 @@ TEST_CASE("stack groups in /status: each node's record, the job's merge; the vie
   CHECK(json::parse(view.status().last_failure).count("stack_groups") == 0);
   CHECK(view.status().stack_groups == r.stack_groups);
 }
+
+TEST_CASE("merged_stack_groups: node rank 0's merge of its own groups and the published records'", "[operator_view]") {
+  NodeStatus other = sample_node(1, "b");
+  other.stack_groups = node_stacks(4, 6, 1);
+  NodeStatus older = sample_node(2, "c");
+  older.stack_groups = node_stacks(8, 9, 0);  // another attempt
+  NodeStatus foreign = sample_node(3, "d");
+  foreign.run_id = "another-job";
+  foreign.stack_groups = node_stacks(12, 13, 1);
+  const NodeStatus none = sample_node(4, "e");
+  const std::vector<std::string> published{other.to_json(), older.to_json(), foreign.to_json(), none.to_json(), "garbage"};
+  const auto own = node_stacks(0, -1, 1);
+  const auto merged = merged_stack_groups(published, "job", 1, {own, StackGroups{}});
+  CHECK(merged == merge_stack_groups({own, other.stack_groups}));
+  CHECK(merged.rank_count() == 8);
+  CHECK(merged.odd_one_out()->ranks_text() == "rank 6");
+  // The same records again (what the report brought and the record both hold): nothing changes.
+  CHECK(merged_stack_groups(published, "job", 1, {merged, own, other.stack_groups}) == merged);
+  CHECK(merged_stack_groups(published, "job", 0, {own}).rank_count() == 4);  // attempt 0: only node c's
+  CHECK(merged_stack_groups({}, "job", 1, {}).empty());
+}
