@@ -1,7 +1,8 @@
 // Fuzzes what an operator's tools read from the network: a node's published status (another
 // agent's record, agent/node_status.h) and the /status document `crun status` prints
 // (launcher/status_command.h). The first byte picks which. A record that parses survives
-// to_json -> from_json -> to_json unchanged and merges into job_json; a document that is not
+// to_json -> from_json -> to_json unchanged and merges into job_json (its grouped stacks, merged as
+// node rank 0 merges them, stay within their bound); a document that is not
 // /status's may only throw std::runtime_error.
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     self.run_id = s->run_id;
     self.node_id = "self";
     (void)crun::job_json(self, {text, once});
+    const auto merged = crun::merged_stack_groups({text, once}, s->run_id, s->stack_groups.attempt, {s->stack_groups});
+    if (merged.to_json().size() > crun::kMaxJsonBytes) std::abort();
   } else {
     try {
       (void)crun::format_job_status(text);
