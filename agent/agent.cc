@@ -239,9 +239,9 @@ struct Agent::Impl {
   bool start_operator_view();
   void share_status_later();
   std::optional<std::int64_t> highest_step() const;
-  // The one call the capture makes: the stacks of this node's workers of group start
-  // `restart_count`, taken before the kill. Call it before the failure is published
-  // (PublishFailure) for the root cause node's groups to travel in its report.
+  // The capture's result (capture_stacks): the stacks of this node's workers of group start
+  // `restart_count`, taken before the kill, grouped; before the held actions run, so that a root
+  // cause node's published failure (PublishFailure) carries its groups.
   void stacks_captured(int restart_count, const std::vector<RankStack>& stacks);
   void gather_stacks(bool announce = true);
   void watch_stacks();
@@ -1256,7 +1256,10 @@ bool Agent::Impl::capture_stacks(std::optional<int> focus_local_rank, std::funct
       log_line("rank " + std::to_string(s.rank) + " (local rank " + std::to_string(s.local_rank) + ") was in " +
                (where.empty() ? "an unknown place" : where) + (s.error.empty() ? "" : " (" + s.error + ")"));
     }
-    if (group && restart == machine.restart_count()) group_stacks = std::move(stacks);  // else: a later group's now
+    if (group && restart == machine.restart_count()) {  // else: a later group's now
+      group_stacks = std::move(stacks);
+      stacks_captured(restart, *group_stacks);  // grouped before the held actions publish the failure
+    }
     auto waiting = std::move(after_capture);
     after_capture.clear();
     for (auto& f : waiting) {

@@ -84,10 +84,18 @@ std::string_view trim_right(std::string_view s) {
   return s;
 }
 
+// A frame of the C runtime: agent/stack_text.h marks them with a trailing " [MODULE]".
+bool c_runtime(std::string_view frame) {
+  frame = trim_right(frame);
+  return frame.size() > 3 && frame.back() == ']' && frame.rfind(" [") != std::string_view::npos;
+}
+
 // The function name of a frame: "stuck_here (train.py:12)" -> "stuck_here",
-// "crun::all_reduce(float*, int) (runtime.cc:40)" -> "crun::all_reduce".
+// "crun::all_reduce(float*, int) (runtime.cc:40)" -> "crun::all_reduce",
+// "__libc_pause (pause.c:29) [libc.so.6]" -> "__libc_pause", "?? (libfoo.so)" -> "??".
 std::string_view function_name(std::string_view frame) {
   std::string_view s = trim_right(frame);
+  if (c_runtime(s)) s = trim_right(s.substr(0, s.rfind(" [")));
   for (int round = 0; round < 2 && !s.empty() && s.back() == ')'; ++round) {
     int depth = 0;
     std::size_t open = std::string_view::npos;
@@ -114,7 +122,7 @@ std::string summary_of(const std::vector<std::string>& frames, bool python) {
   std::size_t taken = 0;
   for (const auto& f : frames) {
     const auto name = function_name(f);
-    if (!python && !meaningful_native(name)) continue;
+    if (!python && (c_runtime(f) || !meaningful_native(name))) continue;
     if (taken++ > 0) out += kArrow;
     out += name;
     if (taken == kSummaryFrames) break;
@@ -172,7 +180,7 @@ StackGroup entry_of(const RankStack& s) {
     key = "error\n" + g.error;
   } else if (!s.python_threads.empty()) {
     g.python = true;
-    const auto main_thread = normalized(s.python_threads.front());
+    const auto main_thread = normalized(s.python_threads.back());  // faulthandler lists it last
     key = "python\n" + joined(main_thread);
     g.summary = summary_of(main_thread, true);
     g.threads.push_back(shown_frames(main_thread));

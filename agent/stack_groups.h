@@ -8,7 +8,8 @@
 //       * its capture error, when `error` is not "" (what was had with it is not compared): ranks
 //         whose capture failed with the same text form one entry of their own;
 //       * else, for a Python rank (python_threads not empty), its Python main thread's frames
-//         only: python_threads.front(), so the capture must list the main thread first;
+//         only: python_threads.back(), the main thread, which faulthandler lists last
+//         (agent/stack_text.h);
 //       * else the set of its native threads' stacks (each thread's frames, the threads in any
 //         order), so two native ranks are equal when every thread of one has its twin in the other;
 //       * a rank with neither stacks nor error counts as the error "no stack captured".
@@ -18,8 +19,9 @@
 //   - An entry's summary: its shown thread's innermost meaningful frames, at most 3, function
 //     names only (a trailing "(file:line)" and argument list dropped), joined by " ← "
 //     ("all_reduce ← train_step ← main"). Python frames all count; native frames skip unknown
-//     ones ("??") and the C and C++ runtimes' ("_..." and "std::..." names); when none is left,
-//     the innermost frame. An error entry's summary is "no stack: <error>".
+//     ones ("??", "?? (libfoo.so)") and the C and C++ runtimes' (a frame agent/stack_text.h
+//     marks " [libc.so.6]", and "_..." and "std::..." names); when none is left, the innermost
+//     frame. An error entry's summary is "no stack: <error>".
 //   - Order: stack entries by rank count, most first, ties by lowest rank; then error entries in
 //     the same order. The odd one out is the one stack entry with strictly the fewest ranks,
 //     when there are at least two stack entries; on a tie for the fewest no entry is named (two

@@ -205,6 +205,9 @@ TEST_CASE("failure report: this node's stacks, in the JSON and back, the root ca
   CHECK_THAT(r.format_text(), Catch::Contains("crun:   stack: rank 5 was in stuck_here (x.py:12)\n"));
   std::string bad = r.to_json();
   bad.replace(bad.find("\"threads\": [") + 12, 0, "7, ");
+  CHECK_FALSE(FailureReport::from_json(bad));
+}
+
 TEST_CASE("failure report: the stacks grouped across ranks, in the text, the JSON and back", "[failure_report]") {
   FailureReport r;
   r.rank = 6;

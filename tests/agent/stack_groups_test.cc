@@ -16,7 +16,8 @@ RankStack python_rank(int rank, std::vector<std::string> main_thread) {
   s.rank = rank;
   s.local_rank = rank % 8;
   s.pid = 1000 + rank;
-  s.python_threads = {std::move(main_thread), {"wait (threading.py:320)", "run (pin_memory.py:50)"}};
+  // faulthandler lists the main thread last (agent/stack_text.h)
+  s.python_threads = {{"wait (threading.py:320)", "run (pin_memory.py:50)"}, std::move(main_thread)};
   s.threads = {{"0x7f00" + std::to_string(rank) + " ??", "_PyEval_EvalFrameDefault"}};  // not compared for Python
   return s;
 }
@@ -138,6 +139,10 @@ TEST_CASE("stack groups: native ranks compare the set of their threads; addresse
   REQUIRE(group_stacks({a, e}, 0).groups.size() == 2);
   // Only runtime frames: the innermost one stands for the summary.
   REQUIRE(group_stacks({native_rank(0, {{"__poll", "_start"}})}, 0).groups[0].summary == "__poll");
+  // Frames as agent/stack_text.h writes them: the C runtime's marked, unknown ones with their module.
+  const auto marked = group_stacks({native_rank(0, {{"pause (pause.c:29) [libc.so.6]", "?? (libfoo.so)",
+                                                      "stuck_in_native (hang.cc:9)", "main (hang.cc:20)", "__libc_start_call_main [libc.so.6]"}})}, 0);
+  REQUIRE(marked.groups[0].summary == "stuck_in_native \xe2\x86\x90 main");
 }
 
 TEST_CASE("stack groups: bounds on frames, threads, text, ranges and groups", "[stack_groups]") {
