@@ -32,11 +32,16 @@ FailureReport assemble_failure_report(const WorkerExit& exit, RootCauseFacts fac
 
 std::string write_failure_report(const FailureReport& report, const std::string& path) {
   const std::string json = report.to_json();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot create " + path + ": " + std::strerror(errno);
+  // Written beside and renamed over: node rank 0 rewrites it as other nodes' stacks arrive, and a
+  // reader never sees it half written.
+  const std::string temp = path + ".new";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create " + temp + ": " + std::strerror(errno);
   std::string why;
-  if (!write_all(fd, json.data(), json.size())) why = "cannot write " + path + ": " + std::strerror(errno);
+  if (!write_all(fd, json.data(), json.size())) why = "cannot write " + temp + ": " + std::strerror(errno);
   ::close(fd);
+  if (why.empty() && ::rename(temp.c_str(), path.c_str()) != 0) why = "cannot rename " + temp + " to " + path + ": " + std::strerror(errno);
+  if (!why.empty()) ::unlink(temp.c_str());
   return why;
 }
 

@@ -8,8 +8,9 @@
 //     traceback of its error file (read now: "" when absent or unreadable), its stderr tail,
 //     what the watchdog did to it and its request (CRUN_CONTROL_FILE: why it ended the group). `restarting` and `no_progress` are left false: the decision's,
 //     set by the caller.
-//   - write_failure_report(report, path): report.to_json() into `path` (created or truncated);
-//     "" when written, else one line saying why not.
+//   - write_failure_report(report, path): report.to_json() into `path` (written to "<path>.new"
+//     and renamed over it: a reader sees the old report or the new one, whole); "" when written,
+//     else one line saying why not.
 //
 // Threading
 //   Any thread; assemble reads one file, write_failure_report writes one.

@@ -8,6 +8,7 @@
 #include <thread>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -887,4 +888,61 @@ TEST_CASE("another node's failure: this node takes its workers' stacks before it
   // pause() ends at SIGTERM: two complete stacks mean they were taken first.
   CHECK_THAT(a.err(), Catch::Contains("took the stacks of 2 local worker(s)") && !Catch::Contains("incomplete"));
   CHECK_THAT(b.err(), Catch::Contains("took the stacks of 1 local worker(s)") && !Catch::Contains("incomplete"));
+}
+
+// Stacks grouped across ranks (docs/operations.md, "Grouped across ranks"): 2 hosts x 4 ranks, every
+// rank waiting in hang_in_named_function() but rank 6 (node 1's local rank 2), which waits in
+// hang_elsewhere(); node 1's local rank 1 (rank 5) fails. Each node takes its running workers'
+// stacks; node rank 0 merges its own with node 1's (read back from node 1's record: the operators'
+// endpoint is off) and names rank 6 the odd one out, on its console and in its failure_report.json.
+TEST_CASE("stacks grouped across ranks: node rank 0 merges both nodes' and names the odd rank", "[stacks]") {
+  Cluster cl(2);
+  char dir[] = "/tmp/crun-stack-groups-XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const auto flags = [&](int node_rank) {
+    auto f = c10d("2", 4, "", 1);
+    f.insert(f.end(), {"--node-rank", std::to_string(node_rank), "--log-dir", std::string(dir) + "/n" + std::to_string(node_rank)});
+    return f;
+  };
+  auto& a = cl.crun(1, flags(0), {"--hang-in-named-function"});
+  auto& b = cl.crun(2, flags(1), {"--only-rank", "1", "--fail-before-restart", "1", "--fail-on-signal", "SIGUSR1", "--raise",
+                                  "SIGSEGV", "--hang-in-named-function", "--hang-elsewhere-rank", "2"});
+  REQUIRE(a.wait_for_stdout("ready rank=", 4));
+  REQUIRE(b.wait_for_stdout("ready rank=", 4));
+  int failing = -1;
+  for (const auto& line : lines(b.out())) {
+    int rank = -1, pid = -1;
+    if (std::sscanf(line.c_str(), "ready rank=%d pid=%d", &rank, &pid) == 2 && rank == 5) failing = pid;
+  }
+  REQUIRE(failing > 0);
+  ::kill(failing, SIGUSR1);
+  // Node 0: its own 4 ranks first, then node 1's 3 (rank 5 had ended), as they reach it.
+  REQUIRE(err_has(a, "crun:   stacks before the kill, grouped across 7 rank(s):\n", 45s));
+  const std::string arrow = " \xe2\x86\x90 ";
+  CHECK_THAT(a.err(), Catch::Contains("crun:     ranks 0-4, 7: hang_in_named_function" + arrow + "main\n") &&
+                          Catch::Contains("crun:     rank 6 (the odd one out): hang_elsewhere" + arrow + "main\n"));
+  // The root cause's node: its own ranks.
+  CHECK_THAT(b.err(), Catch::Contains("crun:     ranks 4, 7: hang_in_named_function" + arrow + "main\n") &&
+                          Catch::Contains("crun:     rank 6 (the odd one out): hang_elsewhere" + arrow + "main\n"));
+  // Node 0's failure_report.json: the merged groups (written just after the lines are printed).
+  nlohmann::json groups;
+  const auto merged_report = [&] {
+    for (const auto& run : std::filesystem::directory_iterator(std::string(dir) + "/n0")) {
+      const auto file = run.path() / "failure_report.json";
+      if (!std::filesystem::exists(file)) continue;
+      groups = nlohmann::json::parse(read_file(file.string()))["stack_groups"];
+      return groups.is_object() && groups["rank_count"] == 7;
+    }
+    return false;
+  };
+  eventually(merged_report, 10s);
+  INFO(groups.dump());
+  REQUIRE(groups.is_object());
+  CHECK(groups["rank_count"] == 7);
+  REQUIRE(groups["groups"].size() == 2);
+  CHECK(groups["groups"][0]["ranks"] == nlohmann::json::parse("[[0,4],[7,7]]"));
+  CHECK(groups["groups"][1]["ranks"] == nlohmann::json::parse("[[6,6]]"));
+  CHECK(groups["groups"][1]["odd_one_out"] == true);
+  terminate_host_last({&a, &b});
+  std::filesystem::remove_all(dir);
 }

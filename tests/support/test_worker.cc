@@ -21,6 +21,8 @@
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
 //   --hang-in-named-function  --hang, waiting inside hang_in_named_function() (never inlined):
 //                          the frame a stack capture names
+//   --hang-elsewhere-rank R  with --hang-in-named-function: LOCAL_RANK R waits inside
+//                          hang_elsewhere() instead (the odd rank of the grouping tests)
 //   --unkillable-rank R    in the first attempt (restart 0), LOCAL_RANK R has a tracer (its child,
 //                          in a session of its own) hold it at its exit: SIGKILL leaves it stopped,
 //                          unreaped, as uninterruptible sleep would; print "unkillable rank=<r>
@@ -227,6 +229,12 @@ void become_unkillable() {
   asm volatile("");  // a frame of its own, whatever the optimiser thinks of the loop
 }
 
+// Where --hang-elsewhere-rank's rank waits instead.
+[[gnu::noinline]] void hang_elsewhere() {
+  while (true) ::pause();
+  asm volatile("");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -239,7 +247,7 @@ int main(int argc, char** argv) {
   bool print_env = false, hang = false, bind_master = false, named_hang = false;
   long lines = 0, err_lines = 0;
   int only_rank = -1, fail_before = -1, exit_code = -1, raise_sig = 0, unkillable_rank = -1, hang_before = -1,
-      hang_unless_world = -1, fail_on_signal = 0;
+      hang_unless_world = -1, fail_on_signal = 0, elsewhere_rank = -1;
   std::string stamp, error_msg, last_words;
   std::vector<std::string> control_lines;
   bool has_error_file = false, has_last_words = false;
@@ -269,6 +277,7 @@ int main(int argc, char** argv) {
     else if (a == "--fail-on-signal") fail_on_signal = signum(next());
     else if (a == "--hang") hang = true;
     else if (a == "--hang-in-named-function") hang = named_hang = true;
+    else if (a == "--hang-elsewhere-rank") elsewhere_rank = std::atoi(next().c_str());
     else if (a == "--unkillable-rank") unkillable_rank = std::atoi(next().c_str());
     else if (a == "--hang-before-restart") hang_before = std::atoi(next().c_str());
     else if (a == "--hang-unless-world") { hang = true; hang_unless_world = std::atoi(next().c_str()); }
@@ -370,6 +379,7 @@ int main(int argc, char** argv) {
   if (hang && (hang_before < 0 || restart < hang_before) && !world_reached) {
     std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
     std::fflush(stdout);
+    if (named_hang && local_rank == elsewhere_rank) hang_elsewhere();
     if (named_hang) hang_in_named_function();
     while (true) ::pause();
   }
