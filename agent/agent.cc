@@ -240,8 +240,9 @@ struct Agent::Impl {
   void share_status_later();
   std::optional<std::int64_t> highest_step() const;
   // The capture's result (capture_stacks): the stacks of this node's workers of group start
-  // `restart_count`, taken before the kill, grouped; before the held actions run, so that a root
-  // cause node's published failure (PublishFailure) carries its groups.
+  // `restart_count`, taken before the kill, grouped, before the held actions run. A failure
+  // published after it (a file timer's capture comes before the exit it causes) carries them;
+  // one published first (the usual order) does not, and node rank 0 reads them from the record.
   void stacks_captured(int restart_count, const std::vector<RankStack>& stacks);
   void gather_stacks(bool announce = true);
   void watch_stacks();
