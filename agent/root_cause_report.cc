@@ -33,12 +33,12 @@ FailureReport assemble_failure_report(const WorkerExit& exit, RootCauseFacts fac
 std::string write_failure_report(const FailureReport& report, const std::string& path) {
   const std::string json = report.to_json();
   // Written beside and renamed over: node rank 0 rewrites it as other nodes' stacks arrive, and a
-  // reader never sees it half written.
+  // reader never sees it half written. A failure names the report, not its temporary copy.
   const std::string temp = path + ".new";
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return "cannot create " + temp + ": " + std::strerror(errno);
+  if (fd < 0) return "cannot write " + path + ": " + std::strerror(errno);
   std::string why;
-  if (!write_all(fd, json.data(), json.size())) why = "cannot write " + temp + ": " + std::strerror(errno);
+  if (!write_all(fd, json.data(), json.size())) why = "cannot write " + path + ": " + std::strerror(errno);
   ::close(fd);
   if (why.empty() && ::rename(temp.c_str(), path.c_str()) != 0) why = "cannot rename " + temp + " to " + path + ": " + std::strerror(errno);
   if (!why.empty()) ::unlink(temp.c_str());

@@ -264,12 +264,22 @@ TEST_CASE("stacks: a Python worker hung in stuck_here() is named, every thread's
 TEST_CASE("stacks: crun run by an unprivileged user takes them too (no Yama here: ptrace_scope=1 untested)", "[stacks]") {
   TempDir dir;
   REQUIRE(::chmod(dir.path.c_str(), 0777) == 0);
-  ChildProcess p({"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", CRUN_BIN, "--nproc-per-node", "2",
-                  "--initial-heartbeat-timeout", "1", "--log-dir", (dir.path / "logs").string(), "--no-python", CRUN_TEST_WORKER,
-                  "--hang-in-named-function"},
+  // The programs copied where nobody reaches them: the build tree may lie under a folder only root
+  // may enter (a clone in a mktemp -d). crun-keeper goes beside crun, where crun looks for it.
+  const fs::path bin = dir.path / "bin";
+  fs::create_directories(bin);
+  fs::copy_file(CRUN_BIN, bin / "crun");
+  fs::copy_file(fs::path(CRUN_BIN).parent_path() / "crun-keeper", bin / "crun-keeper");
+  fs::copy_file(CRUN_TEST_WORKER, bin / "crun_test_worker");
+  REQUIRE(::chmod(bin.c_str(), 0755) == 0);
+  ChildProcess p({"/usr/bin/setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", (bin / "crun").string(),
+                  "--nproc-per-node", "2", "--initial-heartbeat-timeout", "1", "--log-dir", (dir.path / "logs").string(),
+                  "--no-python", (bin / "crun_test_worker").string(), "--hang-in-named-function"},
                  {"CRUN_NO_CGROUP=1", "HOME=" + dir.path.string()});
-  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+  const auto code = p.wait_exit(std::chrono::seconds(30));
   INFO(p.err());
+  REQUIRE(code.has_value());
+  REQUIRE(*code == 137);
   CHECK(std::regex_search(p.err(), std::regex(R"(crun: rank \d \(local rank \d\) was in hang_in_named_function)")));
   const auto report = read_report(dir.path / "logs");
   for (int rank : {0, 1}) {
