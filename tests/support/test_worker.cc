@@ -223,7 +223,11 @@ void become_unkillable() {
   std::fflush(stdout);
 }
 
+}  // namespace
+
 // Where --hang-in-named-function waits: a frame of its own, with its name, for the stack tests.
+// Outside the anonymous namespace: clang's debug information would name it
+// "(anonymous namespace)::hang_in_named_function()", g++'s "hang_in_named_function".
 [[gnu::noinline]] void hang_in_named_function() {
   while (true) ::pause();
   asm volatile("");  // a frame of its own, whatever the optimiser thinks of the loop
@@ -234,8 +238,6 @@ void become_unkillable() {
   while (true) ::pause();
   asm volatile("");
 }
-
-}  // namespace
 
 int main(int argc, char** argv) {
   g_rank = std::atoi(env("RANK").c_str());
