@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -23,6 +25,22 @@ namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// True when `pid` has a handler for `signo` now (/proc/PID/status SigCgt): the dump signal goes
+// only to a worker that would catch it; its default action ends the process.
+bool catches_signal(int pid, int signo) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  std::string text;
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0 && text.size() < 65536;) text.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const auto at = text.find("\nSigCgt:");
+  if (at == std::string::npos) return false;
+  const unsigned long long caught = std::strtoull(text.c_str() + at + 8, nullptr, 16);
+  return signo >= 1 && signo <= 64 && ((caught >> (signo - 1)) & 1ULL) != 0;
+}
 
 constexpr std::chrono::milliseconds kQuiet{100};  // no write for this long: the dump is over
 
@@ -84,6 +102,8 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
   // Sends the dump signal when the worker registered for it; false when no dump is awaited.
   bool start_python(Slot& s) {
     if (s.target.python_dump.empty() || options.python_signal <= 0) return false;
+    // A worker that exec'd another program keeps its pid and its file but not the handler.
+    if (!catches_signal(s.target.pid, options.python_signal)) return false;
     const int file = ::open(s.target.python_dump.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
     if (file < 0) return false;  // not registered (yet): a signal would end it
     ::close(file);

@@ -4,7 +4,9 @@
 // Contract
 //   - run(targets, done): for each target at once, and all within `timeout` of the call:
 //       Python (CaptureTarget::python_dump non-empty and that file there, i.e. the worker
-//       registered faulthandler: agent/python_stacks.h): the file is emptied, the worker is sent
+//       registered faulthandler: agent/python_stacks.h) and the worker catching `python_signal` now
+//       (/proc/PID/status SigCgt: one that exec'd another program keeps its pid and file, not the
+//       handler): the file is emptied, the worker is sent
 //       `python_signal`, and the dump is read once it has plainly ended (stack_text.h's
 //       faulthandler_done), or 100 ms after its last write (faulthandler writes no end mark; a
 //       dump is written in one go by the signal handler, so a pause that long means it is over), or

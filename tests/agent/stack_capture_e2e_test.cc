@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -259,6 +260,38 @@ TEST_CASE("stacks: a Python worker hung in stuck_here() is named, every thread's
     CHECK((*s)["python_threads"].empty());
     CHECK(!(*s)["threads"].empty());
   }
+}
+
+TEST_CASE("stacks: a Python worker that exec'd another program gets no dump signal (its default action would end it)",
+          "[stacks]") {
+  TempDir dir;
+  const fs::path script = dir.path / "execs.py";
+  {
+    std::ofstream out(script);
+    // Rank 1 becomes sh, then sleep: the same pid, its dump file still there, no handler any more.
+    // Rank 0 fails once that exec is done (sh's file says so), which takes rank 1's stacks.
+    out << "import os, sys, time\n"
+           "sync = os.path.join(" << std::quoted(dir.path.string()) << ", 'execd')\n"
+           "if os.environ['RANK'] == '1':\n"
+           "    os.execv('/bin/sh', ['sh', '-c', 'touch \"$0\"; exec sleep 1000', sync])\n"
+           "deadline = time.monotonic() + 30\n"
+           "while not os.path.exists(sync) and time.monotonic() < deadline:\n"
+           "    time.sleep(0.01)\n"
+           "sys.exit(1)\n";
+  }
+  ChildProcess p({CRUN_BIN, "--nproc-per-node", "2", "--log-dir", (dir.path / "logs").string(), script.string()},
+                 {"PYTHON_EXEC=/usr/bin/python3"});
+  const auto code = p.wait_exit(std::chrono::seconds(30));
+  INFO(p.err());
+  REQUIRE(code.has_value());
+  CHECK(*code == 1);
+  CHECK(fs::exists(dir.path / "execd"));
+  const auto report = read_report(dir.path / "logs");
+  const auto* s = stacks_of(report, 1);
+  REQUIRE(s != nullptr);
+  CHECK((*s)["error"] == "");  // sent the signal, sleep would have died of it: no dump, no eu-stack
+  CHECK((*s)["python_threads"].empty());
+  CHECK(!(*s)["threads"].empty());
 }
 
 TEST_CASE("stacks: crun run by an unprivileged user takes them too (no Yama here: ptrace_scope=1 untested)", "[stacks]") {
