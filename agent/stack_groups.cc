@@ -8,6 +8,8 @@
 #include <set>
 #include <utility>
 
+#include "agent/stack_text.h"
+
 namespace crun {
 namespace {
 
@@ -112,17 +114,12 @@ std::string_view function_name(std::string_view frame) {
   return s.empty() ? trim_right(frame) : s;
 }
 
-bool meaningful_native(std::string_view name) {
-  return !name.empty() && name != "??" && name.front() != '_' && !name.starts_with("std::") &&
-         !name.starts_with("__gnu_cxx::");
-}
-
 std::string summary_of(const std::vector<std::string>& frames, bool python) {
   std::string out;
   std::size_t taken = 0;
   for (const auto& f : frames) {
     const auto name = function_name(f);
-    if (!python && (c_runtime(f) || !meaningful_native(name))) continue;
+    if (!python && !own_frame(f)) continue;
     if (taken++ > 0) out += kArrow;
     out += name;
     if (taken == kSummaryFrames) break;

@@ -162,17 +162,26 @@ bool faulthandler_done(std::string_view text) {
   return func == "<module>" || func == "_run_module_as_main";
 }
 
+bool own_frame(std::string_view frame) {
+  if (frame.empty() || frame.back() == ']') return false;  // the C runtime's, marked
+  if (starts_with(frame, "??") || frame.find(" ??") != std::string_view::npos) return false;  // unnamed
+  return frame.front() != '_' && !starts_with(frame, "std::") && !starts_with(frame, "__gnu_cxx::");
+}
+
 std::string where_text(const RankStack& stack) {
   for (auto it = stack.python_threads.rbegin(); it != stack.python_threads.rend(); ++it) {
     if (!it->empty()) return it->front();
   }
   if (stack.threads.empty() || stack.threads.front().empty()) return "";
-  for (const auto& frame : stack.threads.front()) {
-    const bool runtime = !frame.empty() && frame.back() == ']';
-    const bool unnamed = frame.rfind("?? (", 0) == 0 || frame.find(" ??") != std::string::npos;
-    if (!runtime && !unnamed) return frame;
+  const auto& frames = stack.threads.front();
+  for (const auto& frame : frames) {
+    if (own_frame(frame)) return frame;
   }
-  return stack.threads.front().front();
+  for (const auto& frame : frames) {  // none of the program's own: the first named, not the C runtime's
+    const bool unnamed = frame.rfind("??", 0) == 0 || frame.find(" ??") != std::string::npos;
+    if (!frame.empty() && frame.back() != ']' && !unnamed) return frame;
+  }
+  return frames.front();
 }
 
 }  // namespace crun

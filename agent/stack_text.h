@@ -16,10 +16,14 @@
 //     "FUNC (F:N)" with F's last path component. "  <no Python frame>" and "  ..." add no frame.
 //   - faulthandler_done(text): the dump plainly ended: its last line is the outermost frame of
 //     the main thread (listed last), "<module>" or runpy's "_run_module_as_main".
+//   - own_frame(frame): a native frame of the program itself: named, not the C runtime's (marked),
+//     not an implementation's reserved name (a leading '_': __libc_*, a sanitizer's
+//     __interceptor_*; std::, __gnu_cxx::). The one rule for where_text and the groups' summaries.
 //   - where_text(stack): one place for a console line: the innermost frame of the main thread's
-//     Python stack (the last listed) when there is one, else the innermost frame of the first
-//     native thread (the main thread: eu-stack lists by thread id) that has a name and is not the
-//     C runtime's (its innermost frame when none has); "" when nothing was captured.
+//     Python stack (the last listed) when there is one, else the innermost own_frame of the first
+//     native thread (the main thread: eu-stack lists by thread id); without one, its innermost
+//     named frame that is not the C runtime's (an interpreter's _PyEval_EvalFrameDefault), else
+//     its innermost frame; "" when nothing was captured.
 //   - Input of any size and content is fine (a parser of outside text: tests/fuzz/stack_text);
 //     the output is bounded by the input.
 //
@@ -40,6 +44,7 @@ using StackThreads = std::vector<std::vector<std::string>>;
 StackThreads parse_eu_stack(std::string_view text, std::string* complaint = nullptr);
 StackThreads parse_faulthandler(std::string_view text);
 bool faulthandler_done(std::string_view text);
+bool own_frame(std::string_view frame);
 std::string where_text(const RankStack& stack);
 
 }  // namespace crun

@@ -62,6 +62,8 @@ TEST_CASE("stack text: eu-stack's threads and frames, names and lines, no addres
   CHECK(where_text(s) == "hang_in_named_function() (h.cc:3)");  // past the C runtime's frames
   s.threads = {{"?? (python3.11)", "0x00007fcf33ea71f5 ??", "_PyEval_EvalFrameDefault"}};
   CHECK(where_text(s) == "_PyEval_EvalFrameDefault");  // past the frames without a name
+  s.threads = {{"__interceptor_pause", "std::this_thread::sleep_for<long>", "hang_in_named_function() (h.cc:3)", "main"}};
+  CHECK(where_text(s) == "hang_in_named_function() (h.cc:3)");  // past a sanitizer's and the library's frames
   s.threads = {{"__libc_pause [libc.so.6]"}};
   CHECK(where_text(s) == "__libc_pause [libc.so.6]");  // nothing else: the innermost
   CHECK(where_text(RankStack{}).empty());
