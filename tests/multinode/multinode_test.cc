@@ -806,7 +806,7 @@ TEST_CASE("--precheck on healthy hosts: the workers start in round 0, restart 0"
 // (host 3) takes its node rank; the job finishes. The compute part is made longer
 // (CRUN_PRECHECK_REPEAT) so the spare is waiting before the slow host's request arrives and the
 // machine's noise cannot bring a several-fold difference under 1.5x.
-TEST_CASE("--precheck: a slowed host is reported slow and kept out; the spare takes its node rank", "[precheck]") {
+TEST_CASE("--precheck: a slowed host is reported slow and kept out; the spare takes its node rank", "[precheck_slow]") {
   Cluster cl(3);
   ExclusionJob job;
   auto busy = busy_loops_on_cpu1();
@@ -847,7 +847,7 @@ TEST_CASE("--precheck: a slowed host is reported slow and kept out; the spare ta
 
 // The same slowed host without a spare: nothing can replace it, the job closes with exit 9
 // (kExitNodeUnhealthy) on both hosts, and no worker ever started.
-TEST_CASE("--precheck: a slowed host with no spare closes the job with exit 9", "[precheck]") {
+TEST_CASE("--precheck: a slowed host with no spare closes the job with exit 9", "[precheck_slow]") {
   Cluster cl(2);
   ExclusionJob job;
   auto busy = busy_loops_on_cpu1();
