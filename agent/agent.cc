@@ -1217,7 +1217,7 @@ void Agent::Impl::start_stack_capture() {
   if (!eu_stack) log_line("eu-stack (elfutils) not found on PATH: no native stacks before a kill");
   o.eu_stack = eu_stack.value_or("");
   stack_capture = std::make_unique<StackCapture>(io, std::move(o));
-  if (config.python_stacks && python_program(config.worker_argv)) python_stacks_dir = run_dir.path() / "python_stacks";
+  if (config.python_stacks) python_stacks_dir = run_dir.path() / "python_stacks";
 }
 
 // The running workers' stacks, once per group, then `then`; false (and `then` not kept) when no

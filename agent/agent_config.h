@@ -118,8 +118,9 @@ struct AgentConfig {
   std::optional<std::chrono::milliseconds> pg_timeout;
 
   // Stacks before the kill (agent/stack_capture.h): the bound on capturing every local worker's
-  // stacks before a stop crun starts itself (0: no capture); python_stacks: Python workers also
-  // dump their Python stacks (agent/python_stacks.h; --no-python-stacks turns it off).
+  // stacks before a stop crun starts itself (0: no capture); python_stacks: the workers are a
+  // Python program (the launcher's runs_python) that also dumps its Python stacks
+  // (agent/python_stacks.h; --no-python-stacks turns it off).
   std::chrono::milliseconds capture_timeout{5000};
   bool python_stacks = true;
 };

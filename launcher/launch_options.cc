@@ -58,7 +58,7 @@ LaunchOptions to_launch_options(const LaunchPlan& plan) {
   c.heartbeat_auto_ceiling = pg_timeout_ceiling(plan.pg_timeout_in_effect.value);
   c.pg_timeout = plan.pg_timeout.value;
   c.capture_timeout = plan.capture_timeout.value;
-  c.python_stacks = plan.python_stacks.value;
+  c.python_stacks = plan.python_stacks.value && plan.runs_python;  // a native worker's environment stays torchrun's
   // Multi-node the coordinator owns the rule; progress is measured in heartbeat steps.
   if (c.multi_node && (c.heartbeat_timeout.count() > 0 || c.initial_heartbeat_timeout.count() > 0 || c.heartbeat_auto)) {
     c.multi_node->rendezvous.no_progress_limit = c.max_no_progress_restarts;

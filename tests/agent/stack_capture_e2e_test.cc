@@ -294,6 +294,17 @@ TEST_CASE("stacks: a Python worker that exec'd another program gets no dump sign
   CHECK(!(*s)["threads"].empty());
 }
 
+TEST_CASE("stacks: a native worker's environment is left as torchrun gives it (no Python stacks' variables)", "[stacks]") {
+  // Arguments a Python command line could have: only the launcher's runs_python makes it Python.
+  ChildProcess p({CRUN_BIN, "--nproc-per-node", "1", "--no-python", "/usr/bin/env", "-u", "X", "--", "/usr/bin/env"},
+                 {"PYTHONPATH=/given"});
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 0);
+  INFO(p.out() << p.err());
+  CHECK(p.out().find("CRUN_PYTHON_STACKS") == std::string::npos);
+  CHECK(p.out().find("PYTHONPATH=/given\n") != std::string::npos);
+  CHECK(p.err().find("Python stacks") == std::string::npos);
+}
+
 TEST_CASE("stacks: crun run by an unprivileged user takes them too (no Yama here: ptrace_scope=1 untested)", "[stacks]") {
   TempDir dir;
   REQUIRE(::chmod(dir.path.c_str(), 0777) == 0);
