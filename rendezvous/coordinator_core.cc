@@ -47,8 +47,10 @@ CoordinatorClock::duration CoordinatorCore::loss_limit() const { return cfg_.hea
 // keep_alive_interval): each has declared the store lost and exits with kExitStoreLost, so the
 // job closes with that code now rather than waiting join_timeout for nodes that will not come.
 void CoordinatorCore::catch_up(TimePoint now) {
+  // due_ stays until on_timers() sets the next one: a stall that begins right after an event,
+  // before the timers ran, is noticed as well. Once noticed, it is counted no more.
+  if (!due_ || now - *due_ <= kStallSlack) return;
   const auto due = std::exchange(due_, std::nullopt);
-  if (!due || now - *due <= kStallSlack) return;
   const auto held = now - *due;
   for (auto& [node, seen] : last_seen_) {
     if (seen < *due) seen += held;

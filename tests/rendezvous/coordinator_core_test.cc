@@ -442,6 +442,20 @@ TEST_CASE("core: a stall of the host past every agent's heartbeat wait closes th
   CHECK(all<fx::EndAlive>(e).empty());
 }
 
+TEST_CASE("core: a stall that begins right after an event, before the timers ran, is its own too", "[coordinator_core]") {
+  StallJob job;
+  // The host's own beat is handled at t0 + 2.1 s, and the host stops before its timers run (due at
+  // t0 + 4 s) until t0 + 14.1 s: 10.1 s late. Counted as b's silence, b would be "lost"; it is the
+  // host's stall, past every agent's wait.
+  auto e = job.core.on_heartbeat("host", t0 + 2100ms);
+  append(e, job.core.on_timers(t0 + 14100ms));
+  CHECK(all<fx::EndAlive>(e).empty());
+  auto ctl = all<fx::Control>(e);
+  REQUIRE(ctl.size() == 1);
+  CHECK(ctl[0].event.exit_code == kExitStoreLost);
+  CHECK_THAT(ctl[0].event.detail, Catch::Contains("the store's host was stalled for 10.1 s"));
+}
+
 TEST_CASE("core: a host stalled past every agent's wait, whose first news is a peer's closed connection, closes the job",
           "[coordinator_core]") {
   StallJob job;
