@@ -12,7 +12,8 @@ and the endpoint answers again), errors (an events path that cannot be written, 
 bad flags: one line, nothing started), stopping (a failure with no restart left while a worker
 ignores SIGTERM: unhealthy and counted at once), page_stacks (the page and `crun status --stacks` on
 a /status document carrying grouped stacks: a real agent's page and document, served again by a
-Python server with a "stack_groups" that crun's own parser must read back). Each wait is bounded;
+Python server with a "stack_groups" that crun's own parser must read back), page_heartbeat (the
+page shows the heartbeat timeout --heartbeat-timeout auto chose, as /status has it). Each wait is bounded;
 nothing sleeps to wait.
 """
 import argparse
@@ -543,12 +544,55 @@ def case_page_stacks(a):
         server.shutdown()
 
 
+# A worker beating every 200 ms through its heartbeat file (base/heartbeat_file.h: step, then the
+# monotonic time in ns) until it is stopped.
+BEATER = """import mmap, os, struct, time
+beat = mmap.mmap(os.open(os.environ["CRUN_HEARTBEAT_FILE"], os.O_RDWR), 16)
+step = 0
+while True:
+    beat[:] = struct.pack("=qq", step, time.monotonic_ns())
+    step += 1
+    time.sleep(0.2)
+"""
+
+
+def case_page_heartbeat(a):
+    """The page shows the heartbeat timeout in force: the value --heartbeat-timeout auto chose, as
+    /status has it."""
+    chromium = shutil.which("chromium")
+    if not check(chromium is not None, "chromium is not installed (scripts/install-deps.sh installs it)"):
+        return
+    job = Job(["--nproc-per-node", "2", "--heartbeat-timeout", "auto", "--initial-heartbeat-timeout", "30", "--no-python"],
+              a.crun, "/usr/bin/python3", ["-c", BEATER])
+    try:
+        chosen = wait_for(lambda: (lambda t: t if "(auto, " in t else None)(job.status()["node"]["heartbeat_timeout"]),
+                          "the auto heartbeat timeout in /status")
+        check(re.fullmatch(r"\d+ ms \(auto, [\d.]+ x \d+ ms\)", chosen) is not None, f"/status heartbeat_timeout {chosen!r}")
+        profile = tempfile.mkdtemp(prefix="crun-chromium-")
+        dom = subprocess.run([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                              "--disable-extensions", f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+                              "--dump-dom", f"http://127.0.0.1:{job.port}/"], capture_output=True, text=True, timeout=120)
+        shutil.rmtree(profile, ignore_errors=True)
+        check(dom.returncode == 0, f"chromium --dump-dom rc {dom.returncode}: {dom.stderr[-2000:]}")
+        # The value may be learnt again between the two reads (each start learns anew; this one
+        # does not restart), so the page's is read back and must be auto's, and /status's now.
+        row = re.search(r'<tr data-node="0">(.*?)</tr>', dom.stdout)
+        shown = row and re.search(r'<td class="hb-timeout">([^<]*)</td>', row.group(1))
+        check(shown is not None and re.fullmatch(r"\d+ ms \(auto, [\d.]+ x \d+ ms\)", shown.group(1)) is not None,
+              f"the page's heartbeat timeout of node 0: {shown.group(1) if shown else dom.stdout[-2000:]!r}")
+        if shown:
+            now = job.status()["node"]["heartbeat_timeout"]
+            check(shown.group(1) in (chosen, now), f"the page shows {shown.group(1)!r}, /status said {chosen!r} and {now!r}")
+    finally:
+        job.stop()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--crun", required=True)
     p.add_argument("--worker", required=True)
     p.add_argument("--case", required=True, choices=["endpoint", "page", "bad_http", "errors", "stopping",
-                                                       "page_stacks"])
+                                                       "page_stacks", "page_heartbeat"])
     p.add_argument("--artifacts", default=os.path.join(tempfile.gettempdir(), "crun-test-artifacts"))
     a = p.parse_args()
     if a.case in ("endpoint",) and shutil.which("promtool") is None:
