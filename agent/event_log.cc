@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "base/fd_io.h"
+#include "base/log.h"
 #include "base/utc_text.h"
 
 namespace crun {
@@ -28,8 +29,8 @@ bool is_rendezvous_event(const std::string& kind) { return kind.rfind("rendezvou
 
 std::unique_ptr<EventLog> EventLog::open(const std::string& spec) {
   if (spec.empty() || spec == "null") return std::unique_ptr<EventLog>(new EventLog(Mode::kNull, -1, ""));
-  if (spec == "console") return std::unique_ptr<EventLog>(new EventLog(Mode::kConsole, 2, ""));
-  if (spec == "dynamic_rendezvous") return std::unique_ptr<EventLog>(new EventLog(Mode::kRendezvousConsole, 2, ""));
+  if (spec == "console") return std::unique_ptr<EventLog>(new EventLog(Mode::kConsole, -1, ""));
+  if (spec == "dynamic_rendezvous") return std::unique_ptr<EventLog>(new EventLog(Mode::kRendezvousConsole, -1, ""));
   if (spec.rfind("jsonl:", 0) == 0 && spec.size() > 6) {
     const std::string path = spec.substr(6);
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -48,12 +49,16 @@ void EventLog::emit(const std::string& kind, const std::string& fields) {
   if (mode_ == Mode::kNull || (mode_ == Mode::kRendezvousConsole && !is_rendezvous_event(kind))) return;
   std::string line = "{\"time\":\"" + utc_now() + "\",\"event\":\"" + kind + "\"";
   if (!fields.empty()) line += "," + fields;
-  line += "}\n";
-  if (mode_ != Mode::kFile) line = "crun: event " + line;
+  line += "}";
+  if (mode_ != Mode::kFile) {
+    log_line("event " + line);  // crun's own console path: held collapsed lines go out first
+    return;
+  }
+  line += "\n";
   if (!write_all(fd_, line.data(), line.size()) && !write_failed_) {
     write_failed_ = true;
-    const std::string why = "crun: cannot write the event log " + (path_.empty() ? std::string("(stderr)") : path_) +
-                            ": " + std::strerror(errno) + "; later events may be lost\n";
+    const std::string why = "crun: cannot write the event log " + path_ + ": " + std::strerror(errno) +
+                            "; later events may be lost\n";
     (void)write_all(2, why.data(), why.size());
   }
 }

@@ -1,7 +1,9 @@
 // EventLog: torchrun's --event-log-handler, and crun's jsonl:PATH, for the agent's events.
 //
 // Contract
-//   - open(spec): "null" (nothing), "console" (each event a line "crun: event <json>" on stderr),
+//   - open(spec): "null" (nothing), "console" (each event a line "crun: event <json>" through
+//     base/log.h, as crun's own lines: on the agent's loop its console sink, after what
+//     --collapse-logs holds, so events keep their place among the workers' lines),
 //     "dynamic_rendezvous" (as console, rendezvous events only: the handler torch gives its
 //     rendezvous' events) or "jsonl:PATH" (one JSON object per line appended to PATH, created
 //     0644 when missing). Throws std::runtime_error with one line naming PATH when it cannot be
@@ -10,8 +12,8 @@
 //     microseconds, RFC 3339), "event" (kind) and then `fields` (already a JSON object's text,
 //     without braces, or ""). Each line is one write(2) with O_APPEND, so several agents may
 //     share a file. The schema: docs/operations.md, "Events".
-//   - A write that fails is reported once on stderr and the handler goes on (events are not
-//     worth stopping a job for).
+//   - A write to PATH that fails is reported once on stderr and the handler goes on (events are
+//     not worth stopping a job for).
 //
 // Threading
 //   One thread (the agent's event loop).

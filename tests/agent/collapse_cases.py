@@ -19,11 +19,15 @@ Usage: collapse_cases.py --crun CRUN_BINARY --case CASE
   held      stdout and stderr one pipe (2>&1), window 60 s: a line held for a silent rank goes out
             before crun's own line about SIGTERM; a line without newline goes out at the worker's
             end with a newline and its prefix; crun does not wait for the window to end
+  events    --event-log-handler console, one pipe (2>&1), window 60 s, 2 ranks: rank 1 prints a line and
+            exits while rank 0 prints nothing; its worker_exit event comes after that line (held for
+            the silent rank, it goes out first), each event a whole line
   usage     bad --collapse-window / PET_COLLAPSE_LOGS / PET_COLLAPSE_WINDOW: exit 2, one line
 """
 import argparse
 import filecmp
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -223,6 +227,31 @@ def case_held(crun, tmp):
     expect(sigterm is not None, f"no SIGTERM line: {out!r}")
     expect(lines.index("[default0]:held line") < sigterm, f"the held line came after crun's own: {out!r}")
     expect(rc != 0, "a stopped job exits non-zero")
+
+
+def case_events(crun, tmp):
+    gate = make_gate(tmp)
+    # Two ranks: one waits at the gate (a FIFO lets in the readers that have opened it: one is sure).
+    c = Crun(crun_cmd(crun, 2, ["--collapse-logs", "--collapse-window", "60", "--event-log-handler", "console"], "exits"),
+             {"COLLAPSE_GATE": gate}, merged=True)
+
+    def events(out):
+        return [json.loads(l[len("crun: event "):]) for l in out.splitlines() if l.startswith("crun: event ")]
+
+    def last_exited(out):
+        return any(e["event"] == "worker_exit" and e["local_rank"] == 1 for e in events(out))
+
+    c.wait_for(last_exited, what="the last rank's worker_exit event")
+    open_gate(gate)
+    rc, out, _ = c.finish()
+    expect(rc == 0, f"exit {rc}: {out[-2000:]!r}")
+    lines = out.splitlines()
+    expect(worker_lines(out) == ["[default1]:last line"], f"worker lines: {worker_lines(out)}")
+    exit_at = next(i for i, l in enumerate(lines) if l.startswith("crun: event ") and '"worker_exit"' in l and
+                   json.loads(l[len("crun: event "):])["local_rank"] == 1)
+    expect(lines.index("[default1]:last line") < exit_at, f"rank 1's worker_exit event came before its line: {out!r}")
+    got = [e["event"] for e in events(out)]  # each event line whole JSON, none lost
+    expect(got.count("worker_start") == 2 and got.count("worker_exit") == 2 and got[-1] == "stop", f"events: {got}")
 
 
 def case_usage(crun, tmp):

@@ -10,6 +10,8 @@ Usage: collapse_worker.py MODE
             the last waits at $COLLAPSE_GATE, then prints "last done"
   held      rank 0 prints "held line"; rank 1 prints "partial without newline" (no newline); both
             then block at $COLLAPSE_GATE (the test stops the job instead)
+  exits     the last rank prints "last line" and exits; the others block at $COLLAPSE_GATE, then
+            exit without a word
 """
 import os
 import sys
@@ -57,5 +59,10 @@ elif mode == "held":
         sys.stdout.write("partial without newline")
         sys.stdout.flush()
     gate()
+elif mode == "exits":
+    if rank == last:
+        print("last line")
+    else:
+        gate()
 else:
     sys.exit(f"unknown mode {mode}")
