@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +71,42 @@ std::string path_with(const fs::path& dir) {
   const char* path = std::getenv("PATH");
   return "PATH=" + dir.string() + ":" + (path != nullptr ? path : "/usr/bin:/bin");
 }
+
+// Yama's ptrace_scope set to 1 (only a process's ancestors, and those it names with
+// PR_SET_PTRACER, may attach: Ubuntu's default) while this lives, put back as it was when it
+// goes, however the test ends. On a kernel without Yama it sets nothing and says so in one line.
+class YamaScopeOne {
+ public:
+  YamaScopeOne() {
+    std::ifstream in(kPath);
+    present_ = static_cast<bool>(std::getline(in, old_));
+    if (!present_) {
+      std::printf("Yama is absent (no %s): the unprivileged capture ran under plain same-uid ptrace rules\n", kPath);
+      return;
+    }
+    set_ = write("1");
+    std::printf("Yama: %s set to 1 (was %s) for the unprivileged capture%s\n", kPath, old_.c_str(), set_ ? "" : ": FAILED");
+  }
+  ~YamaScopeOne() {
+    if (set_ && !write(old_)) std::printf("Yama: could not put %s back to %s\n", kPath, old_.c_str());
+  }
+  YamaScopeOne(const YamaScopeOne&) = delete;
+  YamaScopeOne& operator=(const YamaScopeOne&) = delete;
+  bool present() const { return present_; }
+  bool set() const { return set_; }
+
+ private:
+  static constexpr const char* kPath = "/proc/sys/kernel/yama/ptrace_scope";
+  static bool write(const std::string& value) {
+    std::ofstream out(kPath);
+    out << value << '\n';
+    out.flush();
+    return static_cast<bool>(out);
+  }
+  bool present_ = false;
+  bool set_ = false;
+  std::string old_;
+};
 
 }  // namespace
 
@@ -305,7 +342,12 @@ TEST_CASE("stacks: a native worker's environment is left as torchrun gives it (n
   CHECK(p.err().find("Python stacks") == std::string::npos);
 }
 
-TEST_CASE("stacks: crun run by an unprivileged user takes them too (no Yama here: ptrace_scope=1 untested)", "[stacks]") {
+TEST_CASE("stacks: crun run by an unprivileged user takes them too, under Yama ptrace_scope=1 where the kernel has Yama",
+          "[stacks]") {
+  // Where Yama is, eu-stack (the agent's child, no ancestor of a worker) may attach only because
+  // each worker named the agent with PR_SET_PTRACER (agent/worker_process.cc).
+  const YamaScopeOne yama;
+  if (yama.present()) REQUIRE(yama.set());
   TempDir dir;
   REQUIRE(::chmod(dir.path.c_str(), 0777) == 0);
   // The programs copied where nobody reaches them: the build tree may lie under a folder only root
