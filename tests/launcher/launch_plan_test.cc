@@ -19,32 +19,12 @@
 #include "launcher/launch_plan.h"
 #include "launcher/print_config.h"
 #include "launcher/torch2_settings.h"
+#include "tests/launcher/test_host.h"
 
 using namespace crun;
+using crun::test::test_host;
 
 namespace {
-
-// A host named node-a at 10.0.0.5 (and loopback). node-a, node-b and localhost resolve; the Slurm
-// nodes n1, n2 do not, and scontrol knows them at 10.0.0.5 and 10.0.0.6.
-HostFacts test_host() {
-  HostFacts h;
-  h.hostname = "node-a";
-  h.addresses = {"127.0.0.1", "10.0.0.5"};
-  h.cpus = 8;
-  h.gpus = 0;
-  h.resolve = [](const std::string& name) -> std::vector<std::string> {
-    if (name == "localhost") return {"127.0.0.1"};
-    if (name == "node-a") return {"10.0.0.5"};
-    if (name == "node-b") return {"10.0.0.6"};
-    return {};
-  };
-  h.slurm_node_addr = [](const std::string& name) -> std::optional<std::string> {
-    if (name == "n1") return "10.0.0.5";
-    if (name == "n2") return "10.0.0.6";
-    return std::nullopt;
-  };
-  return h;
-}
 
 LaunchPlan plan(std::vector<std::string> args, const EnvSnapshot& env = {}, const HostFacts& host = test_host()) {
   args.insert(args.begin(), "crun");

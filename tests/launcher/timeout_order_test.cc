@@ -7,24 +7,13 @@
 #include "launcher/launch_options.h"
 #include "launcher/launch_plan.h"
 #include "launcher/timeout_order.h"
+#include "tests/launcher/test_host.h"
 
 using namespace crun;
+using crun::test::test_host;
 using namespace std::chrono_literals;
 
 namespace {
-
-HostFacts test_host() {
-  HostFacts h;
-  h.hostname = "node-a";
-  h.addresses = {"127.0.0.1", "10.0.0.5"};
-  h.cpus = 8;
-  h.gpus = 0;
-  h.resolve = [](const std::string& name) -> std::vector<std::string> {
-    if (name == "node-a") return {"10.0.0.5"};
-    return {};
-  };
-  return h;
-}
 
 LaunchPlan plan(std::vector<std::string> args, EnvSnapshot env = {}) {
   args.insert(args.begin(), "crun");
