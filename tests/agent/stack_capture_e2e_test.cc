@@ -18,6 +18,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "crun_command.h"
 #include "tests/support/child_process.h"
@@ -70,6 +71,17 @@ int ready_pid(const std::string& out, int rank) {
 std::string path_with(const fs::path& dir) {
   const char* path = std::getenv("PATH");
   return "PATH=" + dir.string() + ":" + (path != nullptr ? path : "/usr/bin:/bin");
+}
+
+// A Python worker at `path`: its imports (os, sys, threading, time), then one function per name
+// of `hangs` that sleeps for ever, the sleep of the i-th (from 0) at line 6 + 5 i, then `rest`
+// from line 4 + 5 * hangs.size() on. The report's frames name those lines.
+fs::path python_hangs(const fs::path& path, const std::vector<std::string>& hangs, const std::string& rest) {
+  std::ofstream out(path);
+  out << "import os, sys, threading, time\n";
+  for (const auto& name : hangs) out << "\n\ndef " << name << "():\n    while True:\n        time.sleep(100)\n";
+  out << "\n\n" << rest;
+  return path;
 }
 
 // Yama's ptrace_scope set to 1 (only a process's ancestors, and those it names with
@@ -234,22 +246,11 @@ TEST_CASE("stacks: a SIGSTOPped worker and a worker held by another tracer delay
 
 TEST_CASE("stacks: a Python worker hung in stuck_here() is named, every thread's Python stack in the report", "[stacks]") {
   TempDir dir;
-  const fs::path script = dir.path / "hung.py";
-  {
-    std::ofstream out(script);
-    out << "import os, sys, threading, time\n"                                     // 1
-           "\n"                                                                    // 2
-           "\n"                                                                    // 3
-           "def stuck_here():\n"                                                   // 4
-           "    while True:\n"                                                     // 5
-           "        time.sleep(100)\n"                                             // 6
-           "\n"                                                                    // 7
-           "\n"                                                                    // 8
-           "threading.Thread(target=lambda: time.sleep(1000), daemon=True).start()\n"  // 9
-           "print('ready rank=%s pid=%d path0=%s pythonpath=%s' % (os.environ['RANK'], os.getpid(), sys.path[0],\n"
-           "      os.environ.get('PYTHONPATH')), flush=True)\n"
-           "stuck_here()\n";
-  }
+  const fs::path script = python_hangs(dir.path / "hung.py", {"stuck_here"},  // its sleep at line 6
+                                        "threading.Thread(target=lambda: time.sleep(1000), daemon=True).start()\n"  // 9
+                                        "print('ready rank=%s pid=%d path0=%s pythonpath=%s' % (os.environ['RANK'], "
+                                        "os.getpid(), sys.path[0], os.environ.get('PYTHONPATH')), flush=True)\n"
+                                        "stuck_here()\n");
   SECTION("cold starts, with Python stacks") {
     ChildProcess p({CRUN_BIN, "--nproc-per-node", "2", "--initial-heartbeat-timeout", "2", "--log-dir",
                     (dir.path / "logs").string(), script.string()},
@@ -401,28 +402,12 @@ TEST_CASE("stacks: crun run by an unprivileged user takes them too, under Yama p
 TEST_CASE("stacks: a Python dump without its main thread ends by quiet; a stopped Python worker's by the half bound",
           "[stacks]") {
   TempDir dir;
-  const fs::path script = dir.path / "mixed.py";
-  {
-    std::ofstream out(script);
-    out << "import os, threading, time\n"                     // 1
-           "\n"                                               // 2
-           "\n"                                               // 3
-           "def stuck_in_thread():\n"                         // 4
-           "    while True:\n"                                // 5
-           "        time.sleep(100)\n"                        // 6
-           "\n"                                               // 7
-           "\n"                                               // 8
-           "def stuck_here():\n"                              // 9
-           "    while True:\n"                                // 10
-           "        time.sleep(100)\n"                        // 11
-           "\n"                                               // 12
-           "\n"                                               // 13
-           "print('ready rank=%s pid=%d' % (os.environ['RANK'], os.getpid()), flush=True)\n"
-           "if os.environ['RANK'] == '0':\n"
-           "    threading.Thread(target=stuck_in_thread).start()  # the main thread ends; this one stays\n"
-           "else:\n"
-           "    stuck_here()\n";
-  }
+  const fs::path script = python_hangs(dir.path / "mixed.py", {"stuck_in_thread", "stuck_here"},  // lines 6 and 11
+                                        "print('ready rank=%s pid=%d' % (os.environ['RANK'], os.getpid()), flush=True)\n"
+                                        "if os.environ['RANK'] == '0':\n"
+                                        "    threading.Thread(target=stuck_in_thread).start()  # the main thread ends; this one stays\n"
+                                        "else:\n"
+                                        "    stuck_here()\n");
   ChildProcess p({CRUN_BIN, "--nproc-per-node", "2", "--initial-heartbeat-timeout", "3", "--capture-timeout", "2", "--log-dir",
                   (dir.path / "logs").string(), script.string()},
                  {"PYTHON_EXEC=/usr/bin/python3"});
