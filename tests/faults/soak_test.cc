@@ -116,11 +116,13 @@ TEST_CASE("300 restarts across two hosts: descriptors, memory and the store's ke
   measured("soak: 300 restarts across two hosts", ms_since(t0));
   CHECK_THAT(a.err(), Catch::Contains("restart 300 of 300") || Catch::Contains(", restart 300, master"));
   // From restart 50 on: the store holds each node's records and the last rounds' keys only
-  // (defect 5: ~4.4 keys per restart before), and nothing grows per restart.
+  // (defect 5: ~4.4 keys per restart before), and nothing grows per restart. Descriptors: as on one
+  // node, a sample may fall inside a spawn (its pipes open beside the last worker's): 37 to 42 on
+  // the store's host in one run on a loaded machine; a leak of one a restart would show as 250.
   const std::size_t from = 1;
   CHECK(spread(host, from, [](const Sample& s) { return s.keys; }) <= 12);
-  CHECK(spread(host, from, [](const Sample& s) { return s.fds; }) <= 4);
-  CHECK(spread(other, from, [](const Sample& s) { return s.fds; }) <= 4);
+  CHECK(spread(host, from, [](const Sample& s) { return s.fds; }) <= 8);
+  CHECK(spread(other, from, [](const Sample& s) { return s.fds; }) <= 8);
   CHECK(host.back().rss_kib - host.at(from).rss_kib <= 256);
   CHECK(other.back().rss_kib - other.at(from).rss_kib <= 256);
 }
