@@ -60,6 +60,17 @@ bool has_frame(const nlohmann::json& threads, const std::string& start) {
   return false;
 }
 
+// Ranks 0 and 1 of `report` both caught in hang_in_named_function, with no error.
+void check_both_native_hung(const nlohmann::json& report) {
+  for (int rank : {0, 1}) {
+    const auto* s = stacks_of(report, rank);
+    REQUIRE(s != nullptr);
+    CHECK((*s)["error"] == "");
+    CHECK(has_frame((*s)["threads"], "hang_in_named_function"));
+    CHECK((*s)["python_threads"].empty());
+  }
+}
+
 // "ready rank=R pid=P" -> P.
 int ready_pid(const std::string& out, int rank) {
   std::smatch m;
@@ -134,14 +145,7 @@ TEST_CASE("stacks: a native worker hung in a named function is named on the cons
   const int hung = std::stoi(m[1]);
   CHECK(p.err().find("took the stacks of 2 local worker(s)") != std::string::npos);
   CHECK(p.err().find("crun:   stack: rank " + std::to_string(hung) + " was in hang_in_named_function") != std::string::npos);
-  const auto report = read_report(dir.path / "logs");
-  for (int rank : {0, 1}) {
-    const auto* s = stacks_of(report, rank);
-    REQUIRE(s != nullptr);
-    CHECK((*s)["error"] == "");
-    CHECK(has_frame((*s)["threads"], "hang_in_named_function"));
-    CHECK((*s)["python_threads"].empty());
-  }
+  check_both_native_hung(read_report(dir.path / "logs"));
 }
 
 TEST_CASE("stacks: a failure while other ranks run takes theirs before the SIGTERM that ends them", "[stacks]") {
@@ -390,13 +394,7 @@ TEST_CASE("stacks: crun run by an unprivileged user takes them too, under Yama p
   REQUIRE(code.has_value());
   REQUIRE(*code == 137);
   CHECK(std::regex_search(p.err(), std::regex(R"(crun: rank \d \(local rank \d\) was in hang_in_named_function)")));
-  const auto report = read_report(dir.path / "logs");
-  for (int rank : {0, 1}) {
-    const auto* s = stacks_of(report, rank);
-    REQUIRE(s != nullptr);
-    CHECK((*s)["error"] == "");
-    CHECK(has_frame((*s)["threads"], "hang_in_named_function"));
-  }
+  check_both_native_hung(read_report(dir.path / "logs"));
 }
 
 TEST_CASE("stacks: a Python dump without its main thread ends by quiet; a stopped Python worker's by the half bound",
