@@ -34,6 +34,7 @@
 #include "agent/gpu_memory.h"
 #include "agent/precheck_run.h"
 #include "agent/python_stacks.h"
+#include "agent/flight_recorder.h"
 #include "agent/root_cause_report.h"
 #include "agent/run_directory.h"
 #include "agent/signal_names.h"
@@ -192,6 +193,10 @@ struct Agent::Impl {
   std::vector<std::function<void()>> after_capture;
   std::optional<AgentActions> held;
   std::optional<int> hung_local_rank;  // the hung worker, SIGKILLed once its stacks are taken
+  // NCCL flight recorder dumps before the kill (agent/flight_recorder.h): the settings read from
+  // the workers' environment when crun asks for dumps, and this group's pipe and dump prefixes.
+  std::optional<FlightRecorderSettings> flight_recorder;
+  std::string flight_pipe_prefix, flight_dump_prefix;
   // Stacks before the kill (docs/operations.md, "Grouped across ranks"): this node's newest
   // capture, grouped; on node rank 0, the root cause's report it printed last, whose groups grow
   // as other nodes' arrive (gather_stacks).
@@ -235,6 +240,9 @@ struct Agent::Impl {
   bool capture_stacks(std::optional<int> focus_local_rank, std::function<void()> then);
   void signal_expired(const FileTimerExpiry& e);
   void start_stack_capture();
+  void arrange_flight_recorder();
+  void flight_recorder_for(int restart_count);
+  void log_flight_dumps(const std::vector<RankStack>& stacks);
   void abandon_workers();
   bool start_operator_view();
   void share_status_later();
@@ -329,6 +337,7 @@ int Agent::Impl::run() {
       python_stacks_dir.clear();
     }
   }
+  if (config.python_stacks && stack_capture) arrange_flight_recorder();
   next_start.agent_id = containment->agent_id();
   next_start.heartbeats = watching_heartbeats();
   if (file_timer) next_start.timer_file = file_timer->path();
@@ -487,6 +496,7 @@ void Agent::Impl::start_group(int restart_count, bool precheck) {
     for (int lr = 0; lr < config.nproc_per_node; ++lr) ranks.push_back(current_round.rank_offset + lr);
     state->prepare_for_start(ranks);
     next_start.state_root = state->job_root().string();
+    flight_recorder_for(restart_count);
     const auto duplicate_stdout = duplicate_sink(config.duplicate_stdout_filters, restart_count, "filtered_stdout.log");
     const auto duplicate_stderr = duplicate_sink(config.duplicate_stderr_filters, restart_count, "filtered_stderr.log");
     std::vector<WorkerLaunch> launches;
@@ -1237,6 +1247,10 @@ bool Agent::Impl::capture_stacks(std::optional<int> focus_local_rank, std::funct
     t.rank = current_round.rank_offset + lr;
     t.pid = group->pid(lr);
     if (!python_stacks_dir.empty()) t.python_dump = python_dump_file(python_stacks_dir, t.pid);
+    if (!flight_pipe_prefix.empty()) {
+      t.flight_pipe = flight_pipe_file(flight_pipe_prefix, t.rank);
+      t.flight_dump = flight_dump_file(flight_dump_prefix, t.rank);
+    }
     targets.push_back(std::move(t));
   }
   if (targets.empty()) return false;
@@ -1251,6 +1265,7 @@ bool Agent::Impl::capture_stacks(std::optional<int> focus_local_rank, std::funct
     log_line("took the stacks of " + std::to_string(count) + " local worker(s) in " + std::to_string(ms) + " ms before the stop" +
              (failed > 0 ? " (" + std::to_string(failed) + " incomplete)" : "") +
              (run_dir.temporary() ? "" : "; all in " + run_dir.report_file().string()));
+    log_flight_dumps(stacks);
     for (const auto& s : stacks) {
       if (!focus_local_rank || s.local_rank != *focus_local_rank) continue;
       const std::string where = where_text(s);
@@ -1268,6 +1283,63 @@ bool Agent::Impl::capture_stacks(std::optional<int> focus_local_rank, std::funct
     }
   });
   return true;
+}
+
+// The workers enabled torch's NCCL flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE > 0): crun asks
+// each rank for its dump before a kill, through the pipe it has torch make in the run directory.
+// Without a folder that stays (--log-dir, or the user's own dump prefix) none is asked for.
+void Agent::Impl::arrange_flight_recorder() {
+  FlightRecorderSettings s = read_flight_recorder(next_start.base_env);
+  if (!s.error.empty()) {
+    log_line(s.error + ": no NCCL flight recorder dump before a kill");
+    return;
+  }
+  if (!s.enabled) return;
+  if (s.dump_prefix.empty() && run_dir.temporary()) {
+    log_line("the NCCL flight recorder is on, but its dumps before a kill need a folder that stays: give --log-dir "
+             "(or TORCH_NCCL_DEBUG_INFO_TEMP_FILE); none will be asked for");
+    return;
+  }
+  flight_recorder = std::move(s);
+}
+
+// Each start of the group has its own folder: a pipe or dump of an earlier start is never taken
+// for this one's.
+void Agent::Impl::flight_recorder_for(int restart_count) {
+  flight_pipe_prefix.clear();
+  flight_dump_prefix.clear();
+  if (!flight_recorder) return;
+  const fs::path dir = run_dir.attempt_file(restart_count, "flight_recorder");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    log_line("no NCCL flight recorder dumps before a kill this time: cannot make " + dir.string() + ": " + ec.message());
+    return;
+  }
+  const std::string own = (dir / "nccl_trace_rank_").string();
+  flight_pipe_prefix = flight_recorder->pipe_prefix.empty() ? own : flight_recorder->pipe_prefix;
+  flight_dump_prefix = flight_recorder->dump_prefix.empty() ? own : flight_recorder->dump_prefix;
+  set_flight_recorder(next_start.base_env, flight_pipe_prefix, flight_recorder->dump_prefix.empty() ? own : "");
+}
+
+// One line: how many ranks' dumps came and where; the first few that did not, and why.
+void Agent::Impl::log_flight_dumps(const std::vector<RankStack>& stacks) {
+  std::size_t asked = 0, whole = 0;
+  std::string missing;
+  int shown = 0;
+  for (const auto& s : stacks) {
+    if (s.flight_dump.empty()) continue;
+    ++asked;
+    if (s.flight_error.empty()) {
+      ++whole;
+    } else if (shown++ < 3) {
+      missing += "; rank " + std::to_string(s.rank) + ": " + s.flight_error;
+    }
+  }
+  if (asked == 0) return;
+  if (shown > 3) missing += "; ...";
+  log_line("NCCL flight recorder: the dumps of " + std::to_string(whole) + " of " + std::to_string(asked) +
+           " rank(s) in " + fs::path(flight_dump_prefix).parent_path().string() + missing);
 }
 
 }  // namespace crun

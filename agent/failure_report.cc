@@ -83,6 +83,9 @@ std::string FailureReport::format_text() const {
   for (const auto& s : stacks) {
     if (s.rank != rank) continue;
     if (const std::string where = where_text(s); !where.empty()) os << "crun:   stack: rank " << rank << " was in " << where << "\n";
+    if (!s.flight_dump.empty() && s.flight_error.empty()) {
+      os << "crun:   NCCL flight recorder dump: " << s.flight_dump << " (" << s.flight_dump_bytes << " bytes)\n";
+    }
   }
   const auto traceback = split_lines(error_traceback);
   if (!traceback.empty() && !tail_shows(stderr_tail, traceback.back())) {
@@ -138,6 +141,9 @@ std::string FailureReport::to_json() const {
     for (const auto& s : stacks) {
       list.push_back({{"rank", s.rank}, {"local_rank", s.local_rank}, {"pid", s.pid}, {"threads", s.threads},
                       {"python_threads", s.python_threads}, {"error", s.error}});
+      if (!s.flight_dump.empty()) {
+        list.back()["flight_recorder"] = {{"file", s.flight_dump}, {"bytes", s.flight_dump_bytes}, {"error", s.flight_error}};
+      }
     }
   }
   if (!stack_groups.empty()) j["stack_groups"] = nlohmann::json::parse(stack_groups.to_json());
@@ -201,6 +207,13 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
         s.threads = e.at("threads").get<std::vector<std::vector<std::string>>>();
         s.python_threads = e.at("python_threads").get<std::vector<std::vector<std::string>>>();
         s.error = e.at("error").get<std::string>();
+        if (auto f = e.find("flight_recorder"); f != e.end() && f->is_object()) {
+          s.flight_dump = f->at("file").get<std::string>();
+          const auto& bytes = f->at("bytes");
+          if (!bytes.is_number_unsigned()) return std::nullopt;  // a float or a sign: no size
+          s.flight_dump_bytes = bytes.get<std::uint64_t>();
+          s.flight_error = f->at("error").get<std::string>();
+        }
         r.stacks.push_back(std::move(s));
       }
     }

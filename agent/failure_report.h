@@ -15,8 +15,10 @@
 //   - stacks: every local worker's stacks as crun captured them before it stopped the group
 //     (agent/stack_capture.h; docs/operations.md, "Stacks before the kill"), raw, one entry per
 //     rank; empty when none were captured. JSON key "stacks": [{rank, local_rank, pid, threads,
-//     python_threads, error}], left out when empty. format_text() names where the root cause's
-//     rank was when its stacks are among them (one line).
+//     python_threads, error, flight_recorder}], left out when empty; flight_recorder ({file,
+//     bytes, error}: the rank's NCCL flight recorder dump, agent/flight_dump.h) only when one was
+//     asked for. format_text() names where the root cause's rank was when its stacks are among
+//     them (one line), and its flight recorder dump when it came whole (one line).
 //   - read_error_file_message() understands torch's @record JSON ({"message": {"message": ...,
 //     "extraInfo": {...}}} or {"message": "..."}); returns "" when the file is absent or unreadable.
 //   - copy_error_file_to_parent() does what torchrun's @record main does when the job fails: the

@@ -11,11 +11,16 @@
 //     Python stack could not be had).
 //   - error: "" when captured, else one line saying why not ("timed out after 5 s",
 //     "ptrace: Operation not permitted"); a rank with an error may still carry what was had.
+//   - flight_dump: the rank's NCCL flight recorder dump file ("" when none was asked for:
+//     agent/flight_dump.h), flight_dump_bytes its size then (0: absent), flight_error "" when it
+//     was written whole within the bound, else one line. Not part of `error`: the stacks are
+//     whole without it.
 //
 // Threading
 //   Plain value; safe to copy between threads.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +33,9 @@ struct RankStack {
   std::vector<std::vector<std::string>> threads;         // native, innermost first
   std::vector<std::vector<std::string>> python_threads;  // Python, innermost first
   std::string error;
+  std::string flight_dump;
+  std::uint64_t flight_dump_bytes = 0;
+  std::string flight_error;
 };
 
 }  // namespace crun

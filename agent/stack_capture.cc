@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include "agent/bounded_command.h"
+#include "agent/flight_dump.h"
 #include "agent/stack_text.h"
 
 namespace crun {
@@ -85,11 +86,14 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
   StackCaptureOptions options;
   Clock::time_point deadline;
   std::vector<std::unique_ptr<Slot>> slots;
-  std::size_t left = 0;
+  std::unique_ptr<FlightDumps> flight;  // while the flight recorder dumps are awaited
+  std::vector<std::size_t> flight_slots;  // the slots whose dump was asked for, in the requests' order
+  std::size_t left = 0;  // slots not finished, and the flight recorder's part while it runs
   bool over = false;  // abandoned (destructor) or finished
   std::function<void(std::vector<RankStack>)> done;
 
   void start() {
+    start_flight();
     for (auto& slot : slots) {
       Slot& s = *slot;
       s.stack.rank = s.target.rank;
@@ -97,6 +101,29 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
       s.stack.pid = s.target.pid;
       if (!start_python(s)) start_native(s);
     }
+  }
+
+  // The NCCL flight recorder dumps, alongside the stacks: one more part `done` waits for.
+  void start_flight() {
+    std::vector<FlightRequest> requests;
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i]->target.flight_pipe.empty()) continue;
+      requests.push_back({slots[i]->target.flight_pipe, slots[i]->target.flight_dump});
+      flight_slots.push_back(i);
+    }
+    if (requests.empty()) return;
+    ++left;
+    flight = std::make_unique<FlightDumps>(io);
+    flight->run(std::move(requests), deadline, options.timeout, [self = shared_from_this()](std::vector<FlightDump> dumps) {
+      if (self->over) return;
+      for (std::size_t k = 0; k < dumps.size() && k < self->flight_slots.size(); ++k) {
+        RankStack& stack = self->slots[self->flight_slots[k]]->stack;
+        stack.flight_dump = std::move(dumps[k].path);
+        stack.flight_dump_bytes = dumps[k].bytes;
+        stack.flight_error = std::move(dumps[k].error);
+      }
+      self->part_done();
+    });
   }
 
   // Sends the dump signal when the worker registered for it; false when no dump is awaited.
@@ -198,6 +225,10 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
   void finish(Slot& s) {
     if (s.done) return;
     s.done = true;
+    part_done();
+  }
+
+  void part_done() {
     if (--left > 0) return;
     over = true;
     std::vector<RankStack> stacks;
@@ -211,6 +242,7 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
 
   void abandon() {
     over = true;
+    flight.reset();  // its waits stop
     for (auto& slot : slots) {
       close_python(*slot);
       slot->native.reset();  // kills eu-stack

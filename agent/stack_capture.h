@@ -20,6 +20,9 @@
 //     (eu-stack did not finish: the worker is stopped, or held by another tracer),
 //     "eu-stack: <its complaint>" when it gave no frame (no thread then), "Python stack: timed out after N s" when
 //     the dump did not come (the native stack may still be there).
+//   - NCCL flight recorder (agent/flight_dump.h): targets with a flight_pipe have their dump
+//     asked for and awaited, at the same time as their stacks and within the same bound;
+//     RankStack's flight_* fields say what came. `done` waits for it (never past the bound).
 //   - A worker held by SIGSTOP or by another tracer delays nothing beyond the bound. Memory:
 //     at most kBytesPerRank of eu-stack output and as much of a dump per target.
 //   - No targets: `done` with none, posted. The destructor kills what still runs and never calls
@@ -51,6 +54,8 @@ struct CaptureTarget {
   int rank = 0;
   int pid = 0;
   std::string python_dump;  // the file its faulthandler writes to; "" not a Python worker (or off)
+  std::string flight_pipe;  // its NCCL flight recorder FIFO; "" none asked for
+  std::string flight_dump;  // the file torch writes that dump to
 };
 
 struct StackCaptureOptions {

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "agent/failure_report.h"
@@ -237,4 +238,41 @@ TEST_CASE("failure report: the stacks grouped across ranks, in the text, the JSO
   REQUIRE(at != std::string::npos);
   bad.replace(at, 15, "\"rank_count\": 0");
   CHECK_FALSE(FailureReport::from_json(bad));
+}
+
+TEST_CASE("failure report: a rank's NCCL flight recorder dump, in the JSON and back; the root cause's in the text",
+          "[failure_report]") {
+  FailureReport r;
+  r.rank = 1;
+  r.host = "h";
+  r.status = ExitStatus::killed(SIGKILL);
+  RankStack whole;
+  whole.rank = 1;
+  whole.pid = 11;
+  whole.flight_dump = "/run/attempt_0/flight_recorder/nccl_trace_rank_1";
+  whole.flight_dump_bytes = 4096;
+  RankStack missing;
+  missing.rank = 2;
+  missing.local_rank = 1;
+  missing.pid = 12;
+  missing.flight_dump = "/run/attempt_0/flight_recorder/nccl_trace_rank_2";
+  missing.flight_error = "not written within 5 s";
+  RankStack none;  // none asked for: no key
+  none.rank = 3;
+  none.local_rank = 2;
+  none.pid = 13;
+  r.stacks = {whole, missing, none};
+  const std::string json = r.to_json();
+  CHECK_THAT(json, Catch::Contains("\"flight_recorder\": {\n        \"bytes\": 4096,"));
+  CHECK(nlohmann::json::parse(json)["stacks"][2].count("flight_recorder") == 0);
+  const auto back = FailureReport::from_json(json);
+  REQUIRE(back);
+  CHECK(back->to_json() == json);
+  REQUIRE(back->stacks.size() == 3);
+  CHECK(back->stacks[1].flight_error == "not written within 5 s");
+  CHECK_THAT(r.format_text(), Catch::Contains("crun:   NCCL flight recorder dump: "
+                                              "/run/attempt_0/flight_recorder/nccl_trace_rank_1 (4096 bytes)\n"));
+  std::string negative = json;
+  negative.replace(negative.find("4096"), 4, "-409");
+  CHECK_FALSE(FailureReport::from_json(negative));
 }
