@@ -10,8 +10,9 @@ lists the source it follows):
   - on any byte read: writes the dump in place to DUMP_PREFIX<RANK> (TORCH_FR_DUMP_TEMP_FILE, else
     TORCH_NCCL_DEBUG_INFO_TEMP_FILE, else /tmp/nccl_trace_rank_), truncating, as torch's
     std::ofstream does: no temporary name, no rename; the file is whole when it is closed. It is
-    a pickle (a dict, as torch's is); written in two parts with a pause between, so a reader that
-    takes the first write for the end reads half.
+    a pickle (a dict, as torch's is); written in two parts with a pause between
+    (FAKE_FLIGHT_RECORDER_PAUSE seconds, 0.3 unless set), so a reader that takes the first write
+    for the end reads half.
 Modes (start(mode)): "dumps" as torch; "no_reader": the FIFO made, then its reader closed (a
 watchdog gone); "never_writes": requests read, no dump ever written.
 """
@@ -52,7 +53,7 @@ def write_dump(rank):
         half = len(data) // 2
         out.write(data[:half])
         out.flush()
-        time.sleep(0.3)
+        time.sleep(float(os.environ.get("FAKE_FLIGHT_RECORDER_PAUSE", "0.3")))
         out.write(data[half:])
 
 
