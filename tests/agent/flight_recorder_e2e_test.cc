@@ -127,7 +127,7 @@ TEST_CASE("flight recorder: each rank's dump named in the report, whole; a rank 
                                               "written within 2 s\\n")));
   const long ms = capture_ms(p.err());
   CHECK(ms >= 0);
-  CHECK(ms < 2000 + 700);  // the bound, and the loop's turn after it: never a wait past it
+  CHECK(ms < 2000 + 1500);  // the bound, and the loop's turn after it on a loaded machine: never a wait past it
 }
 
 TEST_CASE("flight recorder: a rank whose pipe has no reader is not waited for", "[flight_recorder_e2e]") {
