@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <boost/asio/io_context.hpp>
@@ -70,10 +72,10 @@ std::string bound_text(std::chrono::milliseconds bound) {
 
 struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
   struct Slot {
-    Slot(asio::io_context& io) : notify(io), quiet(io), python_limit(io) {}
+    Slot(asio::io_context& io) : quiet(io), python_limit(io) {}
     CaptureTarget target;
     RankStack stack;
-    asio::posix::stream_descriptor notify;  // inotify on the dump file, while the dump is awaited
+    int watch = -1;                          // its dump file's watch in the batch's inotify, while awaited
     asio::steady_timer quiet;                // kQuiet after the last write
     asio::steady_timer python_limit;         // half the bound
     bool python_waiting = false;
@@ -81,7 +83,7 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
     bool done = false;
   };
 
-  Batch(asio::io_context& io, StackCaptureOptions o) : io(io), options(std::move(o)) {}
+  Batch(asio::io_context& io, StackCaptureOptions o) : io(io), options(std::move(o)), notify(io) {}
   asio::io_context& io;
   StackCaptureOptions options;
   Clock::time_point deadline;
@@ -91,6 +93,10 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
   std::size_t left = 0;  // slots not finished, and the flight recorder's part while it runs
   bool over = false;  // abandoned (destructor) or finished
   std::function<void(std::vector<RankStack>)> done;
+  // One inotify instance for every dump awaited (the user's instances are few: 128 by default),
+  // open while any is; each file one watch.
+  asio::posix::stream_descriptor notify;
+  std::map<int, Slot*> watched;
 
   void start() {
     start_flight();
@@ -134,13 +140,22 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
     const int file = ::open(s.target.python_dump.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
     if (file < 0) return false;  // not registered (yet): a signal would end it
     ::close(file);
-    const int in = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (in < 0 || ::inotify_add_watch(in, s.target.python_dump.c_str(), IN_MODIFY) < 0) {
-      if (in >= 0) ::close(in);
+    if (!notify.is_open()) {
+      const int in = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+      if (in < 0) {
+        s.stack.error = "Python stack: inotify: " + std::string(std::strerror(errno));
+        return false;
+      }
+      notify.assign(in);
+      watch_dumps();
+    }
+    s.watch = ::inotify_add_watch(notify.native_handle(), s.target.python_dump.c_str(), IN_MODIFY);
+    if (s.watch < 0) {
       s.stack.error = "Python stack: inotify: " + std::string(std::strerror(errno));
+      close_python(s);
       return false;
     }
-    s.notify.assign(in);
+    watched[s.watch] = &s;
     if (::kill(s.target.pid, options.python_signal) != 0) {
       s.stack.error = "Python stack: " + std::string(std::strerror(errno));
       close_python(s);
@@ -153,33 +168,52 @@ struct StackCapture::Batch : std::enable_shared_from_this<StackCapture::Batch> {
       if (ec || self->over || !s.python_waiting) return;
       self->python_over(s, /*in_time=*/false);
     });
-    watch_dump(s);
     return true;
   }
 
-  void watch_dump(Slot& s) {
-    s.notify.async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this(), &s](const boost::system::error_code& ec) {
+  // Reads the batch's inotify while it is open: each dump file written to is looked at again.
+  void watch_dumps() {
+    notify.async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || self->over || !self->notify.is_open()) return;
+      std::set<Slot*> written;
+      alignas(struct inotify_event) char events[4096];
+      for (ssize_t n; (n = ::read(self->notify.native_handle(), events, sizeof events)) > 0;) {
+        for (ssize_t at = 0; at < n;) {
+          const auto* e = reinterpret_cast<const struct inotify_event*>(events + at);
+          at += static_cast<ssize_t>(sizeof(struct inotify_event) + e->len);
+          if (auto it = self->watched.find(e->wd); it != self->watched.end()) written.insert(it->second);
+        }
+      }
+      for (Slot* s : written) {
+        if (s->python_waiting) self->dump_written(*s);
+      }
+      if (self->notify.is_open()) self->watch_dumps();
+    });
+  }
+
+  void dump_written(Slot& s) {
+    if (faulthandler_done(read_head(s.target.python_dump, kBytesPerRank))) {
+      python_over(s, /*in_time=*/true);
+      return;
+    }
+    s.quiet.expires_after(kQuiet);  // a later write cancels and re-arms it
+    s.quiet.async_wait([self = shared_from_this(), &s](const boost::system::error_code& ec) {
       if (ec || self->over || !s.python_waiting) return;
-      char events[4096];
-      while (::read(s.notify.native_handle(), events, sizeof events) > 0) {
-      }
-      if (faulthandler_done(read_head(s.target.python_dump, kBytesPerRank))) {
-        self->python_over(s, /*in_time=*/true);
-        return;
-      }
-      s.quiet.expires_after(kQuiet);  // a later write cancels and re-arms it
-      s.quiet.async_wait([self, &s](const boost::system::error_code& ec2) {
-        if (ec2 || self->over || !s.python_waiting) return;
-        self->python_over(s, /*in_time=*/true);
-      });
-      self->watch_dump(s);
+      self->python_over(s, /*in_time=*/true);
     });
   }
 
   void close_python(Slot& s) {
     s.python_waiting = false;
-    boost::system::error_code ignored;
-    s.notify.close(ignored);
+    if (s.watch >= 0) {
+      watched.erase(s.watch);
+      if (notify.is_open()) ::inotify_rm_watch(notify.native_handle(), s.watch);
+      s.watch = -1;
+    }
+    if (watched.empty() && notify.is_open()) {  // the last dump awaited: the instance goes
+      boost::system::error_code ignored;
+      notify.close(ignored);
+    }
     s.quiet.cancel();
     s.python_limit.cancel();
   }

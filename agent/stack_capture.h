@@ -11,7 +11,8 @@
 //       faulthandler_done), or 100 ms after its last write (faulthandler writes no end mark; a
 //       dump is written in one go by the signal handler, so a pause that long means it is over), or
 //       at half the bound: what was written by then. Never a signal to a worker whose file is not
-//       there (its default action would end it). Read with inotify: no polling.
+//       there (its default action would end it). Read with inotify, one instance for the whole
+//       capture (a user has 128 by default), one watch per file: no polling.
 //       Then, for every target: `eu_stack` (empty: none, the error "eu-stack not found" when
 //       nothing else was had) -s -i -m -p PID (agent/bounded_command.h: its own
 //       process group, output kept to the first kBytesPerRank bytes, SIGKILL at the bound).

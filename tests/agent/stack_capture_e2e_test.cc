@@ -428,3 +428,51 @@ TEST_CASE("stacks: a Python dump without its main thread ends by quiet; a stoppe
   CHECK((*stopped)["python_threads"].empty());
   CHECK(!(*stopped)["threads"].empty());  // eu-stack still read it, in the other half
 }
+
+namespace {
+
+// How many inotify instances `pid` holds now.
+int inotify_instances(int pid) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code ec2;
+    if (fs::read_symlink(fd.path(), ec2).string() == "anon_inode:inotify") ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("stacks: Python dumps awaited on four ranks take one inotify instance (the user's are few)", "[stacks]") {
+  TempDir dir;
+  const fs::path script = python_hangs(dir.path / "hung.py", {"stuck_here"},
+                                        "print('ready rank=%s pid=%d' % (os.environ['RANK'], os.getpid()), flush=True)\n"
+                                        "stuck_here()\n");
+  ChildProcess p({CRUN_BIN, "--nproc-per-node", "4", "--initial-heartbeat-timeout", "2", "--capture-timeout", "4", "--log-dir",
+                  (dir.path / "logs").string(), script.string()},
+                 {"PYTHON_EXEC=/usr/bin/python3"});
+  REQUIRE(p.wait_for_stdout("ready rank=", 4));
+  const int before = inotify_instances(p.pid());
+  // Stopped, no rank writes its dump: all four are awaited (half the bound: 2 s), until continued.
+  for (int rank = 0; rank < 4; ++rank) REQUIRE(::kill(ready_pid(p.out(), rank), SIGSTOP) == 0);
+  REQUIRE(p.wait_until([](const std::string&, const std::string& err) { return err.find(" is hung: ") != std::string::npos; },
+                       std::chrono::seconds(30)));
+  // The capture starts right after that line and waits 2 s: its instances, as /proc shows them.
+  int during = before;
+  for (int look = 0; look < 400 && during == before; ++look) {
+    during = inotify_instances(p.pid());
+    if (during == before) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int rank = 0; rank < 4; ++rank) ::kill(ready_pid(p.out(), rank), SIGCONT);
+  REQUIRE(p.wait_exit(std::chrono::seconds(30)) == 137);
+  INFO(p.err());
+  CHECK(during - before == 1);
+  const auto report = read_report(dir.path / "logs");
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto* s = stacks_of(report, rank);
+    REQUIRE(s != nullptr);
+    CHECK((*s)["error"] == "");
+    CHECK(has_frame((*s)["python_threads"], "stuck_here (hung.py:6)"));  // continued within the wait
+  }
+}
