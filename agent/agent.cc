@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "agent/agent_state_machine.h"
+#include "agent/closing_stacks.h"
 #include "agent/console_collapser.h"
 #include "agent/console_sink.h"
 #include "agent/control_file.h"
@@ -258,6 +259,24 @@ struct Agent::Impl {
   std::optional<WorkerRequest> read_requests(const WorkerExit& e);
   void begin_collapse(const std::vector<WorkerLaunchPlan>& plans);
   void flush_collapsed();
+
+  // The job closes (agent/closing_stacks.h): each node writes its stacks of the round on a key
+  // that outlives it and leaves once the store took them; node rank 0 holds its exit until every
+  // other node's are in, or the bound (their capture timeout and kClosingMargin after the close).
+  static constexpr std::chrono::seconds kClosingMargin{2};
+  std::optional<AgentClock::time_point> closed_at;  // the close reached this node
+  int stacks_record_round = -1;                     // the round this node's stacks record is for
+  int stacks_writes = 0;                            // its records the store has not answered yet
+  std::optional<int> held_exit;                     // the exit, held for the stacks
+  std::optional<StacksGathering> gathering;         // node rank 0 while it holds its exit
+  int gathering_answers = 0;
+  asio::steady_timer closing_timer{io};
+  void publish_own_stacks(const StackGroups& groups);
+  bool hold_exit(int code);
+  void gather_closing_stacks();
+  void closing_stacks_arrived(int node_rank, const std::optional<std::string>& text);
+  void end_gathering();
+  void release_exit();
 };
 
 Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
@@ -444,6 +463,7 @@ void Agent::Impl::perform(const AgentActions& actions) {
     } else if (auto* report = std::get_if<action::ReportFailure>(&a)) {
       report_failure(*report);
     } else if (auto* exit = std::get_if<action::Exit>(&a)) {
+      if (hold_exit(exit->code)) return;  // the stacks first (agent/closing_stacks.h)
       finish(exit->code);
     } else if (std::holds_alternative<action::JoinRound>(a)) {
       join_round();
@@ -476,6 +496,7 @@ void Agent::Impl::finish(int code) {
   join_notice.cancel();
   node_check_timer.cancel();
   stacks_timer.cancel();
+  closing_timer.cancel();
   io.stop();
 }
 
@@ -1012,9 +1033,10 @@ void Agent::Impl::on_round(const RoundResult& r) {
 }
 
 void Agent::Impl::on_control(const ControlEvent& e) {
-  if (exit_code) return;
+  if (exit_code || held_exit) return;
   const auto now = AgentClock::now();
   if (e.kind == ControlEvent::Kind::kClosed) {
+    if (!closed_at) closed_at = now;
     print_remote_report(e);
     if (e.exit_code != 0) {
       log_line("the job closed: " + e.detail);
@@ -1163,6 +1185,7 @@ void Agent::Impl::flush_collapsed() {
 void Agent::Impl::stacks_captured(int restart_count, const std::vector<RankStack>& stacks) {
   own_stacks = crun::group_stacks(stacks, restart_count);
   view->stacks_captured(*own_stacks);
+  publish_own_stacks(*own_stacks);  // for node rank 0, should the job close (agent/closing_stacks.h)
   if (config.multi_node && !endpoint && current_round.group_rank != 0) {
     rendezvous->publish_status(view->status().to_json(), false);  // without the endpoint nothing else shares it
   }
@@ -1266,6 +1289,15 @@ bool Agent::Impl::capture_stacks(std::optional<int> focus_local_rank, std::funct
              (failed > 0 ? " (" + std::to_string(failed) + " incomplete)" : "") +
              (run_dir.temporary() ? "" : "; all in " + run_dir.report_file().string()));
     log_flight_dumps(stacks);
+    {
+      std::vector<int> ranks;
+      std::vector<int> timed_out;
+      for (const auto& s : stacks) {
+        ranks.push_back(s.rank);
+        if (s.error.find("timed out") != std::string::npos) timed_out.push_back(s.rank);
+      }
+      view->capture_ended(ranks, timed_out, std::chrono::milliseconds(ms));
+    }
     for (const auto& s : stacks) {
       if (!focus_local_rank || s.local_rank != *focus_local_rank) continue;
       const std::string where = where_text(s);
@@ -1340,6 +1372,117 @@ void Agent::Impl::log_flight_dumps(const std::vector<RankStack>& stacks) {
   if (shown > 3) missing += "; ...";
   log_line("NCCL flight recorder: the dumps of " + std::to_string(whole) + " of " + std::to_string(asked) +
            " rank(s) in " + fs::path(flight_dump_prefix).parent_path().string() + missing);
+}
+
+}  // namespace crun
+
+namespace crun {
+
+// Another node's stacks of this round, on the key node rank 0 reads when the job closes (after
+// its status record is gone with it). Node rank 0 writes none: it is the one that gathers.
+void Agent::Impl::publish_own_stacks(const StackGroups& groups) {
+  if (!config.multi_node || current_round.group_rank == 0 || rendezvous_round < 0 || !rendezvous->keeps_stacks()) return;
+  StacksRecord r{rendezvous_round, current_round.group_rank, rendezvous->node_id(), config.hostname, groups};
+  stacks_record_round = rendezvous_round;
+  ++stacks_writes;
+  rendezvous->publish_stacks(r.round, r.node_rank, r.to_json(), [this](bool taken) {
+    --stacks_writes;
+    if (!taken) log_line("could not write this node's stacks before the kill for node rank 0: they are in this node's report only");
+    if (stacks_writes == 0 && held_exit) release_exit();
+  });
+}
+
+// At Exit after the job closed, multi-node (c10d): true when the exit waits for the stacks. Any
+// other node: its record of the round written (an empty one when it took none), then it leaves,
+// within kClosingMargin. Node rank 0, after a root cause it showed: every other node's record.
+bool Agent::Impl::hold_exit(int code) {
+  if (!config.multi_node || !closed_at || held_exit || current_round.group_world_size < 2 || !rendezvous->keeps_stacks()) {
+    return false;
+  }
+  if (current_round.group_rank != 0) {
+    if (stacks_record_round != rendezvous_round) {
+      StackGroups none;
+      none.attempt = current_round.restart_count;
+      publish_own_stacks(none);
+    }
+    if (stacks_writes == 0) return false;
+    held_exit = code;
+    closing_timer.expires_after(kClosingMargin);
+    closing_timer.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) release_exit();
+    });
+    return true;
+  }
+  if (!stack_capture || !shown_report || shown_report->restart_count != current_round.restart_count) return false;
+  held_exit = code;
+  gather_closing_stacks();
+  return true;
+}
+
+// Node rank 0: one request per other node, each parked at the store until its record comes or
+// the bound (measured from the close: every node learnt of it then and captures within its
+// --capture-timeout); a timer ends the wait at the bound whatever the store does.
+void Agent::Impl::gather_closing_stacks() {
+  stacks_timer.cancel();  // the status records' reading (watch_stacks) is over: this is the last merge
+  stacks_reads_left = 0;
+  const int nodes = current_round.group_world_size;
+  gathering.emplace(rendezvous_round, shown_report->restart_count, nodes, current_round.group_rank);
+  gathering_answers = 0;
+  const auto now = AgentClock::now();
+  const auto deadline = *closed_at + config.capture_timeout + kClosingMargin;
+  const auto wait = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now), std::chrono::milliseconds(100));
+  for (int n = 1; n < nodes; ++n) {
+    rendezvous->await_stacks(rendezvous_round, n, wait, [this, n](std::optional<std::string> text) { closing_stacks_arrived(n, text); });
+  }
+  closing_timer.expires_after(wait + std::chrono::milliseconds(500));
+  closing_timer.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) end_gathering();
+  });
+}
+
+void Agent::Impl::closing_stacks_arrived(int node_rank, const std::optional<std::string>& text) {
+  if (!gathering) return;
+  ++gathering_answers;
+  if (text && !gathering->arrived(node_rank, *text)) {
+    std::string why;
+    if (!StacksRecord::from_json(*text, &why)) log_line("node rank " + std::to_string(node_rank) + "'s stacks before the kill left out: " + why);
+  }
+  if (gathering->complete() || gathering_answers >= current_round.group_world_size - 1) end_gathering();
+}
+
+// Node rank 0: the final merge, printed when it grew, the nodes that sent none named, the report
+// written once more, the event; then the exit that waited.
+void Agent::Impl::end_gathering() {
+  if (!gathering || !shown_report) return release_exit();
+  std::vector<StackGroups> parts = gathering->parts();
+  parts.push_back(shown_report->stack_groups);
+  if (own_stacks) parts.push_back(*own_stacks);
+  StackGroups merged = merged_stack_groups(rendezvous->job_status(), config.run_id, shown_report->restart_count, std::move(parts));
+  if (!merged.empty() && merged != shown_report->stack_groups) {
+    shown_report->stack_groups = std::move(merged);
+    log_text(shown_report->stack_groups.text("crun:   "));
+  }
+  const auto missing = gathering->missing();
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(AgentClock::now() - *closed_at);
+  shown_report->stacks_missing_nodes = missing;
+  if (!missing.empty()) {
+    std::string list;
+    for (int n : missing) list += (list.empty() ? "" : ", ") + std::to_string(n);
+    log_line("no stacks before the kill came from node rank(s) " + list + " within " + seconds_text(waited) +
+             " of the close (--capture-timeout + " + std::to_string(kClosingMargin.count()) + " s); the report names them");
+  }
+  write_report_file(*shown_report);
+  view->stacks_gathered(gathering->in(), missing, waited, shown_report->stack_groups);
+  release_exit();
+}
+
+void Agent::Impl::release_exit() {
+  closing_timer.cancel();
+  gathering.reset();
+  if (!held_exit || exit_code) return;
+  const int code = *held_exit;
+  held_exit.reset();
+  finish(code);
 }
 
 }  // namespace crun

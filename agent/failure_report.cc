@@ -100,6 +100,11 @@ std::string FailureReport::format_text() const {
     for (const auto& line : stderr_tail) os << "crun:   | " << line << "\n";
   }
   if (!stack_groups.empty()) os << stack_groups.text("crun:   ");
+  if (!stacks_missing_nodes.empty()) {
+    os << "crun:   no stacks before the kill came from node rank(s)";
+    for (std::size_t i = 0; i < stacks_missing_nodes.size(); ++i) os << (i == 0 ? " " : ", ") << stacks_missing_nodes[i];
+    os << "\n";
+  }
   return os.str();
 }
 
@@ -147,6 +152,7 @@ std::string FailureReport::to_json() const {
     }
   }
   if (!stack_groups.empty()) j["stack_groups"] = nlohmann::json::parse(stack_groups.to_json());
+  if (!stacks_missing_nodes.empty()) j["stacks_missing_nodes"] = stacks_missing_nodes;
   // A worker's stderr need not be UTF-8: invalid bytes become U+FFFD instead of an exception.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
@@ -221,6 +227,13 @@ std::optional<FailureReport> FailureReport::from_json(std::string_view text) {
       auto groups = StackGroups::from_json(g->dump());
       if (!groups) return std::nullopt;
       r.stack_groups = std::move(*groups);
+    }
+    if (auto m = j.find("stacks_missing_nodes"); m != j.end()) {
+      if (!m->is_array() || m->size() > 4096) return std::nullopt;
+      for (const auto& n : *m) {
+        if (!n.is_number_integer() || n.get<std::int64_t>() < 0 || !std::in_range<int>(n.get<std::int64_t>())) return std::nullopt;
+        r.stacks_missing_nodes.push_back(static_cast<int>(n.get<std::int64_t>()));
+      }
     }
     return r;
   } catch (const nlohmann::json::exception&) {

@@ -74,6 +74,10 @@ struct FailureReport {
   // node's; on node rank 0, every node's of the round that reached it, merged. Empty: none
   // captured. JSON "stack_groups" (absent when empty); text: one line per group after the rest.
   StackGroups stack_groups;
+  // Node rank 0, the job closed: the nodes whose stacks did not reach it within the bound
+  // (agent/closing_stacks.h), ascending. JSON "stacks_missing_nodes" (absent when empty); text:
+  // one line after the groups.
+  std::vector<int> stacks_missing_nodes;
 
   std::string format_text() const;
   std::string to_json() const;

@@ -484,4 +484,27 @@ void OperatorView::stacks_captured(StackGroups groups) {
   changed();
 }
 
+void OperatorView::capture_ended(const std::vector<int>& ranks, const std::vector<int>& timed_out,
+                                 std::chrono::milliseconds took) {
+  json j = event_fields(id_, node_);
+  j["restart_count"] = node_.restart_count;
+  j["ranks"] = ranks;
+  j["timed_out"] = timed_out;
+  j["ms"] = took.count();
+  events_->emit("stacks_captured", members(j));
+}
+
+void OperatorView::stacks_gathered(const std::vector<int>& nodes_in, const std::vector<int>& nodes_missing,
+                                   std::chrono::milliseconds waited, StackGroups merged) {
+  json j = event_fields(id_, node_);
+  j["restart_count"] = merged.empty() ? node_.restart_count : merged.attempt;
+  j["nodes_in"] = nodes_in;
+  j["nodes_missing"] = nodes_missing;
+  j["ranks"] = merged.rank_count();
+  j["ms"] = waited.count();
+  events_->emit("stacks_gathered", members(j));
+  if (!merged.empty()) node_.stack_groups = std::move(merged);
+  changed();
+}
+
 }  // namespace crun

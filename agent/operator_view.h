@@ -104,6 +104,15 @@ class OperatorView {
   // (agent/stack_groups.h): in its /status record ("stack_groups") and so, multi-node, in what
   // node rank 0 reads and merges; they stay until the next capture.
   void stacks_captured(StackGroups groups);
+  // A capture ended on this node (event stacks_captured): the ranks it took, those whose capture
+  // timed out (a part of them, or all), and how long it took.
+  void capture_ended(const std::vector<int>& ranks, const std::vector<int>& timed_out, std::chrono::milliseconds took);
+  // Node rank 0, the job closed: every node's stacks it gathered (agent/closing_stacks.h) are
+  // final (event stacks_gathered: the node ranks in and missing, the wait); its record's
+  // stack_groups become the merge, so that /status and crun status --stacks show them all until
+  // it exits.
+  void stacks_gathered(const std::vector<int>& nodes_in, const std::vector<int>& nodes_missing,
+                       std::chrono::milliseconds waited, StackGroups merged);
 
   using HeartbeatReader = std::function<std::optional<Heartbeat>(int local_rank)>;
   void set_heartbeats(HeartbeatReader read) { heartbeats_ = std::move(read); }

@@ -311,6 +311,19 @@ void C10dRendezvous::publish_status(std::string status_json, bool gather) {
   impl_->participant->publish_status(std::move(status_json), gather);
 }
 
+void C10dRendezvous::publish_stacks(int rendezvous_round, int node_rank, std::string record, std::function<void(bool)> done) {
+  std::lock_guard lock(impl_->mu);
+  if (impl_->stopped || !impl_->participant) return impl_->post_to_loop([done = std::move(done)] { done(false); });
+  impl_->participant->publish_stacks(rendezvous_round, node_rank, std::move(record), std::move(done));
+}
+
+void C10dRendezvous::await_stacks(int rendezvous_round, int node_rank, std::chrono::milliseconds wait,
+                                  std::function<void(std::optional<std::string>)> done) {
+  std::lock_guard lock(impl_->mu);
+  if (impl_->stopped || !impl_->participant) return impl_->post_to_loop([done = std::move(done)] { done(std::nullopt); });
+  impl_->participant->await_stacks(rendezvous_round, node_rank, wait, std::move(done));
+}
+
 std::vector<std::string> C10dRendezvous::job_status() const {
   std::lock_guard lock(impl_->mu);
   return impl_->participant ? impl_->participant->job_status() : std::vector<std::string>{};

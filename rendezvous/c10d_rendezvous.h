@@ -65,6 +65,12 @@ class C10dRendezvous final : public Rendezvous {
   std::string node_address() const override;
   void publish_status(std::string status_json, bool gather) override;
   std::vector<std::string> job_status() const override;
+  // Through the participant's connection (rendezvous/rendezvous_participant.h); nothing is kept
+  // for a participant not made yet (a node without a round has no stacks to share).
+  bool keeps_stacks() const override { return true; }
+  void publish_stacks(int rendezvous_round, int node_rank, std::string record, std::function<void(bool)> done) override;
+  void await_stacks(int rendezvous_round, int node_rank, std::chrono::milliseconds wait,
+                    std::function<void(std::optional<std::string>)> done) override;
 
   bool is_host() const;
   std::string store_endpoint() const;

@@ -13,6 +13,9 @@
 //       coordinator alone decides restart or stop (single node: nobody listens).
 //     - publish_status()/job_status() share each node's status for operators; best effort (a
 //       backend that cannot deliver it drops it quietly: it is never worth stopping a job for).
+//     - publish_stacks()/await_stacks(), where keeps_stacks() (c10d): a node's stacks before the
+//       kill for one round, on a key that outlives the node's status record, so that node rank 0
+//       gathers them when the job closes (agent/closing_stacks.h). Elsewhere they are never called.
 //     - shutdown(linger) leaves the rendezvous; no callback runs after it. A backend that hosts
 //       shared state keeps it up for the others (multi-node: up to close_timeout once the job
 //       closed, or `linger` when it leaves unclosed).
@@ -26,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +97,17 @@ class Rendezvous {
   // the newest records read (empty where nobody shares: one node, or before the first read).
   virtual void publish_status(std::string status_json, bool gather) = 0;
   virtual std::vector<std::string> job_status() const = 0;
+
+  // Stacks before the kill that outlive the node (agent/closing_stacks.h): `record` for round
+  // `rendezvous_round` and node rank `node_rank`, kept until the round is pruned; `done(taken)`
+  // once the store took it or failed. await_stacks: that record, waiting for it up to `wait`;
+  // `done(nullopt)` when it did not come. Callbacks on the loop, never inside the call. Backends
+  // without such keys (keeps_stacks() false) never call `done`: the agent does not ask them.
+  virtual bool keeps_stacks() const { return false; }
+  virtual void publish_stacks(int /*rendezvous_round*/, int /*node_rank*/, std::string /*record*/,
+                              std::function<void(bool taken)> /*done*/) {}
+  virtual void await_stacks(int /*rendezvous_round*/, int /*node_rank*/, std::chrono::milliseconds /*wait*/,
+                            std::function<void(std::optional<std::string>)> /*done*/) {}
 };
 
 }  // namespace crun

@@ -293,6 +293,21 @@ void RendezvousParticipant::publish_status(std::string status_json, bool gather)
 
 std::vector<std::string> RendezvousParticipant::job_status() const { return impl_->job_status; }
 
+void RendezvousParticipant::publish_stacks(int round, int node_rank, std::string record, std::function<void(bool)> done) {
+  Impl& m = *impl_;
+  m.channel.set(m.keys.stacks(round, node_rank), record, after(m.timeout),
+                [done = std::move(done)](std::exception_ptr e) { done(!e); });
+}
+
+void RendezvousParticipant::await_stacks(int round, int node_rank, std::chrono::milliseconds wait,
+                                         std::function<void(std::optional<std::string>)> done) {
+  Impl& m = *impl_;
+  m.channel.get(m.keys.stacks(round, node_rank), wait, m.waiting_deadline(wait),
+                [done = std::move(done)](std::exception_ptr e, std::optional<std::string> v) {
+    done(e ? std::nullopt : std::move(v));
+  });
+}
+
 const std::string& RendezvousParticipant::node_id() const { return impl_->node_id; }
 const RendezvousKeys& RendezvousParticipant::keys() const { return impl_->keys; }
 

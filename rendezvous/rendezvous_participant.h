@@ -22,6 +22,10 @@
 //     an ephemeral key (gone with this agent). With `gather` (node rank 0) every node's status is
 //     read back at each heartbeat and after each status of its own; job_status() returns the
 //     newest it read.
+//   - publish_stacks() writes a record (not ephemeral: it outlives this agent) at
+//     RendezvousKeys::stacks(round, node_rank); `done(taken)` once the store answered or the
+//     request's deadline passed. await_stacks() gets that key, parked at the store up to `wait`;
+//     `done(nullopt)` when it did not come (or the request failed). Neither is the store lost.
 //   - Events arrive through ParticipantEvents callbacks: a control event (stop a round, or the
 //     job closed), and the loss of the store (the connection broke after it was made, or a
 //     heartbeat or status was not answered within heartbeat_timeout). Do not block in them.
@@ -31,6 +35,7 @@
 //   the destructor began; it must not run inside a callback.
 #pragma once
 
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -86,6 +91,9 @@ class RendezvousParticipant {
   void report(int round, const RoundOutcome& outcome);
   void publish_status(std::string status_json, bool gather);
   std::vector<std::string> job_status() const;
+  void publish_stacks(int round, int node_rank, std::string record, std::function<void(bool taken)> done);
+  void await_stacks(int round, int node_rank, std::chrono::milliseconds wait,
+                    std::function<void(std::optional<std::string>)> done);
 
   const std::string& node_id() const;
   const RendezvousKeys& keys() const;

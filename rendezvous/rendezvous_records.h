@@ -161,6 +161,9 @@ struct RendezvousKeys {
   std::string closed() const { return control_prefix() + "closed"; }
   // Worker-facing keys of one round (fresh per round, never reused).
   std::string round_prefix(int round) const { return base + "round/" + std::to_string(round) + "/"; }
+  // A node's stacks before the kill in that round (agent/closing_stacks.h): under the round's
+  // prefix, so pruned with it, and not ephemeral, so there after the node left.
+  std::string stacks(int round, int node_rank) const { return round_prefix(round) + "stacks/" + std::to_string(node_rank); }
 };
 
 // etcd-v3: the run's one round record, changed only by compare-and-swap (docs/rendezvous.md).
