@@ -276,3 +276,23 @@ TEST_CASE("failure report: a rank's NCCL flight recorder dump, in the JSON and b
   negative.replace(negative.find("4096"), 4, "-409");
   CHECK_FALSE(FailureReport::from_json(negative));
 }
+
+TEST_CASE("failure report: the nodes whose stacks never came, in the text, the JSON and back", "[failure_report]") {
+  FailureReport r;
+  r.rank = 0;
+  r.host = "h";
+  r.status = ExitStatus::exited(3);
+  r.time = std::chrono::system_clock::time_point(std::chrono::seconds(1'790'000'000));
+  CHECK(r.to_json().find("stacks_missing_nodes") == std::string::npos);
+  r.stacks_missing_nodes = {1, 3};
+  CHECK_THAT(r.format_text(), Catch::EndsWith("crun:   no stacks before the kill came from node rank(s) 1, 3\n"));
+  const auto back = FailureReport::from_json(r.to_json());
+  REQUIRE(back);
+  CHECK(back->stacks_missing_nodes == std::vector<int>{1, 3});
+  CHECK(back->to_json() == r.to_json());
+  std::string bad = r.to_json();
+  const auto at = bad.find("\"stacks_missing_nodes\": [");
+  REQUIRE(at != std::string::npos);
+  bad.insert(at + 25, "-2, ");
+  CHECK_FALSE(FailureReport::from_json(bad));
+}

@@ -195,6 +195,7 @@ TEST_CASE("records: every key of a run lives under crun/rdzv/<run>/", "[records]
   CHECK(k.stop(2) == "crun/rdzv/job7/ctl/stop/2");
   CHECK(k.closed() == "crun/rdzv/job7/ctl/closed");
   CHECK(k.round_prefix(2) == "crun/rdzv/job7/round/2/");
+  CHECK(k.stacks(2, 1) == "crun/rdzv/job7/round/2/stacks/1");  // pruned with its round
 }
 
 TEST_CASE("records: a node's state port survives its JSON; a record without one reads as none", "[records]") {
