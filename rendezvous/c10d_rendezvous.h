@@ -65,8 +65,8 @@ class C10dRendezvous final : public Rendezvous {
   std::string node_address() const override;
   void publish_status(std::string status_json, bool gather) override;
   std::vector<std::string> job_status() const override;
-  // Through the participant's connection (rendezvous/rendezvous_participant.h); nothing is kept
-  // for a participant not made yet (a node without a round has no stacks to share).
+  // Through the participant's connection (rendezvous/rendezvous_participant.h); without one (no
+  // round joined yet) or once shut down, `done` is posted at once: not taken, nothing came.
   bool keeps_stacks() const override { return true; }
   void publish_stacks(int rendezvous_round, int node_rank, std::string record, std::function<void(bool)> done) override;
   void await_stacks(int rendezvous_round, int node_rank, std::chrono::milliseconds wait,
