@@ -405,6 +405,10 @@ void Agent::Impl::wait_signal() {
       log_line("received " + signal_name(signo) + ", forwarding it to the workers and stopping");
     }
     view->signal(signo, is_preemption_notice(signo));
+    if (held_exit) {  // waiting for the stacks (hold_exit): a signal ends the wait with what is in
+      gathering ? end_gathering() : release_exit();
+      return;
+    }
     perform(machine.on_signal(signo, AgentClock::now()));
     if (!exit_code) wait_signal();
   });
