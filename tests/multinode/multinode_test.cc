@@ -979,12 +979,15 @@ std::vector<nlohmann::json> events_named(const std::string& path, const std::str
 
 }  // namespace
 
-// The job closes (--max-restarts 0) on a failure of node rank 0's rank 0; every node takes its
-// running workers' stacks. Node 1's rank 7 is stopped (SIGSTOP): its Python dump never comes, so
-// node 1's capture takes half its bound (2 s), long after node rank 0's own workers are gone.
-// Node rank 0 holds its exit for node 1's stacks (agent/closing_stacks.h): its report has both
-// nodes' groups and names node 1's rank 6, in hang_elsewhere(), the odd one out.
+// The job closes (--max-restarts 0) on a failure of rank 0 (node rank 0's side) or of rank 4
+// (node 1's); every node takes its running workers' stacks. Node 1's rank 7 is stopped (SIGSTOP):
+// its Python dump never comes, so node 1's capture takes half its bound (2 s), long after node
+// rank 0's own workers are gone. Node rank 0 holds its exit for node 1's stacks
+// (agent/closing_stacks.h): its report has both nodes' groups and names node 1's rank 6, in
+// hang_elsewhere(), the odd one out.
 TEST_CASE("the job closes: node rank 0 waits for the other node's stacks and names the odd rank", "[closing_stacks]") {
+  const int failing_rank = GENERATE(0, 4);
+  INFO("rank " << failing_rank << " fails");
   Cluster cl(2);
   char dir[] = "/tmp/crun-closing-stacks-XXXXXX";
   REQUIRE(::mkdtemp(dir) != nullptr);
@@ -999,8 +1002,7 @@ TEST_CASE("the job closes: node rank 0 waits for the other node's stacks and nam
          "    print('ready rank=%d pid=%d' % (rank, os.getpid()), flush=True); time.sleep(3600)\n"
          "def hang_elsewhere():\n"
          "    print('ready rank=%d pid=%d' % (rank, os.getpid()), flush=True); time.sleep(3600)\n"
-         "if rank == 0:\n"
-         "    signal.signal(signal.SIGUSR1, lambda *_: os._exit(3))\n"
+         "signal.signal(signal.SIGUSR1, lambda *_: os._exit(3))\n"
          "if rank == 6:\n"
          "    hang_elsewhere()\n"
          "stuck_here()\n";
@@ -1016,7 +1018,7 @@ TEST_CASE("the job closes: node rank 0 waits for the other node's stacks and nam
   auto& b = cl.crun_program(2, flags(1), script, {}, {"PYTHON_EXEC=/usr/bin/python3"});
   REQUIRE(a.wait_for_stdout("ready rank=", 4, 60s));
   REQUIRE(b.wait_for_stdout("ready rank=", 4, 60s));
-  const int stopped = ready_pid_of(b.out(), 7), failing = ready_pid_of(a.out(), 0);
+  const int stopped = ready_pid_of(b.out(), 7), failing = ready_pid_of((failing_rank < 4 ? a : b).out(), failing_rank);
   REQUIRE(stopped > 0);
   REQUIRE(failing > 0);
   REQUIRE(::kill(stopped, SIGSTOP) == 0);
@@ -1031,9 +1033,9 @@ TEST_CASE("the job closes: node rank 0 waits for the other node's stacks and nam
   REQUIRE(report.is_object());
   const auto& groups = report["stack_groups"];
   REQUIRE(groups.is_object());
-  CHECK(groups["rank_count"] == 7);  // ranks 1-7: rank 0 had exited
+  CHECK(groups["rank_count"] == 7);  // the failing rank had exited
   REQUIRE(groups["groups"].size() == 3);
-  CHECK(groups["groups"][0]["ranks"] == nlohmann::json::parse("[[1,5]]"));  // both nodes'
+  CHECK(groups["groups"][0]["ranks"] == nlohmann::json::parse(failing_rank == 0 ? "[[1,5]]" : "[[0,3],[5,5]]"));  // both nodes'
   CHECK(groups["groups"][0]["summary"].get<std::string>().find("stuck_here") == 0);
   CHECK(groups["groups"][1]["ranks"] == nlohmann::json::parse("[[6,6]]"));
   CHECK(groups["groups"][1]["odd_one_out"] == true);
@@ -1045,7 +1047,7 @@ TEST_CASE("the job closes: node rank 0 waits for the other node's stacks and nam
   // The events: node 1's capture (rank 7's part timed out), node rank 0's final merge.
   const auto captured = events_named(root + "/events1.jsonl", "stacks_captured");
   REQUIRE(captured.size() == 1);
-  CHECK(captured[0]["ranks"] == nlohmann::json::parse("[4,5,6,7]"));
+  CHECK(captured[0]["ranks"] == nlohmann::json::parse(failing_rank == 4 ? "[5,6,7]" : "[4,5,6,7]"));
   CHECK(captured[0]["timed_out"] == nlohmann::json::parse("[7]"));
   CHECK(captured[0]["ms"].get<int>() >= 0);
   const auto gathered = events_named(root + "/events0.jsonl", "stacks_gathered");
