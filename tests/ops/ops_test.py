@@ -205,15 +205,16 @@ def case_endpoint(a):
     # The events: the expected sequence, each a JSON object with its time, node and rank.
     events = job.read_events()
     kinds = [e["event"] for e in events]
-    expected = ["rendezvous_round", "worker_start", "worker_start", "worker_exit", "worker_exit", "failure", "restart",
-                "rendezvous_round", "worker_start", "worker_start", "signal", "worker_exit", "worker_exit", "stop"]
+    expected = ["rendezvous_round", "worker_start", "worker_start", "worker_exit", "stacks_captured", "worker_exit", "failure",
+                "restart", "rendezvous_round", "worker_start", "worker_start", "signal", "worker_exit", "worker_exit", "stop"]
     check(kinds == expected, f"events: {kinds}")
     if kinds == expected:
         check(events[3]["rank"] == 1 and events[3]["state"] == "failed" and events[3]["exit_code"] == 3, f"{events[3]}")
-        check(events[4]["rank"] == 0 and events[4]["state"] == "stopped" and events[4]["signal"] == "SIGTERM", f"{events[4]}")
-        check(events[5]["restarting"] is True and events[5]["root_cause"]["rank"] == 1, f"{events[5]}")
-        check(events[6]["restart_count"] == 1 and events[7]["round"] == 1, f"{events[6]} {events[7]}")
-        check({events[8]["pid"], events[9]["pid"]} == set(pids.values()), "the restart's worker_start pids")
+        check(events[4]["ranks"] == [0] and events[4]["restart_count"] == 0 and isinstance(events[4]["ms"], int), f"{events[4]}")
+        check(events[5]["rank"] == 0 and events[5]["state"] == "stopped" and events[5]["signal"] == "SIGTERM", f"{events[5]}")
+        check(events[6]["restarting"] is True and events[6]["root_cause"]["rank"] == 1, f"{events[6]}")
+        check(events[7]["restart_count"] == 1 and events[8]["round"] == 1, f"{events[7]} {events[8]}")
+        check({events[9]["pid"], events[10]["pid"]} == set(pids.values()), "the restart's worker_start pids")
         check(events[-1]["exit_code"] == 143, f"{events[-1]}")
     for e in events:
         check(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", e.get("time", "")) and e.get("hostname") and
