@@ -405,3 +405,44 @@ TEST_CASE("merged_stack_groups: node rank 0's merge of its own groups and the pu
   CHECK(merged_stack_groups(published, "job", 0, {own}).rank_count() == 4);  // attempt 0: only node c's
   CHECK(merged_stack_groups({}, "job", 1, {}).empty());
 }
+
+TEST_CASE("operator view: a capture and node rank 0's final gathering are events; the merge is in /status", "[operator_view]") {
+  const crun::test::TempDir dir("crun-opview");
+  const std::string events_path = (dir.path / "events.jsonl").string();
+  OperatorView view({"job", "trainer", "h0", 2, 0}, EventLog::open("jsonl:" + events_path));
+  RoundInfo info;
+  info.group_world_size = 2;
+  info.world_size = 4;
+  view.round(0, info, "h0:1:a", "10.0.0.1");
+  view.capture_ended({0, 1}, {1}, std::chrono::milliseconds(2003));
+  std::vector<RankStack> stacks;
+  for (int rank : {0, 1, 2, 3}) {
+    RankStack s;
+    s.rank = rank;
+    s.python_threads = {{rank == 3 ? "elsewhere (t.py:9)" : "here (t.py:1)", "<module> (t.py:20)"}};
+    stacks.push_back(s);
+  }
+  const StackGroups merged = group_stacks(stacks, 0);
+  view.stacks_gathered({0}, {1}, std::chrono::milliseconds(4100), merged);
+  const auto status = json::parse(view.serve("/status").body);
+  CHECK(status["job"]["stack_groups"]["rank_count"] == 4);
+  CHECK(status["node"]["stack_groups"]["rank_count"] == 4);
+  std::vector<json> got;
+  std::istringstream events(slurp(events_path));
+  std::string line;
+  while (std::getline(events, line)) {
+    auto j = json::parse(line);
+    if (j["event"] == "stacks_captured" || j["event"] == "stacks_gathered") got.push_back(std::move(j));
+  }
+  REQUIRE(got.size() == 2);
+  CHECK(got[0]["event"] == "stacks_captured");
+  CHECK(got[0]["ranks"] == json::parse("[0,1]"));
+  CHECK(got[0]["timed_out"] == json::parse("[1]"));
+  CHECK(got[0]["ms"] == 2003);
+  CHECK(got[0]["node_rank"] == 0);
+  CHECK(got[1]["event"] == "stacks_gathered");
+  CHECK(got[1]["nodes_in"] == json::parse("[0]"));
+  CHECK(got[1]["nodes_missing"] == json::parse("[1]"));
+  CHECK(got[1]["ranks"] == 4);
+  CHECK(got[1]["ms"] == 4100);
+}
