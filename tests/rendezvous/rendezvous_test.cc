@@ -68,6 +68,12 @@ class LoopParticipant {
   std::vector<std::string> job_status() {
     return loop_.run([&] { return p_->job_status(); });
   }
+  void publish_stacks(int round, int node_rank, const std::string& record, std::function<void(bool)> done) {
+    loop_.run([&] { p_->publish_stacks(round, node_rank, record, std::move(done)); });
+  }
+  void await_stacks(int round, int node_rank, std::chrono::milliseconds wait, std::function<void(std::optional<std::string>)> done) {
+    loop_.run([&] { p_->await_stacks(round, node_rank, wait, std::move(done)); });
+  }
   const std::string& node_id() const { return p_->node_id(); }  // fixed at construction
   const RendezvousKeys& keys() const { return p_->keys(); }
 
@@ -669,4 +675,37 @@ TEST_CASE("a store that cannot be reached fails the join as unreached", "[rendez
   auto again = std::make_shared<std::promise<JoinResult>>();
   p.join([](const std::string&) { return std::uint16_t{1}; }, [again](JoinResult j) { again->set_value(std::move(j)); });
   CHECK_FALSE(again->get_future().get().reached_store);
+}
+
+// The closing job's stacks (agent/closing_stacks.h): node rank 0's get parks at the store until
+// node 1 writes its record; the record outlives node 1's participant; one never written comes
+// back empty once the wait is over.
+TEST_CASE("a node's stacks record outlives it; node rank 0's wait for one parks at the store, bounded", "[rendezvous]") {
+  Job job(config(2, 2));
+  Node a(job, "a1", 0), b(job, "b2", 1);
+  auto fa = a.join_async(), fb = b.join_async();
+  const RoundAnswer ra = get(fa);
+  get(fb);
+  EventQueue<std::optional<std::string>> arrived;
+  a.participant->await_stacks(ra.round, 1, 10s, [&](std::optional<std::string> v) { arrived.push(std::move(v)); });
+  EventQueue<bool> taken;
+  b.participant->publish_stacks(ra.round, 1, "{\"node 1\":1}", [&](bool t) { taken.push(t); });
+  const auto t = taken.pop();
+  REQUIRE(t);
+  CHECK(*t);
+  const auto first = arrived.pop();
+  REQUIRE(first);
+  CHECK(*first == std::optional<std::string>("{\"node 1\":1}"));
+  b.participant.reset();  // node 1 leaves: its ephemeral keys go, its record stays
+  a.participant->await_stacks(ra.round, 1, 10s, [&](std::optional<std::string> v) { arrived.push(std::move(v)); });
+  const auto again = arrived.pop();
+  REQUIRE(again);
+  CHECK(*again == std::optional<std::string>("{\"node 1\":1}"));
+  CHECK(keys_under(job, "round/") == std::set<std::string>{"round/" + std::to_string(ra.round) + "/stacks/1"});
+  const auto asked = std::chrono::steady_clock::now();
+  a.participant->await_stacks(ra.round, 2, 300ms, [&](std::optional<std::string> v) { arrived.push(std::move(v)); });
+  const auto none = arrived.pop();
+  REQUIRE(none);
+  CHECK_FALSE(none->has_value());
+  CHECK(std::chrono::steady_clock::now() - asked >= 300ms);
 }
