@@ -265,6 +265,7 @@ struct Agent::Impl {
   // other node's are in, or the bound (their capture timeout and kClosingMargin after the close).
   static constexpr std::chrono::seconds kClosingMargin{2};
   std::optional<AgentClock::time_point> closed_at;  // the close reached this node
+  bool closed_on_failure = false;                   // it carried a root cause's report
   int stacks_record_round = -1;                     // the round this node's stacks record is for
   int stacks_writes = 0;                            // its records the store has not answered yet
   std::optional<int> held_exit;                     // the exit, held for the stacks
@@ -1041,6 +1042,7 @@ void Agent::Impl::on_control(const ControlEvent& e) {
   const auto now = AgentClock::now();
   if (e.kind == ControlEvent::Kind::kClosed) {
     if (!closed_at) closed_at = now;
+    closed_on_failure = closed_on_failure || !e.report.empty();
     print_remote_report(e);
     if (e.exit_code != 0) {
       log_line("the job closed: " + e.detail);
@@ -1404,7 +1406,7 @@ bool Agent::Impl::hold_exit(int code) {
     return false;
   }
   if (current_round.group_rank != 0) {
-    if (stacks_record_round != rendezvous_round) {
+    if (stacks_record_round != rendezvous_round && closed_on_failure) {  // node rank 0 waits only after a failure
       StackGroups none;
       none.attempt = current_round.restart_count;
       publish_own_stacks(none);
