@@ -19,6 +19,9 @@
 //   cannot be written: exit 2 before anything starts), and with --health-check-port the HTTP
 //   endpoint on the agent's own loop (a port that cannot be bound: exit 3 before any worker);
 //   multi-node, each node's status goes through the Rendezvous so that node rank 0 shows the job.
+//   When a multi-node job closes after a failure (c10d), each other node writes its stacks before
+//   the kill for node rank 0 and exits once they are taken (2 s at most), and node rank 0 exits
+//   once every node's are in, or --capture-timeout + 2 s after the close (agent/closing_stacks.h).
 //   No process of a worker's tree outlives the agent, even a SIGKILLed one (worker_containment.h:
 //   child subreaper, the job's cgroup v2 or process groups and CRUN_AGENT_ID, the keeper process).
 //   With --standby-workers, once a group runs each local rank gets a standby (agent/standby_plan.h
