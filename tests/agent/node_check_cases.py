@@ -47,8 +47,9 @@ class Crun:
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, **(env or {})})
         self.out = ""
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_out, daemon=True).start()
+        self.readers = [threading.Thread(target=self._read, daemon=True), threading.Thread(target=self._read_out, daemon=True)]
+        for t in self.readers:
+            t.start()
 
     def _read(self):
         for line in self.proc.stderr:
@@ -77,7 +78,8 @@ class Crun:
 
     def wait(self):
         rc = self.proc.wait(timeout=RUN_TIMEOUT_S)
-        time.sleep(0)  # the reader threads end at EOF
+        for t in self.readers:  # at EOF: what they read is all in self.lines and self.out
+            t.join(timeout=RUN_TIMEOUT_S)
         return rc
 
 
