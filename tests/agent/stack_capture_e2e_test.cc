@@ -363,19 +363,31 @@ TEST_CASE("stacks: crun run by an unprivileged user takes them too, under Yama p
   fs::copy_file(fs::path(CRUN_BIN).parent_path() / "crun-keeper", bin / "crun-keeper");
   fs::copy_file(CRUN_TEST_WORKER, bin / "crun_test_worker");
   REQUIRE(::chmod(bin.c_str(), 0755) == 0);
-  // Under a sanitizer whose reports go to the build's folder (scripts/sanitize.sh), nobody may not
-  // reach it: its reports go here instead, and any of them fails this test.
+  // Under a sanitizer whose reports go to the build's folder and whose suppressions are in the
+  // checkout (scripts/sanitize.sh), nobody may reach neither: its reports go here instead (any of
+  // them fails this test), and its suppressions are copied here.
   const fs::path reports = dir.path / "sanitizer-reports";
   fs::create_directories(reports);
   REQUIRE(::chmod(reports.c_str(), 0777) == 0);
   std::vector<std::string> env{"CRUN_NO_CGROUP=1", "HOME=" + dir.path.string()};
-  for (const char* tool : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS"}) {
+  for (const char* tool : {"ASAN_OPTIONS", "UBSAN_OPTIONS", "TSAN_OPTIONS", "LSAN_OPTIONS"}) {
     const char* options = std::getenv(tool);
     if (options == nullptr) continue;
     std::string o = options;
-    if (const auto at = o.find("log_path="); at != std::string::npos) {
+    // Each "key=path" option's value replaced by `path`.
+    auto set = [&o](const std::string& key, const std::string& path) {
+      const auto at = o.find(key + "=");
+      if (at == std::string::npos || (at > 0 && o[at - 1] != ':')) return std::string();
       const auto end = o.find(':', at);
-      o.replace(at, end == std::string::npos ? std::string::npos : end - at, "log_path=" + (reports / tool).string());
+      const std::string old = o.substr(at + key.size() + 1, end == std::string::npos ? std::string::npos : end - at - key.size() - 1);
+      o.replace(at, end == std::string::npos ? std::string::npos : end - at, key + "=" + path);
+      return old;
+    };
+    set("log_path", (reports / tool).string());
+    const fs::path supp = dir.path / (std::string(tool) + ".supp");
+    if (const std::string given = set("suppressions", supp.string()); !given.empty()) {
+      fs::copy_file(given, supp);
+      REQUIRE(::chmod(supp.c_str(), 0644) == 0);
     }
     env.push_back(std::string(tool) + "=" + o);
   }
