@@ -10,7 +10,7 @@ std::optional<std::string> value_of(const std::vector<std::string>& env, const s
   const std::string head = key + "=";
   std::optional<std::string> found;
   for (const auto& e : env) {
-    if (e.compare(0, head.size(), head) == 0) found = e.substr(head.size());  // the last one wins, as getenv's
+    if (e.compare(0, head.size(), head) == 0) found = e.substr(head.size());  // the last one wins, as libc reads it
   }
   return found;
 }

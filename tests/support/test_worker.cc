@@ -20,7 +20,7 @@
 //                          them only once SIG arrives (a failure at a moment the test picks)
 //   --hang                 print "ready rank=<r> pid=<pid>" and wait for signals forever
 //   --hang-in-named-function  --hang, waiting inside hang_in_named_function() (never inlined):
-//                          the frame a stack capture names
+//                          the frame a stack capture names; its ready line is printed from there
 //   --hang-elsewhere-rank R  with --hang-in-named-function: LOCAL_RANK R waits inside
 //                          hang_elsewhere() instead (the odd rank of the grouping tests)
 //   --unkillable-rank R    in the first attempt (restart 0), LOCAL_RANK R has a tracer (its child,
@@ -223,18 +223,26 @@ void become_unkillable() {
   std::fflush(stdout);
 }
 
+void say_ready() {
+  std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
-// Where --hang-in-named-function waits: a frame of its own, with its name, for the stack tests.
-// Outside the anonymous namespace: clang's debug information would name it
+// Where --hang-in-named-function waits: a frame of its own, with its name, for the stack tests,
+// which it is in from its ready line on (a test may stop it at once). Outside the anonymous
+// namespace: clang's debug information would name it
 // "(anonymous namespace)::hang_in_named_function()", g++'s "hang_in_named_function".
 [[gnu::noinline]] void hang_in_named_function() {
+  say_ready();
   while (true) ::pause();
   asm volatile("");  // a frame of its own, whatever the optimiser thinks of the loop
 }
 
 // Where --hang-elsewhere-rank's rank waits instead.
 [[gnu::noinline]] void hang_elsewhere() {
+  say_ready();
   while (true) ::pause();
   asm volatile("");
 }
@@ -379,10 +387,9 @@ int main(int argc, char** argv) {
   }
   const bool world_reached = hang_unless_world >= 0 && std::atoi(env("WORLD_SIZE").c_str()) == hang_unless_world;
   if (hang && (hang_before < 0 || restart < hang_before) && !world_reached) {
-    std::printf("ready rank=%d pid=%d\n", g_rank, ::getpid());
-    std::fflush(stdout);
     if (named_hang && local_rank == elsewhere_rank) hang_elsewhere();
     if (named_hang) hang_in_named_function();
+    say_ready();
     while (true) ::pause();
   }
   return 0;
