@@ -11,10 +11,12 @@
 # every field ended by a NUL byte (argv and the environment cannot hold one):
 #   crun-standby-1, KIND, TARGET, N, N program arguments, M, M words of the cold start's argv,
 #   K, K environment entries (KEY=VALUE).
-# Before the message nothing of the round exists: a preload that raises, or any exit, ends this
-# process (crun starts that rank cold instead). A preload that raises after crun sent the message
-# (taken while still preloading) execs the cold start itself, in this process, after one line on
-# stderr saying why. A message that cannot be read is exit 121.
+# Before the message nothing of the round exists. A preload that raises prints its traceback and
+# still waits for the message: taken (before or after the raise), this process execs the cold
+# start itself, after one line on stderr saying why. It never exits on its own, so an exit can
+# never cross crun's message (which would make a preload's failure a worker's). Any other exit
+# before the message (a kill) makes crun start that rank cold. A message that cannot be read, or
+# crun's end closed without one, is exit 121.
 # The first statement snapshots __main__ as the interpreter made it; everything else lives in
 # _standby() so that clearing __main__ leaves the bootstrap running.
 _pristine = dict(globals())
@@ -97,17 +99,12 @@ def _standby(pristine):
         for name in filter(None, (n.strip() for n in preload.split(","))):
             __import__(name)
     except Exception as e:
-        os.set_blocking(3, False)
-        try:
-            first = os.read(3, 1 << 16)
-        except BlockingIOError:
-            first = b""
-        if not first:
-            os.close(3)  # from now on crun's write fails: it starts this rank cold
-            raise
-        # Taken while it was preloading: it becomes the cold start it replaces, in this process.
+        import traceback
+        traceback.print_exc()  # crun's log, as the standby's
+        sys.stderr.flush()
+        # Still this rank's standby: once taken it becomes the cold start it replaces, in this process.
         os.set_blocking(3, True)
-        kind, target, args, orig_argv, env = read_message([first])
+        kind, target, args, orig_argv, env = read_message([])
         why = "".join(__import__("traceback").format_exception_only(type(e), e)).strip().splitlines()[-1]
         sys.stderr.write(f"crun: local rank {local_rank} starts cold: its standby's preload raised ({why})\n")
         env = dict(reversed([entry.split(b"=", 1) for entry in env if b"=" in entry[1:]]))  # the first wins
