@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "tests/agent/failure_report_file.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
 
@@ -37,27 +38,6 @@ fs::path write_worker(const fs::path& dir) {
          "\n"
          "stuck_here()\n";
   return script;
-}
-
-nlohmann::json read_report(const fs::path& log_dir) {
-  for (const auto& run : fs::directory_iterator(log_dir)) {
-    const fs::path file = run.path() / "failure_report.json";
-    if (!fs::exists(file)) continue;
-    std::ifstream in(file);
-    std::stringstream text;
-    text << in.rdbuf();
-    return nlohmann::json::parse(text.str());
-  }
-  FAIL("no failure_report.json under " << log_dir);
-  return {};
-}
-
-const nlohmann::json* stacks_of(const nlohmann::json& report, int rank) {
-  if (!report.contains("stacks")) return nullptr;
-  for (const auto& s : report["stacks"]) {
-    if (s["rank"] == rank) return &s;
-  }
-  return nullptr;
 }
 
 // "took the stacks of N local worker(s) in M ms": M.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "crun_command.h"
+#include "tests/agent/failure_report_file.h"
 #include "tests/support/child_process.h"
 #include "tests/support/temp_dir.h"
 
@@ -28,28 +29,6 @@ using namespace crun::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-// The failure report crun wrote under `log_dir` (its run dir is <log_dir>/<run id>_XXXXXX).
-nlohmann::json read_report(const fs::path& log_dir) {
-  for (const auto& run : fs::directory_iterator(log_dir)) {
-    const fs::path file = run.path() / "failure_report.json";
-    if (!fs::exists(file)) continue;
-    std::ifstream in(file);
-    std::stringstream text;
-    text << in.rdbuf();
-    return nlohmann::json::parse(text.str());
-  }
-  FAIL("no failure_report.json under " << log_dir);
-  return {};
-}
-
-const nlohmann::json* stacks_of(const nlohmann::json& report, int rank) {
-  if (!report.contains("stacks")) return nullptr;
-  for (const auto& s : report["stacks"]) {
-    if (s["rank"] == rank) return &s;
-  }
-  return nullptr;
-}
 
 bool has_frame(const nlohmann::json& threads, const std::string& start) {
   for (const auto& t : threads) {
