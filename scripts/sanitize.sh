@@ -15,7 +15,9 @@
 # they start and the workers those start. Every instrumented process writes its reports to
 # <build>/sanitizer-reports/<tool>.<pid> (log_path) and stops at the first one (halt_on_error,
 # non-zero exitcode); after CTest, a report file there fails the script even when the test that
-# caused it passed (a worker's exit code may be what the test expected). Suppressions, for
+# caused it passed (a worker's exit code may be what the test expected). One kind is set aside
+# (<build>/sanitizer-traced-at-exit/): LeakSanitizer saying only that it cannot run under ptrace, from a
+# worker that exited while crun's stack capture (eu-stack) held it. Suppressions, for
 # third-party code only, are in scripts/sanitizers/*.supp with a reason each.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,8 +58,9 @@ cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCRUN_WERROR=ON -DCMAK
 cmake --build "$build" -j"$(nproc)"
 
 reports="$build/sanitizer-reports"
-rm -rf "$reports"
-mkdir -p "$reports"
+traced="$build/sanitizer-traced-at-exit"
+rm -rf "$reports" "$traced"
+mkdir -p "$reports" "$traced"
 # Only flags each tool knows: an unknown one is itself a warning in the report folder.
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1:log_path=$reports/asan"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
@@ -69,6 +72,15 @@ export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:log_pat
 rc=0
 ctest --test-dir "$build" --output-on-failure --no-tests=error -j2 -L "^($labels)\$" -E "$exclude" "$@" || rc=$?
 
+# LeakSanitizer cannot run in a process that exits while traced: a worker that ends while crun's
+# stack capture (eu-stack, ptrace) holds it says only that. Not a finding: set aside, named.
+for f in $(find "$reports" -type f | sort); do
+  if [ "$(grep -cv -e 'LeakSanitizer has encountered a fatal error' -e 'HINT: For debugging, try setting environment variable LSAN_OPTIONS' \
+            -e 'HINT: LeakSanitizer does not work under ptrace' "$f")" -eq 0 ] && grep -q 'does not work under ptrace' "$f"; then
+    echo "sanitize.sh: $f: LeakSanitizer could not run (the process exited while traced); not a finding"
+    mv "$f" "$traced/"
+  fi
+done
 found=$(find "$reports" -type f | sort)
 if [ -n "$found" ]; then
   echo "sanitize.sh: $(wc -l <<<"$found") sanitizer report(s) under $reports:" >&2

@@ -25,7 +25,7 @@ inline nlohmann::json read_report(const std::filesystem::path& log_dir) {
   return {};
 }
 
-// Rank `rank`'s entry in the report's "stacks", or nullptr.
+// Rank `rank`'s entry in the report's "stacks", or nullptr; it points into `report`, which must outlive it.
 inline const nlohmann::json* stacks_of(const nlohmann::json& report, int rank) {
   if (!report.contains("stacks")) return nullptr;
   for (const auto& s : report["stacks"]) {

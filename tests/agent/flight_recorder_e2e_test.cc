@@ -136,7 +136,8 @@ TEST_CASE("flight recorder: when crun asks for none, and the user's own dump pre
     INFO(p.err());
     CHECK(p.out().find("pipe=None") != std::string::npos);
     CHECK(p.err().find("flight recorder") == std::string::npos);
-    const auto* s = stacks_of(read_report(logs), 0);
+    const auto report = read_report(logs);  // kept: stacks_of points into it
+    const auto* s = stacks_of(report, 0);
     REQUIRE(s != nullptr);
     CHECK_FALSE(s->contains("flight_recorder"));
   }
