@@ -153,7 +153,7 @@ struct Agent::Impl {
   bool preempted = false;  // a preemption notice (SIGUSR1/SIGUSR2) arrived
   asio::steady_timer stop_timer;
   AgentStateMachine machine;
-  std::unique_ptr<Rendezvous> rendezvous;      // standalone (one node) or c10d (several)
+  std::unique_ptr<Rendezvous> rendezvous;      // standalone (one node), c10d or etcd-v3 (several)
   int rendezvous_round = -1;                   // the round the workers belong to
   int latest_stop_round = -1;                  // the newest round the coordinator ended
   std::unique_ptr<WorkerContainment> containment;  // outlives every group
@@ -1391,15 +1391,16 @@ void Agent::Impl::publish_own_stacks(const StackGroups& groups) {
   StacksRecord r{rendezvous_round, current_round.group_rank, rendezvous->node_id(), config.hostname, groups};
   stacks_record_round = rendezvous_round;
   ++stacks_writes;
-  rendezvous->publish_stacks(r.round, r.node_rank, r.to_json(), [this](bool taken) {
+  // Kept for node rank 0's wait: the capture timeout and the margin after the close (hold_exit).
+  rendezvous->publish_stacks(r.round, r.node_rank, r.to_json(), config.capture_timeout + kClosingMargin, [this](bool taken) {
     --stacks_writes;
     if (!taken) log_line("could not write this node's stacks before the kill for node rank 0: they are in this node's report only");
     if (stacks_writes == 0 && held_exit) release_exit();
   });
 }
 
-// At Exit after the job closed, multi-node (c10d): true when the exit waits for the stacks. Any
-// other node: its record of the round written (an empty one when it took none), then it leaves,
+// At Exit after the job closed, multi-node: true when the exit waits for the stacks. Any other
+// node: its record of the round written (an empty one when it took none), then it leaves,
 // within kClosingMargin. Node rank 0, after a root cause it showed: every other node's record.
 bool Agent::Impl::hold_exit(int code) {
   if (!config.multi_node || !closed_at || held_exit || current_round.group_world_size < 2 || !rendezvous->keeps_stacks()) {

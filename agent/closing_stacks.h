@@ -1,8 +1,9 @@
 // Closing stacks: every node's stacks before the kill reach node rank 0 when the job closes
 // (docs/operations.md, "Grouped across ranks"). A node's /status record goes with the node, so
 // each node also writes its grouped stacks of the round on a key of their own
-// (Rendezvous::publish_stacks: c10d, under the round's prefix), and node rank 0, before it exits
-// after a close, waits for every other node's within a bound (agent.cc: hold_exit).
+// (Rendezvous::publish_stacks: c10d, under the round's prefix; etcd-v3, under a lease of its
+// own), and node rank 0, before it exits after a close, waits for every other node's within a
+// bound (agent.cc: hold_exit).
 //
 // Contract
 //   - StacksRecord: what one node writes for one round: the round, its node rank, node id and

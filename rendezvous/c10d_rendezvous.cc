@@ -311,7 +311,10 @@ void C10dRendezvous::publish_status(std::string status_json, bool gather) {
   impl_->participant->publish_status(std::move(status_json), gather);
 }
 
-void C10dRendezvous::publish_stacks(int rendezvous_round, int node_rank, std::string record, std::function<void(bool)> done) {
+// Kept with the round's keys: pruned by the coordinator two rounds later, or gone with the store
+// once the job closed and every agent left; longer than any `keep_for`.
+void C10dRendezvous::publish_stacks(int rendezvous_round, int node_rank, std::string record, std::chrono::milliseconds,
+                                    std::function<void(bool)> done) {
   std::lock_guard lock(impl_->mu);
   if (impl_->stopped || !impl_->participant) return impl_->post_to_loop([done = std::move(done)] { done(false); });
   impl_->participant->publish_stacks(rendezvous_round, node_rank, std::move(record), std::move(done));

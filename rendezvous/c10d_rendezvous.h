@@ -68,7 +68,8 @@ class C10dRendezvous final : public Rendezvous {
   // Through the participant's connection (rendezvous/rendezvous_participant.h); without one (no
   // round joined yet) or once shut down, `done` is posted at once: not taken, nothing came.
   bool keeps_stacks() const override { return true; }
-  void publish_stacks(int rendezvous_round, int node_rank, std::string record, std::function<void(bool)> done) override;
+  void publish_stacks(int rendezvous_round, int node_rank, std::string record, std::chrono::milliseconds keep_for,
+                      std::function<void(bool)> done) override;
   void await_stacks(int rendezvous_round, int node_rank, std::chrono::milliseconds wait,
                     std::function<void(std::optional<std::string>)> done) override;
 

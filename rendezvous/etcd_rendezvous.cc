@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -260,6 +261,7 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     round_watch.reset();
     keep_alive_timer.cancel();
     decide_timer.cancel();
+    end_stacks_read();
   }
 
   void decide() {
@@ -365,10 +367,118 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
     });
   }
 
+  // --- stacks before the kill (on the I/O thread) ---
+
+  // Under a lease of its own: this node's lease goes when its agent exits, and the record must
+  // stay until node rank 0 has read it.
+  void publish_stacks(int round, int node_rank, std::string record, std::chrono::milliseconds keep_for,
+                      std::function<void(bool)> done) {
+    const auto answer = [this](std::function<void(bool)> d, bool taken) {
+      post([d = std::move(d), taken](Impl&) { d(taken); });
+    };
+    if (gone || !client) return answer(std::move(done), false);
+    const auto ttl = std::chrono::ceil<std::chrono::seconds>(keep_for + config.multi.rendezvous.close_timeout);
+    client->grant(std::max<std::int64_t>(2, ttl.count()), [this, round, node_rank, record = std::move(record), done = std::move(done),
+                                                           answer](std::exception_ptr error, EtcdLease l) mutable {
+      if (error || gone) return answer(std::move(done), false);
+      EtcdTxn t;
+      t.success = {EtcdOp::put(keys.stacks(round, node_rank), std::move(record), l.id)};
+      client->txn(std::move(t), [done = std::move(done), answer](std::exception_ptr error, EtcdTxnResult) mutable {
+        answer(std::move(done), !error);
+      });
+    });
+  }
+
+  void await_stacks(int round, int node_rank, std::chrono::milliseconds wait, std::function<void(std::optional<std::string>)> done) {
+    if (gone || !client) return post([done = std::move(done)](Impl&) { done(std::nullopt); });
+    if (stacks_read && stacks_read->round != round) end_stacks_read();
+    if (!stacks_read) begin_stacks_read(round);
+    StacksRead& r = *stacks_read;
+    if (const auto it = r.seen.find(node_rank); it != r.seen.end()) {
+      return post([done = std::move(done), text = it->second](Impl&) { done(text); });
+    }
+    r.waiters.push_back({node_rank, Clock::now() + wait, std::move(done)});
+    arm_stacks_timer();
+  }
+
+  // The watch from now, then the read (EtcdClient::watch): a record put in between comes twice.
+  void begin_stacks_read(int round) {
+    stacks_read.emplace();
+    stacks_read->round = round;
+    const std::string prefix = keys.stacks_prefix(round);
+    stacks_read->watch = client->watch(
+        prefix, etcd_prefix_end(prefix), 0, false,
+        [this, round](std::int64_t, std::vector<EtcdEvent> events) {
+          for (const auto& e : events) {
+            if (!e.deleted) stacks_arrived(round, e.kv);
+          }
+        },
+        [this, round](std::exception_ptr) {
+          if (stacks_read && stacks_read->round == round) end_stacks_read();
+        },
+        [this, round, prefix](std::int64_t) {
+          client->range(prefix, etcd_prefix_end(prefix), [this, round](std::exception_ptr error, EtcdRangeResult r) {
+            if (!stacks_read || stacks_read->round != round) return;
+            if (error) return end_stacks_read();
+            for (const auto& kv : r.kvs) stacks_arrived(round, kv);
+          });
+        });
+  }
+
+  void stacks_arrived(int round, const EtcdKeyValue& kv) {
+    if (!stacks_read || stacks_read->round != round) return;
+    const std::string prefix = keys.stacks_prefix(round);
+    int node_rank = -1;
+    try {
+      std::size_t used = 0;
+      const std::string tail = kv.key.substr(prefix.size());
+      node_rank = std::stoi(tail, &used);
+      if (used != tail.size() || node_rank < 0) return;
+    } catch (const std::exception&) {
+      return;  // not a key crun writes
+    }
+    StacksRead& r = *stacks_read;
+    r.seen[node_rank] = kv.value;
+    std::erase_if(r.waiters, [&](StacksWaiter& w) {
+      if (w.node_rank != node_rank) return false;
+      post([done = std::move(w.done), text = kv.value](Impl&) { done(text); });
+      return true;
+    });
+    if (r.waiters.empty()) end_stacks_read();
+  }
+
+  void arm_stacks_timer() {
+    if (!stacks_read || stacks_read->waiters.empty()) return;
+    auto first = stacks_read->waiters.front().deadline;
+    for (const auto& w : stacks_read->waiters) first = std::min(first, w.deadline);
+    stacks_timer.expires_at(first);
+    stacks_timer.async_wait([this](boost::system::error_code ec) {
+      if (ec || !stacks_read) return;
+      const auto now = Clock::now();
+      std::erase_if(stacks_read->waiters, [&](StacksWaiter& w) {
+        if (w.deadline > now) return false;
+        post([done = std::move(w.done)](Impl&) { done(std::nullopt); });
+        return true;
+      });
+      if (stacks_read->waiters.empty()) end_stacks_read();
+      else arm_stacks_timer();
+    });
+  }
+
+  // Every waiter still waiting answered with nothing; the watch goes.
+  void end_stacks_read() {
+    stacks_timer.cancel();
+    if (!stacks_read) return;
+    for (auto& w : stacks_read->waiters) post([done = std::move(w.done)](Impl&) { done(std::nullopt); });
+    stacks_read.reset();
+  }
+
   void stop_io() {
     gone = true;
     keep_alive_timer.cancel();
     decide_timer.cancel();
+    stacks_timer.cancel();
+    stacks_read.reset();  // no callback after shutdown
     watch.reset();
     round_watch.reset();
     if (client && lease) {
@@ -407,6 +517,21 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   asio::steady_timer decide_timer{io};
   asio::steady_timer stop_timer{io};
   std::int64_t lease = 0;
+  // Node rank 0 gathering a closing job's stacks (await_stacks): one round's waiters, the records
+  // seen, the watch of that round's stacks keys and the timer of the nearest wait's end.
+  struct StacksWaiter {
+    int node_rank = 0;
+    Clock::time_point deadline;
+    std::function<void(std::optional<std::string>)> done;
+  };
+  struct StacksRead {
+    int round = 0;
+    std::vector<StacksWaiter> waiters;
+    std::map<int, std::string> seen;  // by node rank
+    std::unique_ptr<EtcdWatch> watch;
+  };
+  std::optional<StacksRead> stacks_read;
+  asio::steady_timer stacks_timer{io};
   std::exception_ptr start_error;  // an EtcdError: etcd lost before the first read of the run's keys
   int created_watches = 0;
   bool loaded = false;                    // the core has read the run's state
@@ -464,6 +589,7 @@ void EtcdRendezvous::shutdown(std::chrono::milliseconds) {
   // The thread is done: what its handlers referred to can go, before the io_context does.
   m.watch.reset();
   m.round_watch.reset();
+  m.stacks_read.reset();
   m.client.reset();
   m.core.reset();
 }
@@ -475,6 +601,22 @@ void EtcdRendezvous::publish_status(std::string status_json, bool gather) {
     m->status_json = std::move(status_json);
     m->gather_status = gather;
     m->write_status();
+  });
+}
+
+void EtcdRendezvous::publish_stacks(int rendezvous_round, int node_rank, std::string record, std::chrono::milliseconds keep_for,
+                                    std::function<void(bool)> done) {
+  Impl* m = impl_.get();
+  asio::post(m->io, [m, rendezvous_round, node_rank, record = std::move(record), keep_for, done = std::move(done)]() mutable {
+    m->publish_stacks(rendezvous_round, node_rank, std::move(record), keep_for, std::move(done));
+  });
+}
+
+void EtcdRendezvous::await_stacks(int rendezvous_round, int node_rank, std::chrono::milliseconds wait,
+                                  std::function<void(std::optional<std::string>)> done) {
+  Impl* m = impl_.get();
+  asio::post(m->io, [m, rendezvous_round, node_rank, wait, done = std::move(done)]() mutable {
+    m->await_stacks(rendezvous_round, node_rank, wait, std::move(done));
   });
 }
 

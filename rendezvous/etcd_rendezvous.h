@@ -13,6 +13,11 @@
 //     etcd refusing this client's TLS or credentials; 7: etcd unreachable).
 //   - Control events, progress lines and the loss of etcd (no member answered within the lease's
 //     TTL, or the lease expired: this node's keys are gone) come through the listener.
+//   - Stacks before the kill (Rendezvous::publish_stacks): each record under a lease of its own
+//     (keep_for + close_timeout), so that it outlives this node. await_stacks() of one round share
+//     one watch of that round's stacks keys and one read of them; a request for another round
+//     answers those still waiting with nothing. A failing read or watch answers them with nothing:
+//     never a loss of etcd.
 //   - shutdown() revokes the lease (this node's keys go at once; bounded by 2 s) and stops the
 //     thread; no callback runs after it.
 //
@@ -23,7 +28,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +54,11 @@ class EtcdRendezvous final : public Rendezvous {
   std::string node_address() const override;
   void publish_status(std::string status_json, bool gather) override;
   std::vector<std::string> job_status() const override;
+  bool keeps_stacks() const override { return true; }
+  void publish_stacks(int rendezvous_round, int node_rank, std::string record, std::chrono::milliseconds keep_for,
+                      std::function<void(bool)> done) override;
+  void await_stacks(int rendezvous_round, int node_rank, std::chrono::milliseconds wait,
+                    std::function<void(std::optional<std::string>)> done) override;
 
   // The cluster's members, as "host:port, host:port".
   std::string endpoints() const;

@@ -13,9 +13,10 @@
 //       coordinator alone decides restart or stop (single node: nobody listens).
 //     - publish_status()/job_status() share each node's status for operators; best effort (a
 //       backend that cannot deliver it drops it quietly: it is never worth stopping a job for).
-//     - publish_stacks()/await_stacks(), where keeps_stacks() (c10d): a node's stacks before the
-//       kill for one round, on a key that outlives the node's status record, so that node rank 0
-//       gathers them when the job closes (agent/closing_stacks.h). Elsewhere they are never called.
+//     - publish_stacks()/await_stacks(), where keeps_stacks() (c10d, etcd-v3): a node's stacks
+//       before the kill for one round, on a key that outlives the node's status record, so that
+//       node rank 0 gathers them when the job closes (agent/closing_stacks.h). Elsewhere (one
+//       node) they are never called.
 //     - shutdown(linger) leaves the rendezvous; no callback runs after it. A backend that hosts
 //       shared state keeps it up for the others (multi-node: up to close_timeout once the job
 //       closed, or `linger` when it leaves unclosed).
@@ -99,13 +100,15 @@ class Rendezvous {
   virtual std::vector<std::string> job_status() const = 0;
 
   // Stacks before the kill that outlive the node (agent/closing_stacks.h): `record` for round
-  // `rendezvous_round` and node rank `node_rank`, kept until the round is pruned; `done(taken)`
-  // once the store took it or failed. await_stacks: that record, waiting for it up to `wait`;
-  // `done(nullopt)` when it did not come. Callbacks on the loop, never inside the call. Backends
-  // without such keys (keeps_stacks() false) never call `done`: the agent does not ask them.
+  // `rendezvous_round` and node rank `node_rank`, kept at least `keep_for` after it was taken
+  // (c10d: until the round is pruned; etcd-v3: under a lease of its own that long, plus
+  // close_timeout); `done(taken)` once the store took it or failed. await_stacks: that record,
+  // waiting for it up to `wait`; `done(nullopt)` when it did not come. Callbacks on the loop,
+  // never inside the call; none after shutdown(). Backends without such keys (keeps_stacks()
+  // false) never call `done`: the agent does not ask them.
   virtual bool keeps_stacks() const { return false; }
   virtual void publish_stacks(int /*rendezvous_round*/, int /*node_rank*/, std::string /*record*/,
-                              std::function<void(bool taken)> /*done*/) {}
+                              std::chrono::milliseconds /*keep_for*/, std::function<void(bool taken)> /*done*/) {}
   virtual void await_stacks(int /*rendezvous_round*/, int /*node_rank*/, std::chrono::milliseconds /*wait*/,
                             std::function<void(std::optional<std::string>)> /*done*/) {}
 };

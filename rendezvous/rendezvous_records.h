@@ -223,6 +223,10 @@ struct EtcdKeys {
   // Operators' view: each node's status, under its lease (nobody watches these).
   std::string status_prefix() const { return base + "status/"; }
   std::string status(const std::string& node) const { return status_prefix() + node; }
+  // A node's stacks before the kill in round `round` (agent/closing_stacks.h), by node rank: under
+  // a lease of their own, so that they outlive the node.
+  std::string stacks_prefix(int round) const { return base + "stacks/" + std::to_string(round) + "/"; }
+  std::string stacks(int round, int node_rank) const { return stacks_prefix(round) + std::to_string(node_rank); }
 };
 
 }  // namespace crun

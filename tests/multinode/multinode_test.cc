@@ -15,6 +15,7 @@
 #include <set>
 
 #include "tests/support/child_process.h"
+#include "tests/support/closing_stacks_job.h"
 #include "tests/support/cluster.h"
 #include "tests/support/eventually.h"
 #include "tests/support/exclusion_job.h"
@@ -947,115 +948,27 @@ TEST_CASE("stacks grouped across ranks: node rank 0 merges both nodes' and names
   std::filesystem::remove_all(dir);
 }
 
-namespace {
-
-// The pid a worker printed in its "ready rank=R pid=P" line, -1 when none.
-int ready_pid_of(const std::string& out, int rank) {
-  for (const auto& line : lines(out)) {
-    int r = -1, pid = -1;
-    if (std::sscanf(line.c_str(), "ready rank=%d pid=%d", &r, &pid) == 2 && r == rank) return pid;
-  }
-  return -1;
-}
-
-// The failure_report.json of the one run under `log_dir` (null when there is none).
-nlohmann::json run_report(const std::string& log_dir) {
-  for (const auto& run : std::filesystem::directory_iterator(log_dir)) {
-    const auto file = run.path() / "failure_report.json";
-    if (std::filesystem::exists(file)) return nlohmann::json::parse(read_file(file.string()));
-  }
-  return nullptr;
-}
-
-// The events named `name` of a jsonl event log.
-std::vector<nlohmann::json> events_named(const std::string& path, const std::string& name) {
-  std::vector<nlohmann::json> out;
-  for (const auto& line : lines(read_file(path))) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j["event"] == name) out.push_back(std::move(j));
-  }
-  return out;
-}
-
-}  // namespace
-
 // The job closes (--max-restarts 0) on a failure of rank 0 (node rank 0's side) or of rank 4
 // (node 1's); every node takes its running workers' stacks. Node 1's rank 7 is stopped (SIGSTOP):
 // its Python dump never comes, so node 1's capture takes half its bound (2 s), long after node
 // rank 0's own workers are gone. Node rank 0 holds its exit for node 1's stacks
 // (agent/closing_stacks.h): its report has both nodes' groups and names node 1's rank 6, in
-// hang_elsewhere(), the odd one out.
+// hang_elsewhere(), the odd one out (tests/support/closing_stacks_job.h; tests/etcd: etcd-v3).
 TEST_CASE("the job closes: node rank 0 waits for the other node's stacks and names the odd rank", "[closing_stacks]") {
   const int failing_rank = GENERATE(0, 4);
-  INFO("rank " << failing_rank << " fails");
   Cluster cl(2);
-  char dir[] = "/tmp/crun-closing-stacks-XXXXXX";
-  REQUIRE(::mkdtemp(dir) != nullptr);
-  const std::string root = dir;
-  const std::string script = root + "/hung.py";
-  {
-    std::ofstream f(script);
-    // Each rank says it is ready on the line it then waits on: a Python stack names the line.
-    f << "import os, signal, time\n"
-         "rank = int(os.environ['RANK'])\n"
-         "def stuck_here():\n"
-         "    print('ready rank=%d pid=%d' % (rank, os.getpid()), flush=True); time.sleep(3600)\n"
-         "def hang_elsewhere():\n"
-         "    print('ready rank=%d pid=%d' % (rank, os.getpid()), flush=True); time.sleep(3600)\n"
-         "signal.signal(signal.SIGUSR1, lambda *_: os._exit(3))\n"
-         "if rank == 6:\n"
-         "    hang_elsewhere()\n"
-         "stuck_here()\n";
-  }
+  const ClosingStacksJob job;
   const auto flags = [&](int node_rank) {
     auto f = c10d("2", 4);
     const std::string n = std::to_string(node_rank);
-    f.insert(f.end(), {"--node-rank", n, "--capture-timeout", "4", "--log-dir", root + "/n" + n, "--event-log-handler",
-                       "jsonl:" + root + "/events" + n + ".jsonl"});
+    f.insert(f.end(), {"--node-rank", n});
+    const auto more = job.flags("n" + n);
+    f.insert(f.end(), more.begin(), more.end());
     return f;
   };
-  auto& a = cl.crun_program(1, flags(0), script, {}, {"PYTHON_EXEC=/usr/bin/python3"});
-  auto& b = cl.crun_program(2, flags(1), script, {}, {"PYTHON_EXEC=/usr/bin/python3"});
-  REQUIRE(a.wait_for_stdout("ready rank=", 4, 60s));
-  REQUIRE(b.wait_for_stdout("ready rank=", 4, 60s));
-  const int stopped = ready_pid_of(b.out(), 7), failing = ready_pid_of((failing_rank < 4 ? a : b).out(), failing_rank);
-  REQUIRE(stopped > 0);
-  REQUIRE(failing > 0);
-  REQUIRE(::kill(stopped, SIGSTOP) == 0);
-  REQUIRE(::kill(failing, SIGUSR1) == 0);
-  const auto a_code = a.wait_exit(60s);
-  const auto b_code = b.wait_exit(60s);
-  INFO(a.err() << "\n--- node 1:\n" << b.err());
-  CHECK(a_code == 3);
-  CHECK(b_code == 3);
-  const auto report = run_report(root + "/n0");
-  INFO(report.dump());
-  REQUIRE(report.is_object());
-  const auto& groups = report["stack_groups"];
-  REQUIRE(groups.is_object());
-  CHECK(groups["rank_count"] == 7);  // the failing rank had exited
-  REQUIRE(groups["groups"].size() == 3);
-  CHECK(groups["groups"][0]["ranks"] == nlohmann::json::parse(failing_rank == 0 ? "[[1,5]]" : "[[0,3],[5,5]]"));  // both nodes'
-  CHECK(groups["groups"][0]["summary"].get<std::string>().find("stuck_here") == 0);
-  CHECK(groups["groups"][1]["ranks"] == nlohmann::json::parse("[[6,6]]"));
-  CHECK(groups["groups"][1]["odd_one_out"] == true);
-  CHECK(groups["groups"][1]["summary"].get<std::string>().find("hang_elsewhere") == 0);
-  CHECK(groups["groups"][2]["ranks"] == nlohmann::json::parse("[[7,7]]"));
-  CHECK(groups["groups"][2]["error"].get<std::string>().find("timed out") != std::string::npos);
-  CHECK(!report.contains("stacks_missing_nodes"));
-  CHECK_THAT(a.err(), Catch::Contains("crun:     rank 6 (the odd one out): hang_elsewhere"));
-  // The events: node 1's capture (rank 7's part timed out), node rank 0's final merge.
-  const auto captured = events_named(root + "/events1.jsonl", "stacks_captured");
-  REQUIRE(captured.size() == 1);
-  CHECK(captured[0]["ranks"] == nlohmann::json::parse(failing_rank == 4 ? "[5,6,7]" : "[4,5,6,7]"));
-  CHECK(captured[0]["timed_out"] == nlohmann::json::parse("[7]"));
-  CHECK(captured[0]["ms"].get<int>() >= 0);
-  const auto gathered = events_named(root + "/events0.jsonl", "stacks_gathered");
-  REQUIRE(gathered.size() == 1);
-  CHECK(gathered[0]["nodes_in"] == nlohmann::json::parse("[0,1]"));
-  CHECK(gathered[0]["nodes_missing"] == nlohmann::json::array());
-  CHECK(gathered[0]["ranks"] == 7);
-  std::filesystem::remove_all(root);
+  auto& a = cl.crun_program(1, flags(0), job.script(), {}, job.env());
+  auto& b = cl.crun_program(2, flags(1), job.script(), {}, job.env());
+  job.check(a, "n0", b, "n1", failing_rank);
 }
 
 // The bound: node 1's agent is stopped (SIGSTOP) before node rank 0's rank 0 fails and the job
