@@ -2,7 +2,7 @@
 """What node rank 0's wait for every node's stacks costs when a job closes, two crun builds side by side.
 
     sudo /usr/bin/python3 bench/agent/closing_stacks.py --before DIR --after DIR --worker PATH
-        [--rounds 7] [--capture-timeout 5] [--store-on-node1]
+        [--rounds 7] [--capture-timeout 5] [--store-on-node1] [--etcd]
 
 Each DIR holds a `crun` and its `crun-keeper`; PATH is the test worker (build/tests/support/
 crun_test_worker). Two network-namespace hosts (scripts/netns-cluster.sh), 2 ranks each, c10d,
@@ -15,11 +15,14 @@ store's host waits for the others to leave in both builds). The anchor, in the s
 capture as it logs it ("took the stacks of 2 local worker(s) in N ms"): the least node rank 0 can
 wait for node 1's stacks. With --store-on-node1 node 1's host hosts the store instead, so node
 rank 0's agent no longer waits for the others to leave it: its exit shows the wait alone. One warm-up run of each build, then --rounds rounds, one run of each in
-turn, the order swapped every round; medians. Needs root. Prints a markdown table.
+turn, the order swapped every round; medians. With --etcd the rendezvous is etcd-v3 on one etcd
+member on node rank 0's host (node 1's with --store-on-node1), started here, a run id per run;
+--node-rank is then the agents' rank hint. Needs root. Prints a markdown table.
 """
 import argparse
 import os
 import re
+import select
 import signal
 import statistics
 import subprocess
@@ -38,12 +41,37 @@ def host_cmd(host, argv):
 
 
 STORE = "10.77.0.1:29400"
+BACKEND = "c10d"
+RUNS = 0  # runs so far: each etcd-v3 run gets a run id of its own (a closed one's record stays a while)
 
 
 def flags(node_rank, log_dir, capture_timeout):
-    return ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", STORE,
-            "--rdzv-id", "job", "--max-restarts", "0", "--stop-timeout", "5", "--node-rank", str(node_rank),
+    return ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", BACKEND, "--rdzv-endpoint", STORE,
+            "--rdzv-id", f"job{RUNS}", "--max-restarts", "0", "--stop-timeout", "5", "--node-rank", str(node_rank),
             "--capture-timeout", str(capture_timeout), "--log-dir", log_dir]
+
+
+def start_etcd(host, data_dir):
+    """One etcd member on `host`'s address, serving once this returns (bound 30 s)."""
+    addr = f"10.77.0.{host}"
+    etcd = subprocess.Popen(host_cmd(host, ["etcd", "--logger", "zap", "--name", "bench", "--data-dir", data_dir,
+                                            "--listen-client-urls", f"http://{addr}:2379",
+                                            "--advertise-client-urls", f"http://{addr}:2379",
+                                            "--listen-peer-urls", f"http://{addr}:2380",
+                                            "--initial-advertise-peer-urls", f"http://{addr}:2380",
+                                            "--initial-cluster", f"bench=http://{addr}:2380"]),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while select.select([etcd.stderr], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        line = etcd.stderr.readline()
+        if not line:
+            break
+        if "serving client traffic" in line:
+            threading.Thread(target=etcd.stderr.read, daemon=True).start()  # drained from now on
+            return etcd
+    etcd.kill()
+    etcd.wait()
+    raise RuntimeError("etcd did not serve within 30 s")
 
 
 def ready_lines(proc, want, bound):
@@ -63,6 +91,8 @@ def ready_lines(proc, want, bound):
 
 
 def one_run(build, worker, capture_timeout):
+    global RUNS
+    RUNS += 1
     with tempfile.TemporaryDirectory(prefix="crun-closebench-") as tmp:
         crun = os.path.join(build, "crun")
         errs = [open(os.path.join(tmp, f"err{n}"), "w+") for n in (0, 1)]
@@ -114,15 +144,21 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--capture-timeout", type=int, default=5)
     ap.add_argument("--store-on-node1", action="store_true")
+    ap.add_argument("--etcd", action="store_true")
     args = ap.parse_args()
-    global STORE
-    if args.store_on_node1:
-        STORE = "10.77.0.2:29400"
+    global STORE, BACKEND
+    store_host = 2 if args.store_on_node1 else 1
+    STORE = f"10.77.0.{store_host}:29400"
+    if args.etcd:
+        BACKEND = "etcd-v3"
+        STORE = f"10.77.0.{store_host}:2379"
     builds = {"before": args.before, "after": args.after}
     subprocess.run(["bash", NETNS, "down", NAME], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     subprocess.run(["bash", NETNS, "up", NAME, "2"], check=True, stdout=subprocess.DEVNULL)
     samples = {k: [] for k in builds}
     load_before = os.getloadavg()[0]
+    etcd_dir = tempfile.TemporaryDirectory(prefix="crun-closebench-etcd-", dir="/dev/shm") if args.etcd else None
+    etcd = start_etcd(store_host, etcd_dir.name) if args.etcd else None
     try:
         for k in builds:  # warm-up
             one_run(builds[k], args.worker, args.capture_timeout)
@@ -133,10 +169,15 @@ def main():
                 print(f"round {r} {k}: node 0 {samples[k][-1][0]:.0f} ms, job {samples[k][-1][1]:.0f} ms, "
                       f"node 1 capture {samples[k][-1][2]} ms", file=sys.stderr)
     finally:
+        if etcd:
+            etcd.kill()
+            etcd.wait()
+            etcd_dir.cleanup()
         subprocess.run(["bash", NETNS, "down", NAME], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     med = {k: [statistics.median(s[i] for s in samples[k]) for i in range(3)] for k in builds}
     print(f"load average (1 min) before the runs {load_before:.2f}, after {os.getloadavg()[0]:.2f}")
-    print(f"{args.rounds} rounds, medians, ms from the failure; store on node {1 if args.store_on_node1 else 0}'s host; "
+    print(f"{args.rounds} rounds, medians, ms from the failure; {BACKEND}, "
+          f"{'etcd' if args.etcd else 'store'} on node {store_host - 1}'s host; "
           "anchor: node 1's capture (after build's runs)\n")
     print("| figure | before | after | after / before | anchor |")
     print("|---|---|---|---|---|")
