@@ -504,50 +504,23 @@ TEST_CASE("etcd-v3: the job closes: node rank 0 waits for the other node's stack
   CHECK_THAT(etcd.etcdctl(host0, {"get", "--prefix", "--keys-only", "/crun/job/stacks/"}), Catch::Contains("/1"));
 }
 
-// The bound over etcd-v3: node 1's agent is stopped (SIGSTOP) before node rank 0's rank 0 fails and
-// the job closes, so node 1 writes no stacks. Node rank 0's watch of the round's stacks keys ends
-// at the bound (node 1's --capture-timeout + 2 s after the close): node 1 is named, and node rank
-// 0 exits without it.
+// The bound over etcd-v3 (ClosingStacksJob::check_bound): node 1's agent is stopped, so it writes no
+// stacks; node rank 0's watch of the round's stacks keys ends at the bound, node 1 named.
 TEST_CASE("etcd-v3: the job closes: a node that sends no stacks holds node rank 0 no longer than the bound",
           "[closing_stacks]") {
   Cluster cl(2);
   EtcdCluster etcd(cl, {1, 2});
-  TempDir dir("crun-closing-bound");
-  const auto log_dir = [&](int h) { return (dir.path / ("h" + std::to_string(h))).string(); };
-  const auto events = [&](int h) { return (dir.path / ("events" + std::to_string(h) + ".jsonl")).string(); };
+  const ClosingStacksJob job;
   std::map<int, ChildProcess*> agents;
   for (int h : {1, 2}) {
-    auto f = etcd_v3(etcd, "2", 2);
-    f.insert(f.end(), {"--capture-timeout", "2", "--log-dir", log_dir(h), "--event-log-handler", "jsonl:" + events(h)});
-    agents[h] = &cl.crun(h, f, {"--hang-in-named-function", "--only-rank", "0", "--fail-on-signal", "SIGUSR1", "--exit", "3"});
+    auto flags = etcd_v3(etcd, "2", 2);
+    const auto more = job.flags("h" + std::to_string(h), "2");
+    flags.insert(flags.end(), more.begin(), more.end());
+    agents[h] = &cl.crun(h, flags, ClosingStacksJob::bound_worker_args());
   }
   const auto ranks = formed(agents);
-  const int host0 = host_of_rank(ranks, 0), host1 = 3 - host0;
-  ChildProcess& a = *agents[host0];
-  ChildProcess& b = *agents[host1];
-  REQUIRE(a.wait_for_stdout("ready rank=", 2));
-  REQUIRE(b.wait_for_stdout("ready rank=", 2));
-  const int failing = ready_pid_of(a.out(), 0);
-  REQUIRE(failing > 0);
-  REQUIRE(::kill(b.pid(), SIGSTOP) == 0);
-  const auto failed_at = std::chrono::steady_clock::now();
-  REQUIRE(::kill(failing, SIGUSR1) == 0);
-  const auto a_code = a.wait_exit(30s);
-  const auto took = std::chrono::steady_clock::now() - failed_at;
-  ::kill(b.pid(), SIGKILL);
-  INFO(a.err());
-  CHECK(a_code == 3);
-  CHECK_THAT(a.err(), Catch::Contains("no stacks before the kill came from node rank(s) 1 within"));
-  // The close within moments of the failure, then 2 s + 2 s at most: never a wait without end.
-  CHECK(took < 15s);
-  const auto report = run_report(log_dir(host0));
-  INFO(report.dump());
-  REQUIRE(report.is_object());
-  CHECK(report["stacks_missing_nodes"] == nlohmann::json::parse("[1]"));
-  const auto gathered = events_named(events(host0), "stacks_gathered");
-  REQUIRE(gathered.size() == 1);
-  CHECK(gathered[0]["nodes_in"] == nlohmann::json::parse("[0]"));
-  CHECK(gathered[0]["nodes_missing"] == nlohmann::json::parse("[1]"));
+  const int host0 = host_of_rank(ranks, 0);
+  job.check_bound(*agents[host0], "h" + std::to_string(host0), *agents[3 - host0]);
 }
 
 TEST_CASE("state that outlives a node over etcd-v3: node 0's agent SIGKILLed, its ranks resume on the others from the replica",

@@ -978,46 +978,16 @@ TEST_CASE("the job closes: node rank 0 waits for the other node's stacks and nam
 TEST_CASE("the job closes: a node that sends no stacks holds node rank 0 no longer than the bound and is named",
           "[closing_stacks]") {
   Cluster cl(2);
-  char dir[] = "/tmp/crun-closing-bound-XXXXXX";
-  REQUIRE(::mkdtemp(dir) != nullptr);
-  const std::string root = dir;
+  const ClosingStacksJob job;
   const auto flags = [&](int node_rank) {
     auto f = c10d("2", 2);
     const std::string n = std::to_string(node_rank);
-    f.insert(f.end(), {"--node-rank", n, "--capture-timeout", "2", "--log-dir", root + "/n" + n, "--event-log-handler",
-                       "jsonl:" + root + "/events" + n + ".jsonl"});
+    f.insert(f.end(), {"--node-rank", n});
+    const auto more = job.flags("n" + n, "2");
+    f.insert(f.end(), more.begin(), more.end());
     return f;
   };
-  auto& a = cl.crun(1, flags(0), {"--hang-in-named-function", "--only-rank", "0", "--fail-on-signal", "SIGUSR1", "--exit", "3"});
-  auto& b = cl.crun(2, flags(1), {"--hang-in-named-function"});
-  REQUIRE(a.wait_for_stdout("ready rank=", 2));
-  REQUIRE(b.wait_for_stdout("ready rank=", 2));
-  const int failing = ready_pid_of(a.out(), 0);
-  REQUIRE(failing > 0);
-  REQUIRE(::kill(b.pid(), SIGSTOP) == 0);
-  const auto failed_at = std::chrono::steady_clock::now();
-  REQUIRE(::kill(failing, SIGUSR1) == 0);
-  const bool named = err_has(a, "no stacks before the kill came from node rank(s) 1 within", 30s);
-  const auto took = std::chrono::steady_clock::now() - failed_at;
-  ::kill(b.pid(), SIGKILL);  // the store's host keeps the store up until the others have left
-  const auto a_code = a.wait_exit(60s);
-  INFO(a.err());
-  REQUIRE(named);
-  CHECK(a_code == 3);
-  // The close within moments of the failure, then 2 s + 2 s at most: never the 30 s a wait would take.
-  CHECK(took < 15s);
-  const auto report = run_report(root + "/n0");
-  INFO(report.dump());
-  REQUIRE(report.is_object());
-  CHECK(report["stacks_missing_nodes"] == nlohmann::json::parse("[1]"));
-  CHECK(report["stack_groups"]["rank_count"] == 1);  // node rank 0's rank 1 alone
-  const auto gathered = events_named(root + "/events0.jsonl", "stacks_gathered");
-  REQUIRE(gathered.size() == 1);
-  CHECK(gathered[0]["nodes_in"] == nlohmann::json::parse("[0]"));
-  CHECK(gathered[0]["nodes_missing"] == nlohmann::json::parse("[1]"));
-  const auto captured = events_named(root + "/events0.jsonl", "stacks_captured");
-  REQUIRE(captured.size() == 1);
-  CHECK(captured[0]["ranks"] == nlohmann::json::parse("[1]"));
-  CHECK(captured[0]["timed_out"] == nlohmann::json::array());
-  std::filesystem::remove_all(root);
+  auto& a = cl.crun(1, flags(0), ClosingStacksJob::bound_worker_args());
+  auto& b = cl.crun(2, flags(1), ClosingStacksJob::bound_worker_args());
+  job.check_bound(a, "n0", b);
 }

@@ -5,14 +5,20 @@
 //   - The job: two nodes x 4 Python ranks (script(), run by PYTHON_EXEC=/usr/bin/python3: env()),
 //     every rank printing "ready rank=R pid=P" from inside the function it then waits in: rank 6
 //     in hang_elsewhere(), the others in stuck_here(); SIGUSR1 makes a rank exit 3.
-//   - flags(tag): --capture-timeout 4, --log-dir <dir>/<tag>, the jsonl event log <dir>/events<tag>.jsonl
-//     (tag: a name for the agent, e.g. its host), to add to the backend's flags (--max-restarts 0).
+//   - flags(tag, capture_timeout): --capture-timeout (4 s unless given), --log-dir <dir>/<tag>, the
+//     jsonl event log <dir>/events<tag>.jsonl (tag: a name for the agent, e.g. its host), to add
+//     to the backend's flags (--max-restarts 0).
 //   - check(node0, tag0, node1, tag1, failing_rank), with node rank 0's and 1's agents: waits
 //     for the 8 ready lines, SIGSTOPs rank 7 (its Python dump never comes: node 1's capture takes
 //     half its bound, long after node rank 0's workers are gone), SIGUSR1s `failing_rank` (0 or
 //     4), and checks (Catch2) that both agents exit 3 and that node rank 0's report has both
 //     nodes' groups with rank 6 the odd one out, no missing node, and the events of node 1's
 //     capture and node rank 0's gathering.
+//   - The bound: agents started with flags(tag, "2") running the test worker with
+//     bound_worker_args(), two ranks a node. check_bound(node0, tag0, node1) stops node rank 1's
+//     agent (SIGSTOP) and makes rank 0 fail: node rank 0 must name node 1 as sending no stacks
+//     within --capture-timeout + 2 s of the close, in its report and its stacks_gathered event,
+//     and exit 3 once node 1's agent is gone (SIGKILLed here).
 //   - ready_pid_of(), run_report(), events_named(): as their comments say.
 //
 // Threading
@@ -84,8 +90,11 @@ struct ClosingStacksJob {
   static std::vector<std::string> env() { return {"PYTHON_EXEC=/usr/bin/python3"}; }
   std::string log_dir(const std::string& tag) const { return (dir.path / tag).string(); }
   std::string events(const std::string& tag) const { return (dir.path / ("events" + tag + ".jsonl")).string(); }
-  std::vector<std::string> flags(const std::string& tag) const {
-    return {"--capture-timeout", "4", "--log-dir", log_dir(tag), "--event-log-handler", "jsonl:" + events(tag)};
+  std::vector<std::string> flags(const std::string& tag, const std::string& capture_timeout = "4") const {
+    return {"--capture-timeout", capture_timeout, "--log-dir", log_dir(tag), "--event-log-handler", "jsonl:" + events(tag)};
+  }
+  static std::vector<std::string> bound_worker_args() {
+    return {"--hang-in-named-function", "--only-rank", "0", "--fail-on-signal", "SIGUSR1", "--exit", "3"};
   }
 
   void check(ChildProcess& a, const std::string& tag0, ChildProcess& b, const std::string& tag1, int failing_rank) const {
@@ -130,6 +139,39 @@ struct ClosingStacksJob {
     CHECK(gathered[0]["nodes_in"] == nlohmann::json::parse("[0,1]"));
     CHECK(gathered[0]["nodes_missing"] == nlohmann::json::array());
     CHECK(gathered[0]["ranks"] == 7);
+  }
+
+  void check_bound(ChildProcess& a, const std::string& tag0, ChildProcess& b) const {
+    using namespace std::chrono_literals;
+    REQUIRE(a.wait_for_stdout("ready rank=", 2));
+    REQUIRE(b.wait_for_stdout("ready rank=", 2));
+    const int failing = ready_pid_of(a.out(), 0);
+    REQUIRE(failing > 0);
+    REQUIRE(::kill(b.pid(), SIGSTOP) == 0);
+    const auto failed_at = std::chrono::steady_clock::now();
+    REQUIRE(::kill(failing, SIGUSR1) == 0);
+    const bool named = err_has(a, "no stacks before the kill came from node rank(s) 1 within", 30s);
+    const auto took = std::chrono::steady_clock::now() - failed_at;
+    ::kill(b.pid(), SIGKILL);  // c10d: the store's host keeps the store up until the others have left
+    const auto a_code = a.wait_exit(60s);
+    INFO(a.err());
+    REQUIRE(named);
+    CHECK(a_code == 3);
+    // The close within moments of the failure, then 2 s + 2 s at most: never the 30 s a wait would take.
+    CHECK(took < 15s);
+    const auto report = run_report(log_dir(tag0));
+    INFO(report.dump());
+    REQUIRE(report.is_object());
+    CHECK(report["stacks_missing_nodes"] == nlohmann::json::parse("[1]"));
+    CHECK(report["stack_groups"]["rank_count"] == 1);  // node rank 0's rank 1 alone
+    const auto gathered = events_named(events(tag0), "stacks_gathered");
+    REQUIRE(gathered.size() == 1);
+    CHECK(gathered[0]["nodes_in"] == nlohmann::json::parse("[0]"));
+    CHECK(gathered[0]["nodes_missing"] == nlohmann::json::parse("[1]"));
+    const auto captured = events_named(events(tag0), "stacks_captured");
+    REQUIRE(captured.size() == 1);
+    CHECK(captured[0]["ranks"] == nlohmann::json::parse("[1]"));
+    CHECK(captured[0]["timed_out"] == nlohmann::json::array());
   }
 };
 
