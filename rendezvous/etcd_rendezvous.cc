@@ -70,6 +70,20 @@ EtcdLoss loss_of(const std::exception_ptr& error) {
   }
 }
 
+// Node rank 0's gathering of one round's stacks records (EtcdRendezvous::await_stacks): who waits
+// for which node rank's record, until when; the records seen; the watch of the round's keys.
+struct StacksWaiter {
+  int node_rank = 0;
+  Clock::time_point deadline;
+  std::function<void(std::optional<std::string>)> done;
+};
+struct StacksRead {
+  int round = 0;
+  std::vector<StacksWaiter> waiters;
+  std::map<int, std::string> seen;  // by node rank
+  std::unique_ptr<EtcdWatch> watch;
+};
+
 }  // namespace
 
 struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
@@ -517,19 +531,8 @@ struct EtcdRendezvous::Impl : std::enable_shared_from_this<Impl> {
   asio::steady_timer decide_timer{io};
   asio::steady_timer stop_timer{io};
   std::int64_t lease = 0;
-  // Node rank 0 gathering a closing job's stacks (await_stacks): one round's waiters, the records
-  // seen, the watch of that round's stacks keys and the timer of the nearest wait's end.
-  struct StacksWaiter {
-    int node_rank = 0;
-    Clock::time_point deadline;
-    std::function<void(std::optional<std::string>)> done;
-  };
-  struct StacksRead {
-    int round = 0;
-    std::vector<StacksWaiter> waiters;
-    std::map<int, std::string> seen;  // by node rank
-    std::unique_ptr<EtcdWatch> watch;
-  };
+  // Node rank 0 gathering a closing job's stacks (await_stacks), and the timer of the nearest
+  // wait's end.
   std::optional<StacksRead> stacks_read;
   asio::steady_timer stacks_timer{io};
   std::exception_ptr start_error;  // an EtcdError: etcd lost before the first read of the run's keys
