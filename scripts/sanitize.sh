@@ -51,7 +51,7 @@ if [ "$kind" = thread ]; then
   # judge crun-precheck's matmul times, which TSan makes 8-60 s; ASan runs the healthy case).
   labels='base|store|rendezvous|agent|launcher|multinode|ops'
   skip_rooms='faults;runtime'
-  exclude='^(multinode\.(train_mlp|hang|precheck|precheck_slow)|etcd\.(train_mlp|precheck))$'
+  exclude='^(multinode\.(train_mlp|hang|precheck|precheck_slow|state_replica_train_mlp)|etcd\.(train_mlp|precheck))$'
 fi
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCRUN_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCRUN_SANITIZE="$kind" -DCRUN_FUZZ="$fuzz" -DCRUN_BUILD_BENCH=OFF -DCRUN_SKIP_TEST_ROOMS="$skip_rooms" >/dev/null

@@ -536,7 +536,7 @@ TEST_CASE("a node SIGKILLed mid-run: its ranks resume on the others from the rep
 }
 
 TEST_CASE("train_mlp checkpointing into CRUN_STATE_DIR: node 0 SIGKILLed, a spare takes its place, weights as an uninterrupted run's",
-          "[state_replica]") {
+          "[state_replica_train_mlp]") {
   auto sha = [](const std::string& out) {
     auto at = out.find("weights_sha256=");
     return at == std::string::npos ? std::string() : out.substr(at + 15, 64);
