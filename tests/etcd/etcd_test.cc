@@ -500,8 +500,8 @@ TEST_CASE("etcd-v3: the job closes: node rank 0 waits for the other node's stack
   const auto ranks = formed(agents);
   const int host0 = host_of_rank(ranks, 0), host1 = 3 - host0;
   job.check(*agents[host0], "h" + std::to_string(host0), *agents[host1], "h" + std::to_string(host1), failing_rank);
-  // Node 1's record outlived its agent: under the round's stacks prefix, by node rank.
-  CHECK_THAT(etcd.etcdctl(host0, {"get", "--prefix", "--keys-only", "/crun/job/stacks/"}), Catch::Contains("/1"));
+  // Node 1's record outlived its agent: round 0's, by node rank.
+  CHECK_THAT(etcd.etcdctl(host0, {"get", "--prefix", "--keys-only", "/crun/job/stacks/"}), Catch::Contains("/crun/job/stacks/0/1"));
 }
 
 // The bound over etcd-v3 (ClosingStacksJob::check_bound): node 1's agent is stopped, so it writes no
