@@ -22,7 +22,6 @@ member on node rank 0's host (node 1's with --store-on-node1), started here, a r
 import argparse
 import os
 import re
-import select
 import signal
 import statistics
 import subprocess
@@ -61,14 +60,16 @@ def start_etcd(host, data_dir):
                                             "--initial-advertise-peer-urls", f"http://{addr}:2380",
                                             "--initial-cluster", f"bench=http://{addr}:2380"]),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while select.select([etcd.stderr], [], [], max(0.0, deadline - time.monotonic()))[0]:
-        line = etcd.stderr.readline()
-        if not line:
-            break
-        if "serving client traffic" in line:
-            threading.Thread(target=etcd.stderr.read, daemon=True).start()  # drained from now on
-            return etcd
+    serving = threading.Event()
+
+    def drain():  # the whole log, read to its end: etcd never blocks on it
+        for line in etcd.stderr:
+            if "serving client traffic" in line:
+                serving.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    if serving.wait(30):
+        return etcd
     etcd.kill()
     etcd.wait()
     raise RuntimeError("etcd did not serve within 30 s")
